@@ -1,0 +1,99 @@
+# arrheap - plain Makefile.  `make` builds the library and tools into build/;
+# `make test` runs the Criterion suite; `make asan|ubsan|tsan` run it under a
+# sanitizer in build-<san>/.  Every target installs missing Debian packages
+# first (`make deps`).  See README.md.
+
+PREFIX ?= /usr/local
+BUILD ?= build
+CC ?= cc
+PKGS := liblmdb-dev libjemalloc-dev libxxhash-dev libcriterion-dev lmdb-utils
+
+WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wpointer-arith -Wundef
+ifeq ($(CI),true)
+WARN += -Werror
+endif
+OPT ?= -O2 -g
+SAN ?=
+CFLAGS_ALL := -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) -fPIC -I. -Iinclude $(SAN) $(CFLAGS)
+LDLIBS_ALL := -llmdb -ljemalloc -lpthread -lm $(LDLIBS)
+
+LIB_SRC := $(wildcard heap/*.c) $(wildcard arrangement/*.c) $(wildcard txn/*.c)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+TOOL_COMMON := $(wildcard tools/common/*.c)
+TOOL_COMMON_OBJ := $(TOOL_COMMON:%.c=$(BUILD)/obj/%.o)
+TEST_SRC := $(wildcard tests/*/*.c tests/*/*/*.c)
+TEST_SRC := $(filter-out tests/fuzz/%,$(TEST_SRC))
+TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
+TOOLS := $(BUILD)/ah-load $(BUILD)/ah-dump
+HDRS := $(wildcard include/*.h heap/*.h arrangement/*.h txn/*.h tools/common/*.h tests/*.h tests/*/*.h)
+
+.PHONY: all deps test asan ubsan tsan clean install demo torture cases
+all: deps $(BUILD)/libarrheap.a $(BUILD)/libarrheap.so $(BUILD)/arrheap.pc $(TOOLS)
+
+deps:
+	@missing=""; for p in $(PKGS); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then echo "installing:$$missing"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) >/dev/null || exit 1; \
+	  else echo "missing packages; run: sudo apt-get install -y$$missing"; exit 1; fi; fi
+
+# A change of flags rebuilds everything.
+$(BUILD)/.flags: FORCE
+	@mkdir -p $(BUILD); echo '$(CC) $(CFLAGS_ALL) $(LDLIBS_ALL)' | cmp -s - $@ || echo '$(CC) $(CFLAGS_ALL) $(LDLIBS_ALL)' > $@
+FORCE:
+
+$(BUILD)/obj/%.o: %.c $(HDRS) $(BUILD)/.flags | deps
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+$(BUILD)/libarrheap.a: $(LIB_OBJ)
+	rm -f $@; ar rcs $@ $^
+
+$(BUILD)/libarrheap.so: $(LIB_OBJ) arrheap.map
+	$(CC) $(SAN) -shared -Wl,--version-script=arrheap.map -Wl,-soname,libarrheap.so.0 -o $@ $(LIB_OBJ) $(LDLIBS_ALL)
+
+$(BUILD)/arrheap.pc: arrheap.pc.in Makefile
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(shell sed -n 's/.*AH_VERSION_STRING "\(.*\)"/\1/p' include/arrheap.h)|' $< > $@
+
+$(BUILD)/ah-%: $(BUILD)/obj/tools/ah-%.o $(TOOL_COMMON_OBJ) $(BUILD)/libarrheap.a
+	$(CC) $(SAN) -o $@ $^ $(LDLIBS_ALL)
+
+$(BUILD)/tests/suite: $(TEST_OBJ) $(TOOL_COMMON_OBJ) $(BUILD)/libarrheap.a
+	@mkdir -p $(dir $@)
+	$(CC) $(SAN) -o $@ $^ $(LDLIBS_ALL) -lcriterion
+
+# The suite finds the tools and the cases through these variables.
+TEST_ENV = AH_BUILD=$(abspath $(BUILD)) AH_SRC=$(abspath .)
+CRITERION_FLAGS ?= -j2
+
+test: all $(BUILD)/tests/suite
+	$(TEST_ENV) $(BUILD)/tests/suite $(CRITERION_FLAGS)
+
+torture: all $(BUILD)/tests/suite
+	$(TEST_ENV) AH_TORTURE=1 $(BUILD)/tests/suite $(CRITERION_FLAGS)
+
+cases: all
+	bash tests/cases/run.sh tests/cases $(BUILD)
+
+asan:
+	$(MAKE) BUILD=build-asan SAN='-fsanitize=address,undefined -fno-omit-frame-pointer -DAH_POOL_SYSTEM_MALLOC' test
+ubsan:
+	$(MAKE) BUILD=build-ubsan SAN='-fsanitize=undefined -fno-sanitize-recover=undefined -DAH_POOL_SYSTEM_MALLOC' test
+tsan:
+	$(MAKE) BUILD=build-tsan SAN='-fsanitize=thread -DAH_POOL_SYSTEM_MALLOC' test
+
+demo: all
+	bash tools/demo-small.sh $(BUILD)
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1
+	install -m 644 include/arrheap.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(BUILD)/libarrheap.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/libarrheap.so $(DESTDIR)$(PREFIX)/lib/libarrheap.so.0
+	ln -sf libarrheap.so.0 $(DESTDIR)$(PREFIX)/lib/libarrheap.so
+	install -m 644 $(BUILD)/arrheap.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	install -m 755 $(TOOLS) $(DESTDIR)$(PREFIX)/bin/
+	[ ! -f tools/ah-dump.1 ] || install -m 644 tools/ah-dump.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+
+clean:
+	rm -rf build build-asan build-ubsan build-tsan

@@ -1,0 +1,142 @@
+/*
+ * arrangement/batch.h - immutable batches: record, chunk format, writer and
+ * single-batch cursor.  Contract of batch.c / batch_writer.c / batch_cursor.c
+ * to the rest of arrangement/ and to txn/.
+ *
+ * A batch is a sorted, consolidated run of updates (key, val, time, diff)
+ * with a Description {lower, upper, since} (differential dataflow's
+ * trace::Description).  It is stored as
+ *   - one batch record in table HEAP_T_BATCH (key: u64 batch id), holding
+ *     the Description, counts, the list of chunk ids and the fence keys (the
+ *     first key of each chunk, so seek_key finds its chunk by binary search);
+ *   - a sequence of chunks (heap/), each a position-independent columnar
+ *     trie like differential dataflow's ord_neu layout.  Every offset is
+ *     relative to the chunk body, every column 8-byte aligned.  A key whose
+ *     vals do not fit one chunk continues in the next (flag KEY_CONT on the
+ *     next chunk), and likewise a (key, val) whose times do not fit (VAL_CONT).
+ * The byte layout is drawn in ARCHITECTURE.md ("Batch chunk").
+ *
+ * Invariants (checked by batch_check):
+ *  B1 (key, val, time) strictly increasing over the whole batch;
+ *     keys/vals compare as unsigned bytes, shorter prefix first.
+ *  B2 no diff is 0.
+ *  B3 lower <= time < upper for fresh batches; a compacted batch holds
+ *     times advanced to max(t, since), so since <= upper and times < upper.
+ *  B4 every offset and range lies inside its chunk body.
+ *  B5 counts in the record equal the sums over chunks (logical keys/vals,
+ *     continued ones counted once).
+ * Data read from the map is untrusted: violations are AH_ECORRUPT, never an
+ * assert.
+ */
+#ifndef ARRANGEMENT_BATCH_H
+#define ARRANGEMENT_BATCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "heap/heap.h"
+
+typedef struct batch_desc {
+	uint64_t lower, upper, since;
+} batch_desc;
+
+/* Byte comparison of the field: memcmp then length (shorter prefix first). */
+int bytes_cmp(const void *a, size_t alen, const void *b, size_t blen);
+
+/* --------------------------------------------------------- batch record */
+
+/* A decoded batch record.  Owned by whoever loaded it (batch_free); plain
+ * malloc, not the pool, since readers on any thread load batches.  fence[i]
+ * points into the map (valid until the txn ends). */
+typedef struct batch {
+	uint64_t id;
+	batch_desc desc;
+	uint32_t time_width;  /* bytes per time: 8 (u64) in format 1 */
+	uint64_t updates;     /* (time, diff) entries */
+	uint64_t keys;        /* distinct keys */
+	uint64_t vals;        /* distinct (key, val) */
+	uint64_t bytes;       /* chunk body bytes used */
+	uint64_t chunk_bytes; /* chunk bytes reserved (class capacity + header) */
+	uint32_t nchunks;
+	uint64_t *chunk_ids;  /* nchunks */
+	const uint8_t **fence;/* nchunks: first key of each chunk */
+	size_t *fence_len;    /* nchunks */
+} batch;
+
+/* Loads batch id.  Errors: AH_ENOTFOUND, AH_ECORRUPT, AH_ENOMEM. */
+int batch_load(heap_txn *t, uint64_t id, batch **out);
+void batch_free(batch *b);
+/* Deletes the batch record and frees all its chunks. */
+int batch_drop(heap_txn *t, uint64_t id);
+/* Rewrites the record of b with a new Description (chunks unchanged). */
+int batch_set_desc(heap_txn *t, uint64_t id, const batch_desc *d);
+/* Allocates a fresh batch id (max existing + 1; ids are never reused while
+ * the record exists). */
+int batch_new_id(heap_txn *t, uint64_t *id);
+/* Structural check of every chunk (B1-B5) and, if checksums, each chunk's
+ * XXH3.  Reports the first problem in msg (naming batch and chunk).
+ * Errors: AH_ECORRUPT. */
+int batch_check(heap_txn *t, const batch *b, bool checksums, char *msg,
+                size_t msglen);
+
+/* --------------------------------------------------------- batch writer */
+
+typedef struct batch_writer batch_writer;
+
+/* A writer takes updates in strictly increasing (key, val, time) order with
+ * diff != 0 (already consolidated) and fills chunks in the map.  Memory:
+ * one chunk's columns of staging in the pool.  If prev_key is given, the
+ * writer continues a batch whose last written (key, val) was (prev_key,
+ * prev_val): used by a resumed merge; chunks then start with the proper
+ * continuation flags.  Errors: AH_ENOMEM. */
+int batch_writer_new(heap_txn *t, pool *p, batch_writer **out);
+/* Continue a partially written batch (a suspended merge): adopts the chunks
+ * of record partial_id (the record is deleted at finish/suspend). */
+int batch_writer_resume(heap_txn *t, pool *p, uint64_t partial_id,
+                        batch_writer **out);
+/* Errors: AH_EINVAL (out of order, diff 0), AH_EFULL, AH_ELIMIT, AH_EIO,
+ * AH_ENOMEM. */
+int batch_writer_push(batch_writer *w, const void *key, size_t klen,
+                      const void *val, size_t vlen, uint64_t time,
+                      int64_t diff);
+/* Flushes, writes the batch record with Description d and frees the
+ * writer.  *id = 0 and nothing written when no update was pushed (any
+ * chunks of an adopted partial batch are freed).  */
+int batch_writer_finish(batch_writer *w, const batch_desc *d, uint64_t *id);
+/* Flushes and writes a partial record (Description d, not linked to any
+ * spine) so the work can be resumed in a later transaction; frees w. */
+int batch_writer_suspend(batch_writer *w, const batch_desc *d, uint64_t *id);
+/* Frees w without writing a record (the txn must then be aborted). */
+void batch_writer_free(batch_writer *w);
+/* The last (key, val) pushed; pointers valid until the next push. */
+bool batch_writer_last(const batch_writer *w, const void **key, size_t *klen,
+                       const void **val, size_t *vlen);
+
+/* --------------------------------------------------------- batch cursor */
+
+typedef struct batch_cursor batch_cursor;
+
+/* A cursor over one batch, reporting times advanced to max(t, since).
+ * Starts at the first key and its first val.  malloc'd; close with
+ * bcur_close before the txn ends.  Errors: AH_ENOMEM, AH_ECORRUPT. */
+int bcur_open(heap_txn *t, const batch *b, uint64_t since, batch_cursor **out);
+void bcur_close(batch_cursor *c);
+bool bcur_key_valid(const batch_cursor *c);
+bool bcur_val_valid(const batch_cursor *c);
+/* Current key / val: pointers into the map. */
+void bcur_key(const batch_cursor *c, const void **key, size_t *len);
+void bcur_val(const batch_cursor *c, const void **val, size_t *len);
+/* All movement returns 0 or AH_ECORRUPT; past the end is a no-op. */
+int bcur_step_key(batch_cursor *c);
+int bcur_seek_key(batch_cursor *c, const void *key, size_t len); /* >= key, forward only */
+int bcur_step_val(batch_cursor *c);
+int bcur_seek_val(batch_cursor *c, const void *val, size_t len);
+int bcur_rewind_keys(batch_cursor *c);
+int bcur_rewind_vals(batch_cursor *c);
+/* (time, diff) of the current (key, val), in stored order, across chunk
+ * continuations.  Returns 1 with a pair, 0 at the end, or AH_ECORRUPT. */
+int bcur_time_next(batch_cursor *c, uint64_t *time, int64_t *diff);
+int bcur_times_rewind(batch_cursor *c);
+
+#endif /* ARRANGEMENT_BATCH_H */

@@ -1,0 +1,31 @@
+/*
+ * arrangement/builder.h - the batch builder: unsorted updates in, one
+ * sorted consolidated batch out.
+ *
+ * Updates are copied into pool memory up to a run budget; a full run is
+ * sorted, consolidated and written to the heap as a temporary batch; at
+ * finish the runs are merged (arrangement/merge.h) into the output and
+ * dropped.  Memory therefore stays bounded by the run budget plus one chunk
+ * of staging per run, whatever the input size.
+ */
+#ifndef ARRANGEMENT_BUILDER_H
+#define ARRANGEMENT_BUILDER_H
+
+#include "arrangement/batch.h"
+
+typedef struct builder builder;
+
+/* run_budget: bytes of pool memory for one run (0 = 64 MiB).
+ * Errors: AH_ENOMEM. */
+int builder_new(heap_txn *t, pool *p, size_t run_budget, builder **out);
+/* Copies the updates.  No frontier checks here (txn/ checks).
+ * Errors: AH_ENOMEM, AH_ELIMIT (diff sum overflow), AH_EFULL, AH_EIO. */
+int builder_push(builder *b, const ah_update *ups, size_t n);
+/* Writes the batch with Description d; *id = 0 when it consolidated to
+ * nothing.  Frees the builder whatever the result. */
+int builder_finish(builder *b, const batch_desc *d, uint64_t *id);
+void builder_free(builder *b);
+/* Peak pool bytes this builder held (for the bounded-memory test). */
+uint64_t builder_peak_bytes(const builder *b);
+
+#endif

@@ -1,0 +1,33 @@
+/*
+ * arrangement/cursor.h - the trace cursor: a k-way merge over the batch
+ * cursors of several batches, by key then val (differential dataflow's
+ * CursorList).  Seeking costs one binary search per batch.
+ */
+#ifndef ARRANGEMENT_CURSOR_H
+#define ARRANGEMENT_CURSOR_H
+
+#include "arrangement/batch.h"
+
+typedef struct trace_cursor trace_cursor;
+
+/* batches[0..n) must outlive the cursor; times advanced to since.
+ * Errors: AH_ENOMEM, AH_ECORRUPT. */
+int tcur_open(heap_txn *t, batch *const *batches, size_t n, uint64_t since,
+              trace_cursor **out);
+void tcur_close(trace_cursor *c);
+bool tcur_key_valid(const trace_cursor *c);
+bool tcur_val_valid(const trace_cursor *c);
+void tcur_key(const trace_cursor *c, const void **key, size_t *len);
+void tcur_val(const trace_cursor *c, const void **val, size_t *len);
+int tcur_step_key(trace_cursor *c);
+int tcur_seek_key(trace_cursor *c, const void *key, size_t len);
+int tcur_step_val(trace_cursor *c);
+int tcur_seek_val(trace_cursor *c, const void *val, size_t len);
+int tcur_rewind_keys(trace_cursor *c);
+int tcur_rewind_vals(trace_cursor *c);
+/* (time, diff) pairs of the current (key, val) over every batch that holds
+ * it, batch by batch.  1 = pair, 0 = end, <0 = error. */
+int tcur_time_next(trace_cursor *c, uint64_t *time, int64_t *diff);
+int tcur_times_rewind(trace_cursor *c);
+
+#endif

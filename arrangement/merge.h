@@ -1,0 +1,49 @@
+/*
+ * arrangement/merge.h - merging batches, resumably, with fuel
+ * (differential dataflow's spine_fueled merges; logical compaction).
+ *
+ * A merger reads n contiguous input batches through batch cursors, advances
+ * every time to max(t, since), consolidates equal (key, val, time) (sums,
+ * drops zeros) and writes one output batch through a batch writer.  Work is
+ * counted in fuel: one unit per input (time, diff) entry read.  A merger can
+ * be suspended between two (key, val) groups: the output so far becomes a
+ * partial batch record, and the boundary (the last (key, val) written or
+ * skipped) lets a later transaction resume exactly there.  Inputs are never
+ * modified: a merge in progress leaves the pre-merge spine intact.
+ */
+#ifndef ARRANGEMENT_MERGE_H
+#define ARRANGEMENT_MERGE_H
+
+#include "arrangement/batch.h"
+
+typedef struct merger merger;
+
+/* Where a suspended merge stopped: every input (key, val) <= (key, val) has
+ * been merged into partial_id.  has_boundary false = nothing merged yet. */
+typedef struct merge_resume {
+	bool has_boundary;
+	const void *key;
+	size_t klen;
+	const void *val;
+	size_t vlen;
+	uint64_t partial_id; /* batch record of the output so far, 0 if none */
+} merge_resume;
+
+/* inputs[0..n) must outlive the merger.  resume may be NULL (fresh).
+ * Errors: AH_ENOMEM, AH_ECORRUPT. */
+int merger_open(heap_txn *t, pool *p, batch *const *inputs, size_t n,
+                uint64_t since, const merge_resume *resume, merger **out);
+/* Does at least min(fuel, remaining) units of work (fuel 0 = all of it),
+ * stopping only between (key, val) groups.  *done = true when the inputs
+ * are exhausted.  *spent = units used.  Errors: AH_ELIMIT (a diff sum
+ * overflows), AH_EFULL, AH_EIO, AH_ENOMEM, AH_ECORRUPT. */
+int merger_step(merger *m, uint64_t fuel, bool *done, uint64_t *spent);
+/* Writes the output so far as a partial batch record and reports the
+ * boundary; the boundary's pointers stay valid until merger_free.  */
+int merger_suspend(merger *m, merge_resume *out);
+/* After done: writes the output batch with Description d (*id = 0 when the
+ * output is empty, e.g. all retracted).  Does not touch the inputs. */
+int merger_finish(merger *m, const batch_desc *d, uint64_t *id);
+void merger_free(merger *m);
+
+#endif

@@ -1,0 +1,141 @@
+/*
+ * heap/heap.h - the heap layer's contract to arrangement/ and txn/.
+ *
+ * The heap is one LMDB environment in one file (MDB_NOSUBDIR, MDB_WRITEMAP,
+ * MDB_NOTLS).  It offers the layers above three things and nothing else:
+ *   - transactions (a thin wrapper over MDB_txn that also accounts for the
+ *     file blocks a write may touch, so that they are preallocated before
+ *     LMDB writes into them: no SIGBUS on a full disk);
+ *   - chunks: checksummed, 16-byte-aligned byte blocks of fixed size classes,
+ *     named by a 64-bit id, filled in place in the map;
+ *   - a few small tables (key -> value) for catalog records.
+ * and the transient-memory pool (heap/pool.h).
+ *
+ * It never includes a header of a higher layer, and no LMDB type or MDB_*
+ * code crosses this boundary: LMDB errors are translated to AH_E* here.
+ */
+#ifndef HEAP_HEAP_H
+#define HEAP_HEAP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "arrheap.h"
+#include "pool.h"
+
+typedef struct heap heap;
+typedef struct heap_txn heap_txn;
+
+/* Format version of everything the heap layer and the layers above write.
+ * Bump it on any change of a byte layout (chunk header, batch chunk, batch
+ * record, arrangement record): a heap of another version is AH_EFORMAT. */
+#define HEAP_FORMAT_VERSION 1
+
+/* Small tables, one LMDB named database each.  Keys up to 511 bytes. */
+enum heap_table {
+	HEAP_T_ARR = 0,   /* arrangement name -> arrangement record (spine) */
+	HEAP_T_BATCH = 1, /* u64 batch id (native) -> batch record */
+	HEAP_T_SOURCE = 2,/* source name -> opaque position bytes */
+	HEAP_T__COUNT
+};
+
+/* ------------------------------------------------------------ lifecycle */
+
+/* Opens/creates the heap (see ah_open for flags, checks and errors). */
+int heap_open(const char *path, const ah_open_opts *opts, heap **out);
+/* Closes; AH_ESTATE if a txn is open (then nothing is closed). */
+int heap_close(heap *h);
+int heap_sync(heap *h);
+int heap_set_max_bytes(heap *h, uint64_t max_bytes);
+int heap_stat(heap *h, ah_heap_stat *st);
+/* AH_EFORK when called from a process other than the opener. */
+int heap_check_pid(const heap *h);
+pool *heap_pool(heap *h);
+bool heap_verify_reads(const heap *h);
+uint32_t heap_page_size(const heap *h);
+
+/* --------------------------------------------------------- transactions */
+
+int heap_txn_begin(heap *h, bool rdonly, heap_txn **out);
+/* Commits and frees t, whatever the result. */
+int heap_txn_commit(heap_txn *t);
+/* Aborts and frees t.  NULL is a no-op. */
+void heap_txn_abort(heap_txn *t);
+heap *heap_txn_heap(heap_txn *t);
+bool heap_txn_rdonly(const heap_txn *t);
+uint64_t heap_txn_id(const heap_txn *t);
+
+/* -------------------------------------------------------------- chunks */
+
+/* Chunk size classes, in pages: 1, 4, 16, 64, 256.  A chunk of class c is an
+ * LMDB value of c * page_size - 16 bytes (so exactly c overflow pages, the
+ * data 16-byte aligned).  A body larger than the largest class gets a jumbo
+ * chunk of a whole multiple of the largest class, which keeps the free list
+ * in large uniform runs.  The first HEAP_CHUNK_HDR bytes are the header
+ * (checksum, magic, id, class, used); the body follows, 16-byte aligned. */
+#define HEAP_CHUNK_HDR 32
+#define HEAP_NCLASSES 5
+
+/* Capacity in body bytes of the largest regular class. */
+size_t heap_chunk_max_body(const heap *h);
+/* Smallest class body capacity >= want (jumbo for large want). */
+size_t heap_chunk_fit(const heap *h, size_t want);
+
+/* Reserves a chunk whose body holds at least body_bytes (the smallest class
+ * that fits), allocating a fresh id.  *body points into the map and is
+ * 16-byte aligned; it stays valid until the txn ends (WRITEMAP overflow pages
+ * do not move).  The caller writes the body, then calls heap_chunk_seal
+ * before the txn commits (an unsealed chunk fails verification).
+ * Errors: AH_EFULL (disk full or max_bytes), AH_ELIMIT (over 4 GiB),
+ * AH_EREADONLY, AH_EIO, AH_ENOMEM. */
+int heap_chunk_reserve(heap_txn *t, size_t body_bytes, uint64_t *id,
+                       void **body, size_t *body_cap);
+/* Records body_used, zeroes the rest of the chunk, computes its XXH3-64. */
+int heap_chunk_seal(heap_txn *t, uint64_t id, void *body, size_t body_used);
+
+/* Finds chunk id; checks its header (magic, id, class against the LMDB
+ * value size, used <= capacity, alignment), not its checksum (unless the heap
+ * has AH_OPEN_VERIFY_READS).  *body points into the map, valid until the txn
+ * ends.  Errors: AH_ENOTFOUND, AH_ECORRUPT. */
+int heap_chunk_get(heap_txn *t, uint64_t id, const void **body,
+                   size_t *body_used);
+/* Recomputes the checksum over the whole chunk (header and tail included).
+ * Errors: AH_ECORRUPT, AH_ENOTFOUND. */
+int heap_chunk_verify(heap_txn *t, uint64_t id);
+/* Deletes chunk id; its pages return to LMDB's free list at commit (reused
+ * once no reader snapshot can see them).  Errors: AH_ENOTFOUND, AH_EIO. */
+int heap_chunk_free(heap_txn *t, uint64_t id);
+
+typedef struct heap_chunk_info {
+	uint64_t id;
+	uint32_t class_pages;
+	uint64_t body_used;    /* body bytes used */
+	uint64_t file_offset;  /* offset of the chunk's first byte in the file */
+	uint64_t xxh3;         /* stored checksum */
+} heap_chunk_info;
+/* Iterates all chunks in id order: first call with after = 0 and first =
+ * true.  Returns 0 and fills *ci, or AH_ENOTFOUND past the last. */
+int heap_chunk_next(heap_txn *t, uint64_t after, bool first,
+                    heap_chunk_info *ci);
+
+/* -------------------------------------------------------------- tables */
+
+/* *val points into the map (only 2-byte aligned: decode with memcpy), valid
+ * until the next write in t or its end.  Errors: AH_ENOTFOUND, AH_EINVAL. */
+int heap_get(heap_txn *t, enum heap_table tb, const void *key, size_t klen,
+             const void **val, size_t *vlen);
+int heap_put(heap_txn *t, enum heap_table tb, const void *key, size_t klen,
+             const void *val, size_t vlen);
+/* Errors: AH_ENOTFOUND when absent. */
+int heap_del(heap_txn *t, enum heap_table tb, const void *key, size_t klen);
+/* Iterates in key order: the first entry > after (or the first if after is
+ * NULL).  Returns 0 with pointers as heap_get, AH_ENOTFOUND past the end. */
+int heap_next(heap_txn *t, enum heap_table tb, const void *after, size_t alen,
+              const void **key, size_t *klen, const void **val, size_t *vlen);
+
+/* Debug checks (invariants), compiled in every build, on when
+ * AH_DEBUG is set in the environment at open. */
+extern bool ah_config_debug;
+
+#endif /* HEAP_HEAP_H */

@@ -1,0 +1,39 @@
+/*
+ * heap/pool.h - transient memory for builders, sorts and merges.
+ *
+ * A pool is a dedicated jemalloc arena (arenas.create), used through
+ * mallocx/sdallocx with MALLOCX_ARENA(i) | MALLOCX_TCACHE_NONE so that its
+ * statistics count exactly our transient memory and arena.<i>.reset can drop
+ * it all at once.  It is for transient memory only: jemalloc's metadata holds
+ * absolute pointers and can never be part of the persistent heap.
+ * A pool is used by the heap's one writer at a time; it is not thread safe.
+ */
+#ifndef HEAP_POOL_H
+#define HEAP_POOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "arrheap.h"
+
+typedef struct pool pool;
+
+/* Errors: AH_ENOMEM. */
+int pool_create(pool **out);
+void pool_destroy(pool *p);
+
+/* NULL on failure (or on an injected fault).  size 0 returns NULL. */
+void *pool_malloc(pool *p, size_t size);
+/* Like realloc; old_size is the size the block was allocated with. */
+void *pool_realloc(pool *p, void *ptr, size_t old_size, size_t new_size);
+/* size must be the size the block was allocated (or reallocated) with. */
+void pool_free(pool *p, void *ptr, size_t size);
+
+/* Frees every block of the pool at once (arena.<i>.reset).  Only when no
+ * block is live any more: the caller guarantees it. */
+void pool_reset(pool *p);
+
+/* Errors: AH_EIO (mallctl failed). */
+int pool_stats(pool *p, ah_pool_stats *st);
+
+#endif /* HEAP_POOL_H */

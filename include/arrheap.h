@@ -1,0 +1,366 @@
+/*
+ * arrheap.h - the one public header of arrheap.
+ *
+ * arrheap keeps differential-dataflow arrangements (indexed collections of
+ * (key, val, time, diff) updates held as immutable sorted batches) directly
+ * in one LMDB memory-mapped file, so that a restarted engine remaps its state
+ * and resumes from the stored frontier instead of rebuilding it.
+ *
+ * Conventions (see ARCHITECTURE.md for the whole argument):
+ *  - Handles are opaque.  Every function that can fail returns int: 0, or a
+ *    negative AH_E* code from the band -32001..-32099, which overlaps neither
+ *    errno values, LMDB's codes (-30799..-30780) nor Berkeley DB's
+ *    (-30800..-30999).  ah_strerror() and ah_err_name() describe a code.
+ *  - Units: sizes are bytes, counts are updates, times are the caller's
+ *    uint64_t logical times, durations are ms.
+ *  - Pointers returned into the heap (keys, vals, source positions) point
+ *    straight into the memory map: zero copy, valid until the transaction
+ *    that produced them ends, never to be written through.
+ *  - A failed mutation poisons its write transaction: afterwards every call
+ *    on it fails with AH_EBADTXN until ah_txn_abort().  Nothing of a poisoned
+ *    transaction ever reaches the file.
+ *  - No function aborts or asserts on caller input or on bytes read from the
+ *    file; bad input is an error code.
+ *
+ * Semantics follow differential dataflow's trace module (Description{lower,
+ * upper, since}, the Cursor trait, spine_fueled) and Materialize persist's
+ * compare_and_append.
+ *
+ * Caveats (as lmdb.h's):
+ *  - Linking arrheap links jemalloc, which has no symbol prefix on Debian:
+ *    it becomes the whole process's malloc.
+ *  - Open a heap file at most once per process (LMDB's fcntl locks break when
+ *    a second descriptor on the same file is closed); a second ah_open of the
+ *    same file in one process fails with AH_EBUSY.
+ *  - Never use a handle across fork(): calls from a forked child fail with
+ *    AH_EFORK, and the parent is unaffected.  Open the heap anew in the child.
+ *  - A long-lived read transaction pins every page it can see: the file
+ *    grows while it lives.  Keep read snapshots short.
+ *  - One write transaction at a time per heap (LMDB's writer lock): a second
+ *    writer, in this or another process, waits for the first to end.
+ */
+#ifndef ARRHEAP_H
+#define ARRHEAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define AH_VERSION_MAJOR 0
+#define AH_VERSION_MINOR 1
+#define AH_VERSION_PATCH 0
+#define AH_VERSION_STRING "0.1.0"
+
+/* The library's run-time version.  Any out pointer may be NULL.  Returns the
+ * static string "MAJOR.MINOR.PATCH" (owned by the library, lives forever). */
+const char *ah_version(int *major, int *minor, int *patch);
+
+/* Error codes: name, value, message.  One list makes the constants,
+ * ah_strerror() and ah_err_name(). */
+#define AH_ERRNO_MAP(X)                                                        \
+	X(EINVAL, -32001, "invalid argument")                                  \
+	X(ENOMEM, -32002, "out of memory")                                     \
+	X(EIO, -32003, "I/O error")                                            \
+	X(EFULL, -32004, "heap full: disk full or configured maximum reached") \
+	X(EFORMAT, -32005, "not an arrheap heap, or of a foreign format")      \
+	X(ECORRUPT, -32006, "heap corrupt: checksum or structure check failed") \
+	X(EUPPER, -32007, "expected upper does not match the upper")           \
+	X(EFRONTIER, -32008, "frontier violation")                             \
+	X(ECOMPACTED, -32009, "as_of is before since: compacted away")         \
+	X(ENOTREADY, -32010, "as_of is not before upper: not yet complete")    \
+	X(EBADTXN, -32011, "transaction failed earlier: only abort accepted")  \
+	X(ENOTFOUND, -32012, "not found")                                      \
+	X(EEXIST, -32013, "already exists")                                    \
+	X(EBUSY, -32014, "busy: heap already open in this process, or in use") \
+	X(EREADONLY, -32015, "read-only transaction or heap")                  \
+	X(ELIMIT, -32016, "a size or count limit was exceeded")                \
+	X(EFORK, -32017, "handle used in a forked child process")              \
+	X(ESTATE, -32018, "call not valid in the handle's current state")
+
+enum {
+#define AH__ERR_ENUM(name, val, msg) AH_##name = (val),
+	AH_OK = 0,
+	AH_ERRNO_MAP(AH__ERR_ENUM)
+#undef AH__ERR_ENUM
+};
+
+/* A static message for an error code (any int; unknown codes get "unknown
+ * error").  Never NULL; owned by the library. */
+const char *ah_strerror(int err);
+/* The constant's name, "AH_EFULL" for AH_EFULL, "AH_OK" for 0, NULL for a
+ * code that is not an arrheap code.  Owned by the library. */
+const char *ah_err_name(int err);
+
+typedef struct ah_heap ah_heap;
+typedef struct ah_txn ah_txn;
+typedef struct ah_cursor ah_cursor;
+typedef struct ah_builder ah_builder;
+
+/* ---------------------------------------------------------------- heap */
+
+/* ah_open_opts.flags */
+#define AH_OPEN_CREATE 0x1u      /* create the heap file if it does not exist */
+#define AH_OPEN_RDONLY 0x2u      /* read only (MDB_RDONLY): no write txns */
+#define AH_OPEN_NOSYNC 0x4u      /* relaxed: no sync per commit (MDB_NOSYNC) */
+#define AH_OPEN_NOMETASYNC 0x8u  /* relaxed: no meta sync (MDB_NOMETASYNC) */
+#define AH_OPEN_VERIFY_READS 0x10u /* check a chunk's XXH3 on first use */
+
+/* Options for ah_open.  Set .size = sizeof(ah_open_opts) so the struct can
+ * grow; zero-initialised fields take their defaults.  opts may be NULL. */
+typedef struct ah_open_opts {
+	size_t size;          /* sizeof(ah_open_opts) */
+	unsigned flags;       /* AH_OPEN_* */
+	uint64_t max_bytes;   /* heap size limit in bytes; 0 = bounded by disk */
+	unsigned max_readers; /* LMDB reader slots; 0 = 126 */
+} ah_open_opts;
+
+/* Opens (or, with AH_OPEN_CREATE, creates) the heap at PATH: one file PATH
+ * plus its lock file PATH-lock (LMDB, MDB_NOSUBDIR).  Opening maps the file;
+ * it reads the two LMDB meta pages and the arrheap meta record, clears reader
+ * slots of dead processes (mdb_reader_check) and nothing else: its cost does
+ * not depend on the amount of data.
+ * On success *out owns the heap until ah_close().
+ * Errors: AH_EINVAL (NULL path/out, unknown flags, opts->size too small),
+ * AH_ENOTFOUND (no file and no AH_OPEN_CREATE), AH_EFORMAT (empty file, not
+ * LMDB, LMDB but not arrheap, other format version, page size or byte
+ * order), AH_ECORRUPT (truncated file, damaged meta), AH_EBUSY (already open
+ * in this process), AH_EREADONLY (AH_OPEN_CREATE with AH_OPEN_RDONLY on a
+ * missing file), AH_EIO, AH_ENOMEM, AH_EFULL (no space to create).
+ * A failed open changes nothing on disk.
+ * Source: LMDB mdb_env_open, mdb_reader_check. */
+int ah_open(const char *path, const ah_open_opts *opts, ah_heap **out);
+
+/* Closes the heap and frees it.  Every transaction must have ended; if one
+ * has not, returns AH_ESTATE and closes nothing.  Errors: AH_ESTATE,
+ * AH_EFORK (called in a forked child: the handle is only forgotten). */
+int ah_close(ah_heap *heap);
+
+/* Flushes every commit to disk (for AH_OPEN_NOSYNC/NOMETASYNC heaps; a no-op
+ * cost otherwise).  Errors: AH_EIO, AH_EFORK.  Source: mdb_env_sync(force). */
+int ah_sync(ah_heap *heap);
+
+/* Raises or lowers the heap's size limit in bytes (0 = bounded by disk).
+ * Only with no transaction open in this process.  Errors: AH_ESTATE (a txn
+ * is open), AH_EINVAL (below the data already held), AH_EIO, AH_EFORK.
+ * Source: mdb_env_set_mapsize. */
+int ah_set_max_bytes(ah_heap *heap, uint64_t max_bytes);
+
+typedef struct ah_heap_stat {
+	uint32_t format_version;
+	uint32_t page_size;         /* bytes */
+	uint8_t uuid[16];           /* heap UUID, fixed at creation */
+	uint64_t map_bytes;         /* virtual map size (= size limit) */
+	uint64_t file_bytes;        /* apparent file size (st_size) */
+	uint64_t file_alloc_bytes;  /* allocated blocks (st_blocks * 512) */
+	uint64_t pages_used;        /* last used page + 1 */
+	uint64_t pages_free;        /* pages on LMDB's free list */
+	uint64_t last_txn_id;       /* id of the last commit */
+	uint32_t readers_used;      /* reader slots in use */
+	uint32_t readers_max;
+} ah_heap_stat;
+
+/* Fills *st.  Errors: AH_EINVAL, AH_EIO, AH_EFORK. */
+int ah_heap_stat_get(ah_heap *heap, ah_heap_stat *st);
+
+typedef struct ah_pool_stats {
+	uint64_t active_bytes;   /* bytes in live allocations */
+	uint64_t dirty_bytes;    /* freed pages not yet returned to the OS */
+	uint64_t resident_bytes; /* pages resident in memory */
+	uint64_t peak_active_bytes; /* highest active_bytes since open */
+} ah_pool_stats;
+
+/* Statistics of the heap's transient-memory pool (a dedicated jemalloc
+ * arena: stats.arenas.<i>.*).  Errors: AH_EINVAL, AH_EIO. */
+int ah_pool_stats_get(ah_heap *heap, ah_pool_stats *st);
+
+/* --------------------------------------------------------- transactions */
+
+#define AH_TXN_RDONLY 0x1u
+
+/* Begins a transaction.  A read transaction (AH_TXN_RDONLY) is an MVCC
+ * snapshot of one commit across all arrangements; it never blocks a writer
+ * and may be used from any one thread at a time (MDB_NOTLS).  A write
+ * transaction waits for the heap's writer lock (one writer at a time, across
+ * processes).  *out is owned by the caller until commit or abort.
+ * Errors: AH_EINVAL, AH_EREADONLY (write txn on a read-only heap), AH_EBUSY
+ * (no free reader slot), AH_ESTATE (this thread already has a write txn),
+ * AH_EFORK, AH_ENOMEM, AH_EIO, AH_EFULL.  Source: mdb_txn_begin. */
+int ah_txn_begin(ah_heap *heap, unsigned flags, ah_txn **out);
+
+/* Commits every change of the transaction atomically (one LMDB commit: all
+ * arrangements' batches, spines, frontiers and source positions, or none)
+ * and frees it.  Durable on return unless the heap was opened with a relaxed
+ * mode.  A read transaction is simply ended.  The transaction is freed
+ * whatever the result.  Errors: AH_EBADTXN (it was poisoned: nothing is
+ * written), AH_EFULL, AH_EIO, AH_EFORK.  Source: mdb_txn_commit. */
+int ah_txn_commit(ah_txn *txn);
+
+/* Discards every change and frees the transaction.  NULL is a no-op. */
+void ah_txn_abort(ah_txn *txn);
+
+/* The detailed message of the last error in this transaction (it names the
+ * frontiers for AH_EUPPER, AH_EFRONTIER, AH_ECOMPACTED, AH_ENOTREADY), or ""
+ * when none.  Owned by the txn; valid until it ends or the next call on it. */
+const char *ah_txn_errmsg(const ah_txn *txn);
+
+/* ------------------------------------------------------- arrangements */
+
+/* Arrangement and source names: 1 to 64 bytes of [A-Za-z0-9_.:/-]. */
+#define AH_NAME_MAX 64
+
+/* Creates an empty arrangement NAME with upper = since = 0.
+ * Errors: AH_EINVAL (bad name), AH_EEXIST, AH_EREADONLY, AH_EBADTXN, AH_EFULL,
+ * AH_EIO. */
+int ah_arrangement_create(ah_txn *txn, const char *name);
+
+typedef struct ah_arrangement_info {
+	uint64_t upper;    /* every update has time < upper; 0 = none sealed */
+	uint64_t since;    /* reads at as_of >= since are exact */
+	uint64_t batches;  /* batches in the spine */
+	uint64_t merging;  /* merges in progress */
+	uint64_t updates;  /* stored (time, diff) entries, over all batches */
+	uint64_t keys;     /* distinct keys summed over batches */
+	uint64_t chunks;   /* chunks over all batches (merge outputs included) */
+	uint64_t bytes;    /* chunk bytes used (payload, without class slack) */
+	uint64_t chunk_bytes; /* chunk bytes reserved (size classes) */
+} ah_arrangement_info;
+
+/* Fills *info for NAME.  Errors: AH_EINVAL, AH_ENOTFOUND, AH_EBADTXN,
+ * AH_ECORRUPT. */
+int ah_arrangement_info_get(ah_txn *txn, const char *name,
+                            ah_arrangement_info *info);
+
+/* Iterates arrangement names in bytewise order: pass after = NULL for the
+ * first; the name is copied to buf (at least AH_NAME_MAX + 1 bytes).
+ * Returns 0 and fills buf, or AH_ENOTFOUND past the last.
+ * Errors: AH_EINVAL, AH_EBADTXN, AH_ECORRUPT. */
+int ah_arrangement_next(ah_txn *txn, const char *after, char *buf);
+
+/* One update.  key and val are byte strings of any length (len 0 allowed,
+ * ptr may then be NULL), ordered as unsigned bytes, shorter prefix first. */
+typedef struct ah_update {
+	const void *key;
+	size_t key_len;
+	const void *val;
+	size_t val_len;
+	uint64_t time;
+	int64_t diff;
+} ah_update;
+
+/* Compare-and-append (persist's compare_and_append): appends the n updates
+ * as one batch [expected_upper, new_upper) to NAME and sets its upper to
+ * new_upper.  The caller's memory is copied; it may be reused on return.
+ * Errors: AH_EUPPER (NAME's upper != expected_upper; the message names both),
+ * AH_EFRONTIER (new_upper < expected_upper, or an update time outside
+ * [expected_upper, new_upper)), AH_ELIMIT (a diff sum overflows int64),
+ * AH_ENOTFOUND, AH_EINVAL, AH_EREADONLY, AH_EBADTXN, AH_EFULL, AH_ENOMEM,
+ * AH_EIO.  On any error the transaction is poisoned.
+ * Appending also spends merge fuel proportional to n (spine_fueled). */
+int ah_append(ah_txn *txn, const char *name, uint64_t expected_upper,
+              uint64_t new_upper, const ah_update *ups, size_t n);
+
+/* A streaming append for inputs of any size: begin, push pieces, finish.
+ * The builder sorts and consolidates in the pool in bounded memory (runs of
+ * at most 64 MiB, merged).  Same checks and errors as ah_append: AH_EUPPER at
+ * begin, AH_EFRONTIER at push.  *out is owned by the caller until finish or
+ * abandon; the txn must not end before.  Only one builder per txn. */
+int ah_builder_begin(ah_txn *txn, const char *name, uint64_t expected_upper,
+                     uint64_t new_upper, ah_builder **out);
+int ah_builder_push(ah_builder *b, const ah_update *ups, size_t n);
+/* Seals the batch into the arrangement and frees the builder. */
+int ah_builder_finish(ah_builder *b);
+/* Frees the builder and poisons the transaction (its chunks were written). */
+void ah_builder_abandon(ah_builder *b);
+
+/* Advances NAME's upper to new_upper with no data (an empty batch costs no
+ * chunk and no batch record).  Errors: AH_EUPPER, AH_EFRONTIER (new_upper <
+ * expected_upper), AH_ENOTFOUND, AH_EINVAL, AH_EREADONLY, AH_EBADTXN. */
+int ah_advance(ah_txn *txn, const char *name, uint64_t expected_upper,
+               uint64_t new_upper);
+
+/* Logical compaction: sets NAME's since.  since never goes backwards and
+ * never beyond upper: AH_EFRONTIER otherwise (message names both).  Reads at
+ * as_of < since fail afterwards.  Errors: AH_EFRONTIER, AH_ENOTFOUND,
+ * AH_EINVAL, AH_EREADONLY, AH_EBADTXN. */
+int ah_set_since(ah_txn *txn, const char *name, uint64_t since);
+
+/* Spends up to fuel units of merge work (one unit = one input update read;
+ * 0 = no limit) on NAME: in-progress merges first, then merges that an idle
+ * arrangement still deserves (batches behind since, or more than one batch),
+ * so that retracted and compacted data gives its space back.  *idle (may be
+ * NULL) is set to 1 when nothing is left to do.  Errors: as ah_append. */
+int ah_maintain(ah_txn *txn, const char *name, uint64_t fuel, int *idle);
+
+/* ------------------------------------------------------------- sources */
+
+/* Records POS (len bytes, opaque: a Kafka offset, an LSN, a file offset) as
+ * source SOURCE's position, committed atomically with the data.
+ * Errors: AH_EINVAL (bad name, len > 65536), AH_EREADONLY, AH_EBADTXN,
+ * AH_EFULL, AH_EIO. */
+int ah_source_put(ah_txn *txn, const char *source, const void *pos, size_t len);
+
+/* Looks up SOURCE's position: *pos points into the map, valid until the txn
+ * ends.  Errors: AH_ENOTFOUND, AH_EINVAL, AH_EBADTXN. */
+int ah_source_get(ah_txn *txn, const char *source, const void **pos,
+                  size_t *len);
+
+/* Iterates source names in bytewise order, as ah_arrangement_next. */
+int ah_source_next(ah_txn *txn, const char *after, char *buf);
+
+/* ------------------------------------------------------------- cursors */
+
+/* Opens a cursor over all batches of NAME: a k-way merge by key, then val
+ * (differential dataflow's Cursor trait).  Times are reported advanced to
+ * the arrangement's since.  The cursor starts at the first key and its
+ * first val.  *out is owned by the caller and must be closed before its txn
+ * ends.  Errors: AH_EINVAL, AH_ENOTFOUND, AH_EBADTXN, AH_ENOMEM, AH_ECORRUPT. */
+int ah_cursor_open(ah_txn *txn, const char *name, ah_cursor **out);
+void ah_cursor_close(ah_cursor *c);
+
+/* 1 while the cursor is on a key (val), 0 past the end (or after an error). */
+int ah_cursor_key_valid(const ah_cursor *c);
+int ah_cursor_val_valid(const ah_cursor *c);
+
+/* The current key (val): *ptr points into the map, valid until the txn ends.
+ * Errors: AH_ESTATE (not valid), AH_EINVAL. */
+int ah_cursor_key(const ah_cursor *c, const void **ptr, size_t *len);
+int ah_cursor_val(const ah_cursor *c, const void **ptr, size_t *len);
+
+/* Movement.  step past the end is a no-op returning 0.  seek_key moves to
+ * the first key >= the given one (forward only, as DD's); seek_val to the
+ * first val >= the given one within the current key.  Moving to a key
+ * positions on its first val.  Errors: AH_ECORRUPT (a chunk failed its
+ * bounds checks or, with AH_OPEN_VERIFY_READS, its checksum), AH_EINVAL,
+ * AH_ESTATE (cursor used after its transaction ended, or misuse). */
+int ah_cursor_step_key(ah_cursor *c);
+int ah_cursor_seek_key(ah_cursor *c, const void *key, size_t len);
+int ah_cursor_step_val(ah_cursor *c);
+int ah_cursor_seek_val(ah_cursor *c, const void *val, size_t len);
+int ah_cursor_rewind_keys(ah_cursor *c);
+int ah_cursor_rewind_vals(ah_cursor *c);
+
+/* Walks the (time, diff) pairs of the current (key, val) over all batches
+ * (DD's map_times), times advanced to since, not sorted across batches.
+ * time_next returns 1 and fills *time/*diff, 0 at the end, or an error.
+ * times_rewind restarts the walk. */
+int ah_cursor_time_next(ah_cursor *c, uint64_t *time, int64_t *diff);
+int ah_cursor_times_rewind(ah_cursor *c);
+
+/* Sums the diffs of the current (key, val) with time <= as_of.  as_of must
+ * lie in [since, upper): AH_ECOMPACTED (as_of < since) or AH_ENOTREADY
+ * (as_of >= upper) otherwise, never an empty success.  Errors also
+ * AH_ESTATE, AH_ELIMIT (sum overflows int64), AH_ECORRUPT. */
+int ah_cursor_accumulate(ah_cursor *c, uint64_t as_of, int64_t *sum);
+
+/* Checks as_of against NAME's [since, upper) as ah_cursor_accumulate does;
+ * the txn's message names the frontier.  Does not poison the txn.
+ * Errors: AH_ECOMPACTED, AH_ENOTREADY, AH_ENOTFOUND, AH_EINVAL. */
+int ah_check_as_of(ah_txn *txn, const char *name, uint64_t as_of);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ARRHEAP_H */
