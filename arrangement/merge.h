@@ -45,5 +45,8 @@ int merger_suspend(merger *m, merge_resume *out);
  * output is empty, e.g. all retracted).  Does not touch the inputs. */
 int merger_finish(merger *m, const batch_desc *d, uint64_t *id);
 void merger_free(merger *m);
+/* Peak pool bytes the merger itself held (the pairs of its largest (key,
+ * val) group and the boundary copy; the writer's staging not included). */
+uint64_t merger_peak_bytes(const merger *m);
 
 #endif

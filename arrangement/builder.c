@@ -1,0 +1,515 @@
+/*
+ * arrangement/builder.c - the batch builder: unsorted updates in, one
+ * sorted, consolidated batch out, in bounded pool memory.
+ *
+ * A run is an array of fixed-size entries (48 bytes: a cached big-endian
+ * 8-byte key prefix, key/val pointers and lengths, time, diff) plus the key
+ * and val bytes packed into pool blocks.  The run's pool bytes (entry array
+ * capacity, counted twice while it grows since a realloc may copy, plus its
+ * blocks) never exceed the run budget, except that a run always accepts its
+ * first update.  A full run is sorted in place (an introsort whose compare
+ * settles most pairs on the prefix), consolidated (equal (key, val, time)
+ * summed in 128 bits, so that the result and AH_ELIMIT do not depend on
+ * the sort's order of equal entries; zeros dropped) and written as a
+ * temporary batch; then its memory is freed.  At finish a lone run is
+ * written straight as the output; several runs are merged (merge.h, since 0:
+ * the builder never advances a time) at most BUILDER_FANIN at a time, and
+ * the temporary batches dropped.
+ *
+ * Pool peak: run budget + the writer's staging (one chunk's columns) during
+ * a spill; the merger's per-group buffer + staging at finish.
+ * It never checks frontiers (txn/ does) and never touches other batches.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "arrangement/builder.h"
+#include "arrangement/merge.h"
+
+#define BUILDER_DEFAULT_BUDGET ((size_t)64 << 20)
+#define BUILDER_FANIN 64
+#define BLOCK_MAX ((size_t)1 << 20)
+#define BLOCK_MIN ((size_t)4096)
+
+typedef struct entry {
+	uint64_t pfx; /* first 8 key bytes, big-endian, zero padded */
+	const uint8_t *key, *val;
+	uint32_t klen, vlen;
+	uint64_t time;
+	int64_t diff;
+} entry;
+
+typedef struct block {
+	struct block *next;
+	size_t size; /* whole allocation, header included */
+} block;
+
+struct builder {
+	heap_txn *t;
+	pool *p;
+	size_t budget, block_size;
+	entry *ents;
+	size_t nents, cap;
+	block *blocks;
+	uint8_t *pos;      /* free space in blocks (the head) */
+	size_t left;
+	uint64_t run_bytes; /* entry array + blocks */
+	uint64_t bytes, peak;
+	uint64_t *runs;    /* ids of the temporary batches (malloc) */
+	size_t nruns, runs_cap;
+	int err;           /* sticky: a failed builder refuses further work */
+};
+
+static const batch_desc tmp_desc = { 0, UINT64_MAX, 0 };
+
+static void account(builder *b, int64_t delta)
+{
+	b->bytes += (uint64_t)delta;
+	if (b->bytes > b->peak)
+		b->peak = b->bytes;
+}
+
+static inline uint64_t prefix8(const uint8_t *k, size_t len)
+{
+	uint8_t buf[8] = { 0 };
+	uint64_t x;
+	if (len)
+		memcpy(buf, k, len < 8 ? len : 8);
+	memcpy(&x, buf, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	x = __builtin_bswap64(x);
+#endif
+	return x;
+}
+
+/* bytes_cmp, inlined for the sort. */
+static inline int bcmp_(const uint8_t *a, size_t al, const uint8_t *b,
+                        size_t bl)
+{
+	size_t n = al < bl ? al : bl;
+	int c = n ? memcmp(a, b, n) : 0;
+	if (c)
+		return c;
+	return (al > bl) - (al < bl);
+}
+
+static inline int ent_cmp(const entry *a, const entry *b)
+{
+	int c;
+	if (a->pfx != b->pfx)
+		return a->pfx < b->pfx ? -1 : 1;
+	if (a->klen > 8 || b->klen > 8 || a->klen != b->klen) {
+		c = bcmp_(a->key, a->klen, b->key, b->klen);
+		if (c)
+			return c;
+	}
+	c = bcmp_(a->val, a->vlen, b->val, b->vlen);
+	if (c)
+		return c;
+	return (a->time > b->time) - (a->time < b->time);
+}
+
+/* ------------------------------------------------------------------ sort */
+
+static void swap_ent(entry *a, entry *b)
+{
+	entry x = *a;
+	*a = *b;
+	*b = x;
+}
+
+static void insertion_sort(entry *a, size_t n)
+{
+	for (size_t i = 1; i < n; i++) {
+		entry x = a[i];
+		size_t j = i;
+		while (j > 0 && ent_cmp(&a[j - 1], &x) > 0) {
+			a[j] = a[j - 1];
+			j--;
+		}
+		a[j] = x;
+	}
+}
+
+static void sift_down(entry *a, size_t i, size_t n)
+{
+	for (;;) {
+		size_t c = 2 * i + 1;
+		if (c >= n)
+			return;
+		if (c + 1 < n && ent_cmp(&a[c], &a[c + 1]) < 0)
+			c++;
+		if (ent_cmp(&a[i], &a[c]) >= 0)
+			return;
+		swap_ent(&a[i], &a[c]);
+		i = c;
+	}
+}
+
+static void heap_sort(entry *a, size_t n)
+{
+	for (size_t i = n / 2; i-- > 0;)
+		sift_down(a, i, n);
+	for (size_t i = n; i-- > 1;) {
+		swap_ent(&a[0], &a[i]);
+		sift_down(a, 0, i);
+	}
+}
+
+/* Introsort: quicksort (median of three, Hoare partition), insertion sort
+ * for short ranges, heapsort when the recursion goes too deep. */
+static void intro_sort(entry *a, size_t n, int depth)
+{
+	while (n > 16) {
+		size_t i = 0, j = n - 1, mid = n / 2;
+		entry piv;
+		if (depth-- == 0) {
+			heap_sort(a, n);
+			return;
+		}
+		if (ent_cmp(&a[mid], &a[0]) < 0)
+			swap_ent(&a[mid], &a[0]);
+		if (ent_cmp(&a[j], &a[mid]) < 0) {
+			swap_ent(&a[j], &a[mid]);
+			if (ent_cmp(&a[mid], &a[0]) < 0)
+				swap_ent(&a[mid], &a[0]);
+		}
+		piv = a[mid];
+		for (;;) {
+			while (ent_cmp(&a[i], &piv) < 0)
+				i++;
+			while (ent_cmp(&piv, &a[j]) < 0)
+				j--;
+			if (i >= j)
+				break;
+			swap_ent(&a[i], &a[j]);
+			i++;
+			j--;
+		}
+		/* [0, j] <= piv <= [j+1, n): recurse on the smaller side. */
+		if (j + 1 < n - j - 1) {
+			intro_sort(a, j + 1, depth);
+			a += j + 1;
+			n -= j + 1;
+		} else {
+			intro_sort(a + j + 1, n - j - 1, depth);
+			n = j + 1;
+		}
+	}
+	insertion_sort(a, n);
+}
+
+static void sort_entries(entry *a, size_t n)
+{
+	int depth = 0;
+	for (size_t x = n; x; x >>= 1)
+		depth += 2;
+	intro_sort(a, n, depth);
+}
+
+/* ------------------------------------------------------------ run memory */
+
+static void free_run(builder *b)
+{
+	while (b->blocks) {
+		block *nx = b->blocks->next;
+		size_t sz = b->blocks->size;
+		pool_free(b->p, b->blocks, sz);
+		account(b, -(int64_t)sz);
+		b->blocks = nx;
+	}
+	if (b->ents) {
+		pool_free(b->p, b->ents, b->cap * sizeof *b->ents);
+		account(b, -(int64_t)(b->cap * sizeof *b->ents));
+	}
+	b->ents = NULL;
+	b->nents = b->cap = 0;
+	b->pos = NULL;
+	b->left = 0;
+	b->run_bytes = 0;
+}
+
+/* Makes room for one more entry; 1 = done, 0 = the run is full. */
+static int grow_entries(builder *b)
+{
+	size_t es = sizeof(entry), ncap = b->cap ? b->cap * 2 : 256;
+	uint64_t blocks = b->run_bytes - b->cap * es;
+	entry *ne;
+
+	/* While growing, the old and the new array may both be live. */
+	if (blocks + (b->cap + ncap) * es > b->budget) {
+		uint64_t room = b->budget > blocks + b->cap * es ?
+			b->budget - blocks - b->cap * es : 0;
+		ncap = room / es;
+		if (ncap <= b->cap) {
+			if (b->nents)
+				return 0;
+			ncap = b->cap + 1;
+		}
+	}
+	ne = b->ents ? pool_realloc(b->p, b->ents, b->cap * es, ncap * es) :
+		pool_malloc(b->p, ncap * es);
+	if (!ne)
+		return AH_ENOMEM;
+	account(b, (int64_t)((ncap - b->cap) * es));
+	b->run_bytes += (ncap - b->cap) * es;
+	b->ents = ne;
+	b->cap = ncap;
+	return 1;
+}
+
+/* Makes room for need bytes in the head block; 1 = done, 0 = run full. */
+static int grow_bytes(builder *b, size_t need)
+{
+	size_t hdr = sizeof(block), sz = b->block_size;
+	block *bl;
+
+	if (need > sz - hdr)
+		sz = need + hdr;
+	if (b->run_bytes + sz > b->budget && b->nents)
+		return 0;
+	bl = pool_malloc(b->p, sz);
+	if (!bl)
+		return AH_ENOMEM;
+	account(b, (int64_t)sz);
+	b->run_bytes += sz;
+	bl->size = sz;
+	bl->next = b->blocks;
+	b->blocks = bl;
+	b->pos = (uint8_t *)bl + hdr;
+	b->left = sz - hdr;
+	return 1;
+}
+
+/* -------------------------------------------------------------- writing */
+
+/* Consolidates the sorted run into w. */
+static int write_run(builder *b, batch_writer *w)
+{
+	const entry *e = b->ents;
+	size_t n = b->nents;
+
+	for (size_t i = 0; i < n;) {
+		__extension__ __int128 sum = 0;
+		size_t j = i;
+		for (; j < n && ent_cmp(&e[i], &e[j]) == 0; j++)
+			sum += e[j].diff;
+		if (sum > INT64_MAX || sum < INT64_MIN)
+			return AH_ELIMIT;
+		if (sum != 0) {
+			int rc = batch_writer_push(w, e[i].key, e[i].klen,
+			                           e[i].val, e[i].vlen,
+			                           e[i].time, (int64_t)sum);
+			if (rc)
+				return rc;
+		}
+		i = j;
+	}
+	return 0;
+}
+
+/* Sorts and writes the current run as one batch with Description d. */
+static int write_batch(builder *b, const batch_desc *d, uint64_t *id)
+{
+	batch_writer *w = NULL;
+	int rc;
+
+	*id = 0;
+	sort_entries(b->ents, b->nents);
+	rc = batch_writer_new(b->t, b->p, &w);
+	if (rc)
+		return rc;
+	rc = write_run(b, w);
+	if (rc) {
+		batch_writer_free(w);
+		return rc;
+	}
+	return batch_writer_finish(w, d, id);
+}
+
+static int add_run(builder *b, uint64_t id)
+{
+	if (b->nruns == b->runs_cap) {
+		size_t ncap = b->runs_cap ? b->runs_cap * 2 : 16;
+		uint64_t *nr = realloc(b->runs, ncap * sizeof *nr);
+		if (!nr)
+			return AH_ENOMEM;
+		b->runs = nr;
+		b->runs_cap = ncap;
+	}
+	b->runs[b->nruns++] = id;
+	return 0;
+}
+
+static int spill(builder *b)
+{
+	uint64_t id = 0;
+	int rc = write_batch(b, &tmp_desc, &id);
+	if (rc == 0 && id)
+		rc = add_run(b, id);
+	free_run(b);
+	return rc;
+}
+
+/* Merges runs ids[0..n) into one batch with Description d and drops them. */
+static int merge_runs(builder *b, const uint64_t *ids, size_t n,
+                      const batch_desc *d, uint64_t *id)
+{
+	batch **in = calloc(n, sizeof *in);
+	merger *m = NULL;
+	bool done = false;
+	uint64_t spent;
+	int rc = 0;
+
+	*id = 0;
+	if (!in)
+		return AH_ENOMEM;
+	for (size_t i = 0; i < n && rc == 0; i++)
+		rc = batch_load(b->t, ids[i], &in[i]);
+	if (rc == 0)
+		rc = merger_open(b->t, b->p, in, n, 0, NULL, &m);
+	if (rc == 0)
+		rc = merger_step(m, 0, &done, &spent);
+	if (rc == 0)
+		rc = merger_finish(m, d, id);
+	if (m) {
+		uint64_t mp = b->bytes + merger_peak_bytes(m);
+		if (mp > b->peak)
+			b->peak = mp;
+	}
+	merger_free(m);
+	for (size_t i = 0; i < n; i++)
+		batch_free(in[i]);
+	free(in);
+	for (size_t i = 0; i < n && rc == 0; i++)
+		rc = batch_drop(b->t, ids[i]);
+	return rc;
+}
+
+int builder_new(heap_txn *t, pool *p, size_t run_budget, builder **out)
+{
+	builder *b;
+
+	if (!t || !p || !out)
+		return AH_EINVAL;
+	b = calloc(1, sizeof *b);
+	if (!b)
+		return AH_ENOMEM;
+	b->t = t;
+	b->p = p;
+	b->budget = run_budget ? run_budget : BUILDER_DEFAULT_BUDGET;
+	b->block_size = b->budget / 64;
+	if (b->block_size > BLOCK_MAX)
+		b->block_size = BLOCK_MAX;
+	if (b->block_size < BLOCK_MIN)
+		b->block_size = BLOCK_MIN;
+	*out = b;
+	return 0;
+}
+
+static int push_one(builder *b, const ah_update *u)
+{
+	size_t need = u->key_len + u->val_len;
+	entry *e;
+	int r;
+
+	if ((u->key_len && !u->key) || (u->val_len && !u->val))
+		return AH_EINVAL;
+	if (u->key_len > UINT32_MAX || u->val_len > UINT32_MAX)
+		return AH_ELIMIT;
+	for (;;) {
+		r = b->nents < b->cap ? 1 : grow_entries(b);
+		if (r == 1 && need > b->left)
+			r = grow_bytes(b, need);
+		if (r < 0)
+			return r;
+		if (r == 1)
+			break;
+		r = spill(b);
+		if (r)
+			return r;
+	}
+	e = &b->ents[b->nents++];
+	e->key = b->pos;
+	e->klen = (uint32_t)u->key_len;
+	if (u->key_len)
+		memcpy(b->pos, u->key, u->key_len);
+	e->val = b->pos + u->key_len;
+	e->vlen = (uint32_t)u->val_len;
+	if (u->val_len)
+		memcpy(b->pos + u->key_len, u->val, u->val_len);
+	b->pos += need;
+	b->left -= need;
+	e->pfx = prefix8(e->key, e->klen);
+	e->time = u->time;
+	e->diff = u->diff;
+	return 0;
+}
+
+int builder_push(builder *b, const ah_update *ups, size_t n)
+{
+	int rc = 0;
+
+	if (!b || (n && !ups))
+		return AH_EINVAL;
+	if (b->err)
+		return b->err;
+	for (size_t i = 0; i < n && rc == 0; i++)
+		rc = push_one(b, &ups[i]);
+	if (rc && rc != AH_EINVAL)
+		b->err = rc;
+	return rc;
+}
+
+int builder_finish(builder *b, const batch_desc *d, uint64_t *id)
+{
+	int rc = 0;
+
+	if (!b || !d || !id) {
+		builder_free(b);
+		return AH_EINVAL;
+	}
+	*id = 0;
+	rc = b->err;
+	if (rc == 0 && b->nruns == 0) {
+		rc = write_batch(b, d, id);
+		goto out;
+	}
+	if (rc == 0 && b->nents)
+		rc = spill(b);
+	free_run(b);
+	/* Bound the merge's fan-in: each group costs one compare per input. */
+	while (rc == 0 && b->nruns > BUILDER_FANIN) {
+		uint64_t mid;
+		rc = merge_runs(b, b->runs, BUILDER_FANIN, &tmp_desc, &mid);
+		memmove(b->runs, b->runs + BUILDER_FANIN,
+		        (b->nruns - BUILDER_FANIN) * sizeof *b->runs);
+		b->nruns -= BUILDER_FANIN;
+		if (rc == 0 && mid)
+			rc = add_run(b, mid);
+	}
+	if (rc == 0 && b->nruns == 1) {
+		rc = batch_set_desc(b->t, b->runs[0], d);
+		if (rc == 0)
+			*id = b->runs[0];
+	} else if (rc == 0 && b->nruns > 1) {
+		rc = merge_runs(b, b->runs, b->nruns, d, id);
+	}
+out:
+	builder_free(b);
+	return rc;
+}
+
+void builder_free(builder *b)
+{
+	if (!b)
+		return;
+	free_run(b);
+	free(b->runs);
+	free(b);
+}
+
+uint64_t builder_peak_bytes(const builder *b)
+{
+	return b ? b->peak : 0;
+}

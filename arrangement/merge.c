@@ -1,0 +1,410 @@
+/*
+ * arrangement/merge.c - the fueled, resumable k-way merge of batches
+ * (differential dataflow's spine_fueled merges, with logical compaction).
+ *
+ * Every input is read through a batch cursor opened with `since`, so times
+ * arrive advanced to max(t, since).  The merge visits (key, val) groups in
+ * order: the smallest current (key, val) over all cursors, every input that
+ * holds it contributes its (time, diff) pairs, the pairs are sorted by time,
+ * equal times summed (in 128 bits, so the result does not depend on the
+ * order of the inputs; a sum outside int64 is AH_ELIMIT) and zeros dropped.
+ * Memory is per group: the pairs of one (key, val) in one pool buffer.
+ *
+ * Invariants:
+ *  M1 between groups every cursor is either exhausted or on a valid val;
+ *  M2 every input (key, val) <= the boundary has been consumed (written to
+ *     the output, or consolidated away) and none above it;
+ *  M3 the inputs are only read, never modified or freed.
+ * It never writes to an input batch and never frees the output's chunks
+ * except through the writer (an empty finish).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "arrangement/merge.h"
+
+typedef struct tpair {
+	uint64_t time;
+	int64_t diff;
+} tpair;
+
+struct merger {
+	heap_txn *t;
+	pool *p;
+	batch *const *inputs;
+	size_t n;
+	uint64_t since;
+	batch_cursor **cur;    /* n, malloc'd */
+	size_t *hits;          /* n: inputs holding the current group */
+	batch_writer *w;       /* NULL once suspended or finished */
+	tpair *pairs;          /* pool: the current group's (time, diff) */
+	size_t pairs_cap;
+	/* Last group consumed: map pointers, copied into bkey/bval on suspend. */
+	bool has_boundary;
+	const void *lkey, *lval;
+	size_t lklen, lvlen;
+	uint8_t *bcopy;        /* pool: key then val of the reported boundary */
+	size_t bcopy_cap;
+	bool done;
+	uint64_t bytes, peak;  /* pool bytes held by the merger itself */
+};
+
+static void account(merger *m, int64_t delta)
+{
+	m->bytes += (uint64_t)delta;
+	if (m->bytes > m->peak)
+		m->peak = m->bytes;
+}
+
+static int kv_cmp(const void *ak, size_t akl, const void *av, size_t avl,
+                  const void *bk, size_t bkl, const void *bv, size_t bvl)
+{
+	int c = bytes_cmp(ak, akl, bk, bkl);
+	return c ? c : bytes_cmp(av, avl, bv, bvl);
+}
+
+/* M1: a key with no val left (end of its vals) moves to the next key. */
+static int settle(batch_cursor *c)
+{
+	int rc = 0;
+	while (rc == 0 && bcur_key_valid(c) && !bcur_val_valid(c))
+		rc = bcur_step_key(c);
+	return rc;
+}
+
+/* Positions c on the first (key, val) strictly after (bk, bv). */
+static int seek_past(batch_cursor *c, const void *bk, size_t bkl,
+                     const void *bv, size_t bvl)
+{
+	const void *k, *v;
+	size_t kl, vl;
+	int rc = bcur_seek_key(c, bk, bkl);
+	if (rc || !bcur_key_valid(c))
+		return rc;
+	bcur_key(c, &k, &kl);
+	if (bytes_cmp(k, kl, bk, bkl) != 0)
+		return settle(c);
+	rc = bcur_seek_val(c, bv, bvl);
+	if (rc)
+		return rc;
+	if (bcur_val_valid(c)) {
+		bcur_val(c, &v, &vl);
+		if (bytes_cmp(v, vl, bv, bvl) == 0)
+			rc = bcur_step_val(c);
+	}
+	return rc ? rc : settle(c);
+}
+
+static int copy_boundary(merger *m, const void *k, size_t kl, const void *v,
+                         size_t vl)
+{
+	size_t need = kl + vl ? kl + vl : 1;
+	if (need > m->bcopy_cap) {
+		uint8_t *nb = pool_malloc(m->p, need);
+		if (!nb)
+			return AH_ENOMEM;
+		if (m->bcopy) {
+			pool_free(m->p, m->bcopy, m->bcopy_cap);
+			account(m, -(int64_t)m->bcopy_cap);
+		}
+		m->bcopy = nb;
+		m->bcopy_cap = need;
+		account(m, (int64_t)need);
+	}
+	if (kl)
+		memcpy(m->bcopy, k, kl);
+	if (vl)
+		memcpy(m->bcopy + kl, v, vl);
+	m->has_boundary = true;
+	m->lkey = m->bcopy;
+	m->lklen = kl;
+	m->lval = m->bcopy + kl;
+	m->lvlen = vl;
+	return 0;
+}
+
+int merger_open(heap_txn *t, pool *p, batch *const *inputs, size_t n,
+                uint64_t since, const merge_resume *resume, merger **out)
+{
+	merger *m = NULL;
+	int rc = 0;
+
+	if (!t || !p || !out || (n && !inputs))
+		return AH_EINVAL;
+	*out = NULL;
+	m = calloc(1, sizeof *m);
+	if (!m)
+		return AH_ENOMEM;
+	m->t = t;
+	m->p = p;
+	m->inputs = inputs;
+	m->n = n;
+	m->since = since;
+	if (n) {
+		m->cur = calloc(n, sizeof *m->cur);
+		m->hits = calloc(n, sizeof *m->hits);
+		if (!m->cur || !m->hits) {
+			rc = AH_ENOMEM;
+			goto out;
+		}
+	}
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		rc = bcur_open(t, inputs[i], since, &m->cur[i]);
+		if (rc == 0)
+			rc = settle(m->cur[i]);
+	}
+	if (rc)
+		goto out;
+	if (resume && resume->has_boundary) {
+		rc = copy_boundary(m, resume->key, resume->klen, resume->val,
+		                   resume->vlen);
+		for (size_t i = 0; i < n && rc == 0; i++)
+			rc = seek_past(m->cur[i], m->lkey, m->lklen, m->lval,
+			               m->lvlen);
+		if (rc)
+			goto out;
+	}
+	if (resume && resume->partial_id)
+		rc = batch_writer_resume(t, p, resume->partial_id, &m->w);
+	else
+		rc = batch_writer_new(t, p, &m->w);
+out:
+	if (rc) {
+		merger_free(m);
+		m = NULL;
+	}
+	*out = m;
+	return rc;
+}
+
+/* Finds the smallest current (key, val); fills m->hits with the inputs on
+ * it and returns their count (0 when every input is exhausted). */
+static size_t next_group(merger *m, const void **k, size_t *kl,
+                         const void **v, size_t *vl)
+{
+	size_t nh = 0;
+	for (size_t i = 0; i < m->n; i++) {
+		const void *ck, *cv;
+		size_t ckl, cvl;
+		int c;
+		if (!bcur_key_valid(m->cur[i]))
+			continue;
+		bcur_key(m->cur[i], &ck, &ckl);
+		bcur_val(m->cur[i], &cv, &cvl);
+		c = nh ? kv_cmp(ck, ckl, cv, cvl, *k, *kl, *v, *vl) : -1;
+		if (c < 0) {
+			*k = ck, *kl = ckl, *v = cv, *vl = cvl;
+			nh = 0;
+		}
+		if (c <= 0)
+			m->hits[nh++] = i;
+	}
+	return nh;
+}
+
+static int push_pair(merger *m, size_t *np, uint64_t time, int64_t diff)
+{
+	if (*np == m->pairs_cap) {
+		size_t ncap = m->pairs_cap ? m->pairs_cap * 2 : 64;
+		tpair *nb = m->pairs ?
+			pool_realloc(m->p, m->pairs, m->pairs_cap * sizeof *nb,
+			             ncap * sizeof *nb) :
+			pool_malloc(m->p, ncap * sizeof *nb);
+		if (!nb)
+			return AH_ENOMEM;
+		account(m, (int64_t)((ncap - m->pairs_cap) * sizeof *nb));
+		m->pairs = nb;
+		m->pairs_cap = ncap;
+	}
+	m->pairs[*np].time = time;
+	m->pairs[(*np)++].diff = diff;
+	return 0;
+}
+
+static int tpair_cmp(const void *a, const void *b)
+{
+	uint64_t x = ((const tpair *)a)->time, y = ((const tpair *)b)->time;
+	return (x > y) - (x < y);
+}
+
+static void sort_pairs(tpair *a, size_t n)
+{
+	if (n > 32) {
+		qsort(a, n, sizeof *a, tpair_cmp);
+		return;
+	}
+	for (size_t i = 1; i < n; i++) {
+		tpair x = a[i];
+		size_t j = i;
+		while (j > 0 && a[j - 1].time > x.time) {
+			a[j] = a[j - 1];
+			j--;
+		}
+		a[j] = x;
+	}
+}
+
+/* Sorts, sums equal times and writes the non-zero sums. */
+static int emit(merger *m, size_t np, bool sorted, const void *k, size_t kl,
+                const void *v, size_t vl)
+{
+	if (!sorted)
+		sort_pairs(m->pairs, np);
+	for (size_t i = 0; i < np;) {
+		__extension__ __int128 sum = 0;
+		uint64_t time = m->pairs[i].time;
+		for (; i < np && m->pairs[i].time == time; i++)
+			sum += m->pairs[i].diff;
+		if (sum > INT64_MAX || sum < INT64_MIN)
+			return AH_ELIMIT;
+		if (sum != 0) {
+			int rc = batch_writer_push(m->w, k, kl, v, vl, time,
+			                           (int64_t)sum);
+			if (rc)
+				return rc;
+		}
+	}
+	return 0;
+}
+
+/* Consumes one (key, val) group; *units = pairs read. */
+static int merge_group(merger *m, uint64_t *units)
+{
+	const void *k = NULL, *v = NULL;
+	size_t kl = 0, vl = 0, np = 0;
+	int rc = 0;
+	size_t nh = next_group(m, &k, &kl, &v, &vl);
+
+	if (nh == 0) {
+		m->done = true;
+		return 0;
+	}
+	for (size_t h = 0; h < nh && rc == 0; h++) {
+		batch_cursor *c = m->cur[m->hits[h]];
+		uint64_t time;
+		int64_t diff;
+		while ((rc = bcur_time_next(c, &time, &diff)) == 1) {
+			rc = push_pair(m, &np, time, diff);
+			if (rc)
+				break;
+		}
+	}
+	if (rc)
+		return rc;
+	*units = np;
+	/* One input's times are sorted, and max(t, since) keeps them so. */
+	rc = emit(m, np, nh == 1, k, kl, v, vl);
+	if (rc)
+		return rc;
+	/* k and v point into the map: they stay valid while the cursors move. */
+	m->has_boundary = true;
+	m->lkey = k, m->lklen = kl, m->lval = v, m->lvlen = vl;
+	for (size_t h = 0; h < nh && rc == 0; h++) {
+		batch_cursor *c = m->cur[m->hits[h]];
+		rc = bcur_step_val(c);
+		if (rc == 0)
+			rc = settle(c);
+	}
+	return rc;
+}
+
+int merger_step(merger *m, uint64_t fuel, bool *done, uint64_t *spent)
+{
+	uint64_t used = 0;
+	int rc = 0;
+
+	if (!m)
+		return AH_EINVAL;
+	if (!m->w && !m->done)
+		return AH_ESTATE;
+	while (!m->done && rc == 0 && (fuel == 0 || used < fuel)) {
+		uint64_t units = 0;
+		rc = merge_group(m, &units);
+		used += units;
+	}
+	if (done)
+		*done = m->done;
+	if (spent)
+		*spent = used;
+	return rc;
+}
+
+static batch_desc span_desc(const merger *m)
+{
+	batch_desc d = { 0, 0, m->since };
+	if (m->n) {
+		d.lower = m->inputs[0]->desc.lower;
+		d.upper = m->inputs[m->n - 1]->desc.upper;
+	}
+	if (d.since > d.upper)
+		d.since = d.upper;
+	return d;
+}
+
+int merger_suspend(merger *m, merge_resume *out)
+{
+	batch_desc d;
+	uint64_t id = 0;
+	int rc;
+
+	if (!m || !out)
+		return AH_EINVAL;
+	if (!m->w)
+		return AH_ESTATE;
+	memset(out, 0, sizeof *out);
+	if (m->has_boundary && m->lkey != m->bcopy) {
+		rc = copy_boundary(m, m->lkey, m->lklen, m->lval, m->lvlen);
+		if (rc)
+			return rc;
+	}
+	d = span_desc(m);
+	rc = batch_writer_suspend(m->w, &d, &id);
+	m->w = NULL;
+	if (rc)
+		return rc;
+	out->has_boundary = m->has_boundary;
+	if (m->has_boundary) {
+		out->key = m->lkey;
+		out->klen = m->lklen;
+		out->val = m->lval;
+		out->vlen = m->lvlen;
+	}
+	out->partial_id = id;
+	return 0;
+}
+
+int merger_finish(merger *m, const batch_desc *d, uint64_t *id)
+{
+	int rc;
+
+	if (!m || !d || !id)
+		return AH_EINVAL;
+	if (!m->w || !m->done)
+		return AH_ESTATE;
+	rc = batch_writer_finish(m->w, d, id);
+	m->w = NULL;
+	return rc;
+}
+
+void merger_free(merger *m)
+{
+	if (!m)
+		return;
+	if (m->w)
+		batch_writer_free(m->w);
+	for (size_t i = 0; m->cur && i < m->n; i++)
+		if (m->cur[i])
+			bcur_close(m->cur[i]);
+	free(m->cur);
+	free(m->hits);
+	if (m->pairs)
+		pool_free(m->p, m->pairs, m->pairs_cap * sizeof *m->pairs);
+	if (m->bcopy)
+		pool_free(m->p, m->bcopy, m->bcopy_cap);
+	free(m);
+}
+
+uint64_t merger_peak_bytes(const merger *m)
+{
+	return m ? m->peak : 0;
+}
