@@ -303,7 +303,7 @@ int ah_maintain(ah_txn *txn, const char *name, uint64_t fuel, int *idle);
 int ah_source_put(ah_txn *txn, const char *source, const void *pos, size_t len);
 
 /* Looks up SOURCE's position: *pos points into the map, valid until the txn
- * ends.  Errors: AH_ENOTFOUND, AH_EINVAL, AH_EBADTXN. */
+ * ends (in a write txn: until its next mutation).  Errors: AH_ENOTFOUND, AH_EINVAL, AH_EBADTXN. */
 int ah_source_get(ah_txn *txn, const char *source, const void **pos,
                   size_t *len);
 
@@ -315,8 +315,10 @@ int ah_source_next(ah_txn *txn, const char *after, char *buf);
 /* Opens a cursor over all batches of NAME: a k-way merge by key, then val
  * (differential dataflow's Cursor trait).  Times are reported advanced to
  * the arrangement's since.  The cursor starts at the first key and its
- * first val.  *out is owned by the caller and must be closed before its txn
- * ends.  Errors: AH_EINVAL, AH_ENOTFOUND, AH_EBADTXN, AH_ENOMEM, AH_ECORRUPT. */
+ * first val.  *out is owned by the caller; close it with ah_cursor_close
+ * (also after its txn ended).  Once the txn ends, or a mutation runs in the
+ * same write txn, the cursor is detached and every call on it returns
+ * AH_ESTATE.  Errors: AH_EINVAL, AH_ENOTFOUND, AH_EBADTXN, AH_ENOMEM, AH_ECORRUPT. */
 int ah_cursor_open(ah_txn *txn, const char *name, ah_cursor **out);
 void ah_cursor_close(ah_cursor *c);
 

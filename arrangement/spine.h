@@ -1,0 +1,76 @@
+/*
+ * arrangement/spine.h - an arrangement's spine: its frontiers, its chain of
+ * batches, and the merges in progress (differential dataflow's
+ * spine_fueled, made persistent and resumable).
+ *
+ * The spine is stored as one arrangement record (table HEAP_T_ARR, key: the
+ * arrangement's name).  txn/ loads it, calls the operations below, and
+ * stores it back in the same LMDB transaction, so a spine change is atomic
+ * with everything else in the commit.
+ *
+ * Invariants (checked by spine_check):
+ *  S1 since <= upper.
+ *  S2 batches are contiguous: b[i].upper == b[i+1].lower, and the last
+ *     batch's upper <= upper (empty advances only move upper).
+ *  S3 merges cover disjoint runs of adjacent batches; a batch belongs to at
+ *     most one merge.  A merge's partial output is not part of the chain:
+ *     readers never see it, and a crash mid-merge leaves the inputs intact.
+ *  S4 every batch holds at least one update (empty results are dropped).
+ */
+#ifndef ARRANGEMENT_SPINE_H
+#define ARRANGEMENT_SPINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "arrangement/batch.h"
+
+typedef struct spine_batch {
+	uint64_t id;
+	uint64_t updates; /* size, for the merge policy */
+} spine_batch;
+
+typedef struct spine_merge {
+	uint32_t first, count;   /* the run of batches being merged */
+	uint64_t since;          /* times advanced to this (fixed at start) */
+	uint64_t credit;         /* fuel granted and not yet spent */
+	uint64_t done;           /* input updates merged so far */
+	uint64_t partial_id;     /* output so far (0: none) */
+	bool has_boundary;
+	uint8_t *key, *val;      /* boundary, malloc'd */
+	size_t klen, vlen;
+} spine_merge;
+
+typedef struct spine {
+	uint64_t upper, since;
+	uint32_t nbatches, nmerges;
+	spine_batch *batches;    /* oldest first */
+	spine_merge *merges;
+} spine;
+
+/* Loads NAME's record into *sp (malloc'd arrays; spine_clear frees them).
+ * Errors: AH_ENOTFOUND, AH_ECORRUPT, AH_ENOMEM. */
+int spine_load(heap_txn *t, const char *name, spine *sp);
+/* Stores *sp as NAME's record.  Errors: as heap_put. */
+int spine_store(heap_txn *t, const char *name, const spine *sp);
+void spine_clear(spine *sp);
+
+/* Adds batch id (of n updates, lower = the previous batch's upper) at the
+ * end, then starts merges the size policy asks for (batches within a factor
+ * of two merge) and spends fuel proportional to n on merges in progress. */
+int spine_push(heap_txn *t, pool *p, spine *sp, uint64_t id, uint64_t n);
+/* Spends up to fuel units (0 = unbounded) on merges, starting the merges an
+ * idle arrangement still deserves.  *idle = true when nothing is left. */
+int spine_maintain(heap_txn *t, pool *p, spine *sp, uint64_t fuel, bool *idle);
+/* Checks S1-S4 against the batch records.  Errors: AH_ECORRUPT (msg). */
+int spine_check(heap_txn *t, const spine *sp, char *msg, size_t msglen);
+/* Frees every batch, partial merge output and chunk of the spine. */
+int spine_drop_all(heap_txn *t, spine *sp);
+
+/* Merge fuel per appended update, and the smallest unit of merge work done
+ * in one go (a merge is resumed only once it has this much credit, so that
+ * tiny appends do not cut merges into tiny chunks). */
+#define SPINE_FUEL_PER_UPDATE 2
+#define SPINE_MERGE_QUANTUM 65536
+
+#endif

@@ -1,0 +1,246 @@
+/*
+ * txn/txn.c - heap handles and transactions of the public API.
+ *
+ * A write transaction is one LMDB write transaction: every arrangement's
+ * batches, spine, frontiers and source positions change together at
+ * ah_txn_commit or not at all.  A failed mutation poisons the transaction
+ * (as LMDB's MDB_TXN_ERROR): afterwards only abort is accepted, and commit
+ * aborts and reports AH_EBADTXN, so a partial change can never be committed.
+ *
+ * This file must never hand out a pointer that outlives its transaction
+ * without saying so: cursors still open at commit/abort are detached
+ * (their later use is AH_ESTATE), and an open builder is abandoned.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "txn/txn.h"
+
+int txn_fail(ah_txn *t, int err, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(t->msg, sizeof t->msg, fmt, ap);
+	va_end(ap);
+	return err;
+}
+
+int txn_poison(ah_txn *t, int err, const char *fmt, ...)
+{
+	if (fmt) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(t->msg, sizeof t->msg, fmt, ap);
+		va_end(ap);
+	} else if (!t->msg[0] || !t->poisoned) {
+		snprintf(t->msg, sizeof t->msg, "%s", ah_strerror(err));
+	}
+	t->poisoned = true;
+	return err;
+}
+
+int txn_enter(ah_txn *t, bool write)
+{
+	if (!t)
+		return AH_EINVAL;
+	int rc = heap_check_pid(t->heap->h);
+	if (rc)
+		return rc;
+	if (t->poisoned)
+		return AH_EBADTXN;
+	if (write && t->rdonly)
+		return txn_poison(t, AH_EREADONLY, "read-only transaction");
+	if (write && t->builder)
+		return txn_poison(t, AH_ESTATE, "a builder is open in this transaction");
+	if (write) {
+		/* A mutation may free chunks an open cursor points into: detach
+		 * the cursors, their later use is AH_ESTATE. */
+		for (ah_cursor *c = t->cursors; c; c = c->next)
+			c->txn = NULL;
+		t->cursors = NULL;
+	}
+	t->msg[0] = 0;
+	return 0;
+}
+
+bool txn_name_ok(const char *name)
+{
+	if (!name)
+		return false;
+	size_t n = strlen(name);
+	if (n < 1 || n > AH_NAME_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = name[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		      (c >= '0' && c <= '9') || c == '_' || c == '.' || c == ':' ||
+		      c == '/' || c == '-'))
+			return false;
+	}
+	return true;
+}
+
+/* ----------------------------------------------------------- heap */
+
+int ah_open(const char *path, const ah_open_opts *opts, ah_heap **out)
+{
+	if (!path || !out)
+		return AH_EINVAL;
+	*out = NULL;
+	ah_heap *ah = calloc(1, sizeof *ah);
+	if (!ah)
+		return AH_ENOMEM;
+	int rc = heap_open(path, opts, &ah->h);
+	if (rc) {
+		free(ah);
+		return rc;
+	}
+	pthread_mutex_init(&ah->mu, NULL);
+	*out = ah;
+	return 0;
+}
+
+int ah_close(ah_heap *ah)
+{
+	if (!ah)
+		return AH_EINVAL;
+	int rc = heap_check_pid(ah->h);
+	if (rc == AH_EFORK) {
+		/* Forget the handle in the child: closing would release the
+		 * parent's locks (LMDB: never use an env across fork). */
+		return rc;
+	}
+	pthread_mutex_lock(&ah->mu);
+	unsigned open = ah->open_txns;
+	pthread_mutex_unlock(&ah->mu);
+	if (open)
+		return AH_ESTATE;
+	if ((rc = heap_close(ah->h)))
+		return rc;
+	pthread_mutex_destroy(&ah->mu);
+	free(ah);
+	return 0;
+}
+
+int ah_sync(ah_heap *ah)
+{
+	return ah ? heap_sync(ah->h) : AH_EINVAL;
+}
+
+int ah_set_max_bytes(ah_heap *ah, uint64_t max_bytes)
+{
+	if (!ah)
+		return AH_EINVAL;
+	pthread_mutex_lock(&ah->mu);
+	unsigned open = ah->open_txns;
+	pthread_mutex_unlock(&ah->mu);
+	if (open)
+		return AH_ESTATE;
+	return heap_set_max_bytes(ah->h, max_bytes);
+}
+
+int ah_heap_stat_get(ah_heap *ah, ah_heap_stat *st)
+{
+	return ah && st ? heap_stat(ah->h, st) : AH_EINVAL;
+}
+
+int ah_pool_stats_get(ah_heap *ah, ah_pool_stats *st)
+{
+	if (!ah || !st)
+		return AH_EINVAL;
+	int rc = heap_check_pid(ah->h);
+	return rc ? rc : pool_stats(heap_pool(ah->h), st);
+}
+
+/* ------------------------------------------------------ transactions */
+
+int ah_txn_begin(ah_heap *ah, unsigned flags, ah_txn **out)
+{
+	if (!ah || !out || (flags & ~AH_TXN_RDONLY))
+		return AH_EINVAL;
+	*out = NULL;
+	int rc = heap_check_pid(ah->h);
+	if (rc)
+		return rc;
+	bool rdonly = flags & AH_TXN_RDONLY;
+	if (!rdonly) {
+		pthread_mutex_lock(&ah->mu);
+		bool mine = ah->has_writer && pthread_equal(ah->writer, pthread_self());
+		pthread_mutex_unlock(&ah->mu);
+		if (mine)
+			return AH_ESTATE; /* LMDB would deadlock on its own lock */
+	}
+	ah_txn *t = calloc(1, sizeof *t);
+	if (!t)
+		return AH_ENOMEM;
+	t->heap = ah;
+	t->rdonly = rdonly;
+	if ((rc = heap_txn_begin(ah->h, rdonly, &t->ht))) {
+		free(t);
+		return rc;
+	}
+	pthread_mutex_lock(&ah->mu);
+	ah->open_txns++;
+	if (!rdonly) {
+		ah->has_writer = true;
+		ah->writer = pthread_self();
+	}
+	pthread_mutex_unlock(&ah->mu);
+	*out = t;
+	return 0;
+}
+
+/* Detaches cursors and builders and releases the heap-level bookkeeping. */
+static void txn_release(ah_txn *t)
+{
+	for (ah_cursor *c = t->cursors; c; c = c->next)
+		c->txn = NULL;
+	if (t->builder) {
+		builder_free(t->builder->b);
+		free(t->builder);
+		t->builder = NULL;
+	}
+	ah_heap *ah = t->heap;
+	pthread_mutex_lock(&ah->mu);
+	ah->open_txns--;
+	if (!t->rdonly)
+		ah->has_writer = false;
+	pthread_mutex_unlock(&ah->mu);
+	if (!t->rdonly)
+		pool_reset(heap_pool(ah->h));
+	free(t);
+}
+
+int ah_txn_commit(ah_txn *t)
+{
+	if (!t)
+		return AH_EINVAL;
+	int rc = heap_check_pid(t->heap->h);
+	if (rc)
+		return rc;
+	if (t->builder && !t->poisoned)
+		txn_poison(t, AH_ESTATE, "commit with an open builder");
+	if (t->poisoned) {
+		heap_txn_abort(t->ht);
+		rc = t->builder ? AH_ESTATE : AH_EBADTXN;
+	} else {
+		rc = heap_txn_commit(t->ht);
+	}
+	txn_release(t);
+	return rc;
+}
+
+void ah_txn_abort(ah_txn *t)
+{
+	if (!t || heap_check_pid(t->heap->h))
+		return;
+	heap_txn_abort(t->ht);
+	txn_release(t);
+}
+
+const char *ah_txn_errmsg(const ah_txn *t)
+{
+	return t ? t->msg : "";
+}

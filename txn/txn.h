@@ -1,0 +1,68 @@
+/*
+ * txn/txn.h - private shapes of the public handles (ah_heap, ah_txn,
+ * ah_cursor, ah_builder), shared by the files of txn/.
+ *
+ * txn/ is the top layer: it owns the public API's semantics (frontier
+ * checks, compare-and-append, poisoning, error messages) and calls
+ * arrangement/ (spines, builders, cursors) and heap/ (transactions).  It
+ * never touches LMDB directly.
+ */
+#ifndef TXN_TXN_H
+#define TXN_TXN_H
+
+#include <pthread.h>
+#include <stdbool.h>
+
+#include "arrangement/builder.h"
+#include "arrangement/cursor.h"
+#include "arrangement/spine.h"
+#include "heap/heap.h"
+
+struct ah_heap {
+	heap *h;
+	pthread_mutex_t mu;      /* guards the fields below */
+	pthread_t writer;        /* thread holding the write txn */
+	bool has_writer;
+	unsigned open_txns;
+};
+
+struct ah_txn {
+	ah_heap *heap;
+	heap_txn *ht;
+	bool rdonly;
+	bool poisoned;
+	ah_builder *builder;     /* the open builder, if any */
+	ah_cursor *cursors;      /* open cursors, to detach at txn end */
+	char msg[320];
+};
+
+struct ah_cursor {
+	ah_txn *txn;             /* NULL once the txn ended: use is AH_ESTATE */
+	ah_cursor *next, *prev;
+	trace_cursor *tc;
+	batch **batches;
+	uint32_t nbatches;
+	uint64_t upper, since;
+	char name[AH_NAME_MAX + 1];
+};
+
+struct ah_builder {
+	ah_txn *txn;
+	builder *b;
+	char name[AH_NAME_MAX + 1];
+	uint64_t lower, upper;   /* the batch's Description */
+	uint64_t batch_lower;    /* the chain's lower: previous batch's upper */
+};
+
+/* Sets the txn's message (printf-style) and returns err. */
+int txn_fail(ah_txn *t, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* Poisons t with err (and message) and returns err. */
+int txn_poison(ah_txn *t, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* Common entry checks: fork, poisoned, and (write) read-only. */
+int txn_enter(ah_txn *t, bool write);
+/* 1 when name is a valid arrangement/source name. */
+bool txn_name_ok(const char *name);
+
+#endif
