@@ -346,7 +346,7 @@ int ah_cursor_rewind_vals(ah_cursor *c);
 
 /* Walks the (time, diff) pairs of the current (key, val) over all batches
  * (DD's map_times), times advanced to since, not sorted across batches.
- * time_next returns 1 and fills *time/*diff, 0 at the end, or an error.
+ * time_next returns 1 and fills *time and *diff, 0 at the end, or an error.
  * times_rewind restarts the walk. */
 int ah_cursor_time_next(ah_cursor *c, uint64_t *time, int64_t *diff);
 int ah_cursor_times_rewind(ah_cursor *c);
