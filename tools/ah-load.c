@@ -1,0 +1,529 @@
+/*
+ * tools/ah-load.c - applies a changelog file to a heap, resumably.
+ *
+ *   ah-load HEAP CHANGELOG [--source NAME]
+ *
+ * The changelog format is in tools/common/parse.h.  Each commit group (the
+ * records up to and including a `commit`) is one write transaction that also
+ * stores, as source NAME's position (default "changelog"), the byte offset
+ * just past that `commit` record as decimal text.  So the data and the
+ * position are committed together, and a load killed at any moment restarts
+ * from the stored offset and ends in the state of an uninterrupted load.
+ * Every group also checks that the stored position is still the one it
+ * expects, so two loaders on one heap fail instead of interleaving.
+ *
+ * A thin program over include/arrheap.h: it never reaches into the library's
+ * internals.  Exit status: 0 done, 1 a bad record or a library error (the
+ * uncommitted group is discarded, committed groups stay), 2 a usage error.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "arrheap.h"
+#include "tools/common/parse.h"
+#include "tools/common/staged.h"
+
+/* Groups of at least this many updates for one arrangement go through the
+ * streaming builder (bounded memory in the library) instead of ah_append. */
+#define BUILDER_MIN 65536
+#define BUILDER_PIECE 4096
+
+typedef struct loader {
+	const char *log_path;
+	const char *source;
+	FILE *log;
+	uint64_t log_size;
+	ah_heap *heap;
+	ah_txn *txn;
+	unsigned gen;            /* bumped per write txn: invalidates arr caches */
+	tool_arr_table arrs;
+	uint64_t committed_pos;  /* what the heap's source position says */
+	int have_pos;
+	uint64_t offset;         /* byte offset of the next line */
+	uint64_t line;           /* number of the current line */
+	uint64_t group_records;  /* records since the last commit */
+	uint64_t records, commits, updates;
+	ah_update *ubuf;
+	size_t ubuf_cap;
+	/* progress */
+	int tty;
+	int progress_shown;
+	struct timespec t0, last_shown;
+	const char *last_name;
+	uint64_t last_upper;
+	char err[600];
+} loader;
+
+static int fail(loader *ld, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static int fail(loader *ld, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(ld->err, sizeof(ld->err), fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+/* A library error as one line: what, the code's message, the txn's detail. */
+static int lib_fail(loader *ld, int rc, const char *what, const char *name)
+{
+	const char *detail = ld->txn ? ah_txn_errmsg(ld->txn) : "";
+
+	return fail(ld, "%s%s%s: %s%s%s", what, name ? " " : "", name ? name : "",
+	            ah_strerror(rc), *detail ? ": " : "", detail);
+}
+
+static double secs_since(const struct timespec *a, const struct timespec *b)
+{
+	return (double)(b->tv_sec - a->tv_sec) + (double)(b->tv_nsec - a->tv_nsec) / 1e9;
+}
+
+static void progress(loader *ld, int final)
+{
+	struct timespec now;
+	double el;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	el = secs_since(&ld->t0, &now);
+	if (!final && (el < 1.0 || secs_since(&ld->last_shown, &now) < 0.25))
+		return;
+	if (final && !ld->progress_shown)
+		return;
+	ld->last_shown = now;
+	ld->progress_shown = 1;
+	fprintf(stderr, "\r%" PRIu64 " records, %.0f records/s, %.1f of %.1f MiB",
+	        ld->records, el > 0 ? (double)ld->records / el : 0.0,
+	        (double)ld->offset / 1048576.0, (double)ld->log_size / 1048576.0);
+	if (ld->last_name)
+		fprintf(stderr, ", %s upper %" PRIu64, ld->last_name, ld->last_upper);
+	fputs("\033[K", stderr);
+	if (final)
+		fputc('\n', stderr);
+}
+
+/* Starts the group's write txn and checks that the stored position is still
+ * the one this load last committed (or read at start). */
+static int group_begin(loader *ld)
+{
+	const void *pos;
+	size_t len;
+	uint64_t stored;
+	int rc;
+
+	if (ld->txn)
+		return 0;
+	rc = ah_txn_begin(ld->heap, 0, &ld->txn);
+	if (rc < 0)
+		return lib_fail(ld, rc, "begin transaction", NULL);
+	ld->gen++;
+	rc = ah_source_get(ld->txn, ld->source, &pos, &len);
+	if (rc == AH_ENOTFOUND && !ld->have_pos)
+		return 0;
+	if (rc < 0 && rc != AH_ENOTFOUND)
+		return lib_fail(ld, rc, "read position of source", ld->source);
+	if (rc == AH_ENOTFOUND || tool_parse_u64(pos, len, &stored) < 0 ||
+	    stored != ld->committed_pos)
+		return fail(ld, "the position of source %s changed under this load "
+		            "(another writer?)", ld->source);
+	return 0;
+}
+
+/* Finds NAME's state, refreshing upper/since from the txn once per txn. */
+static int arr_lookup(loader *ld, const char *name, int create, tool_arr **out)
+{
+	tool_arr *a = tool_arr_find(&ld->arrs, name);
+	ah_arrangement_info info;
+	int rc;
+
+	if (a && a->gen == ld->gen) {
+		*out = a;
+		return 0;
+	}
+	rc = ah_arrangement_info_get(ld->txn, name, &info);
+	if (rc == AH_ENOTFOUND && create) {
+		rc = ah_arrangement_create(ld->txn, name);
+		if (rc < 0)
+			return lib_fail(ld, rc, "create arrangement", name);
+		memset(&info, 0, sizeof(info));
+	} else if (rc == AH_ENOTFOUND) {
+		return fail(ld, "unknown arrangement %s", name);
+	} else if (rc < 0) {
+		return lib_fail(ld, rc, "arrangement", name);
+	}
+	if (!a && !(a = tool_arr_add(&ld->arrs, name)))
+		return fail(ld, "out of memory");
+	a->gen = ld->gen;
+	a->upper = info.upper;
+	a->since = info.since;
+	*out = a;
+	return 0;
+}
+
+static int grow_ubuf(loader *ld, size_t n)
+{
+	ah_update *p;
+	size_t cap = ld->ubuf_cap ? ld->ubuf_cap : 1024;
+
+	if (n <= ld->ubuf_cap)
+		return 0;
+	while (cap < n)
+		cap *= 2;
+	p = realloc(ld->ubuf, cap * sizeof(*p));
+	if (!p)
+		return fail(ld, "out of memory");
+	ld->ubuf = p;
+	ld->ubuf_cap = cap;
+	return 0;
+}
+
+static int seal_builder(loader *ld, tool_arr *a, uint64_t upper)
+{
+	ah_builder *b;
+	int rc = ah_builder_begin(ld->txn, a->name, a->upper, upper, &b);
+
+	if (rc < 0)
+		return lib_fail(ld, rc, "advance", a->name);
+	for (size_t i = 0; i < a->n && rc == 0; i += BUILDER_PIECE) {
+		size_t m = a->n - i < BUILDER_PIECE ? a->n - i : BUILDER_PIECE;
+
+		tool_arr_updates(a, i, m, ld->ubuf);
+		rc = ah_builder_push(b, ld->ubuf, m);
+	}
+	if (rc < 0) {
+		ah_builder_abandon(b);
+		return lib_fail(ld, rc, "advance", a->name);
+	}
+	rc = ah_builder_finish(b);
+	return rc < 0 ? lib_fail(ld, rc, "advance", a->name) : 0;
+}
+
+static int do_advance(loader *ld, tool_arr *a, uint64_t upper)
+{
+	int rc;
+
+	if (upper < a->upper)
+		return fail(ld, "upper before current upper: %s upper is %" PRIu64
+		            ", advance to %" PRIu64, a->name, a->upper, upper);
+	if (a->n > 0 && a->max_time >= upper)
+		return fail(ld, "staged time %" PRIu64 " not before new upper %" PRIu64
+		            " of %s", a->max_time, upper, a->name);
+	if (a->n == 0) {
+		rc = ah_advance(ld->txn, a->name, a->upper, upper);
+		if (rc < 0)
+			return lib_fail(ld, rc, "advance", a->name);
+	} else if (a->n >= BUILDER_MIN) {
+		if (grow_ubuf(ld, BUILDER_PIECE) < 0 || seal_builder(ld, a, upper) < 0)
+			return -1;
+	} else {
+		if (grow_ubuf(ld, a->n) < 0)
+			return -1;
+		tool_arr_updates(a, 0, a->n, ld->ubuf);
+		rc = ah_append(ld->txn, a->name, a->upper, upper, ld->ubuf, a->n);
+		if (rc < 0)
+			return lib_fail(ld, rc, "advance", a->name);
+	}
+	ld->updates += a->n;
+	tool_arr_clear(a);
+	a->upper = upper;
+	ld->last_name = a->name;
+	ld->last_upper = upper;
+	return 0;
+}
+
+static int do_commit(loader *ld)
+{
+	char pos[24];
+	tool_arr *a;
+	int rc, len;
+
+	if ((a = tool_arr_first_staged(&ld->arrs)))
+		return fail(ld, "commit with unsealed updates (%zu staged for %s)",
+		            a->n, a->name);
+	if (group_begin(ld) < 0)
+		return -1;
+	len = snprintf(pos, sizeof(pos), "%" PRIu64, ld->offset);
+	rc = ah_source_put(ld->txn, ld->source, pos, (size_t)len);
+	if (rc < 0)
+		return lib_fail(ld, rc, "store position of source", ld->source);
+	rc = ah_txn_commit(ld->txn);
+	ld->txn = NULL;
+	if (rc < 0)
+		return fail(ld, "commit: %s", ah_strerror(rc));
+	ld->committed_pos = ld->offset;
+	ld->have_pos = 1;
+	ld->group_records = 0;
+	ld->commits++;
+	return 0;
+}
+
+static int apply(loader *ld, const tool_rec *r)
+{
+	tool_arr *a = NULL;
+
+	if (r->kind == TOOL_REC_COMMIT)
+		return do_commit(ld);
+	if (group_begin(ld) < 0 ||
+	    arr_lookup(ld, r->name, r->kind == TOOL_REC_ARRANGE, &a) < 0)
+		return -1;
+	switch (r->kind) {
+	case TOOL_REC_UPDATE:
+		if (r->time < a->upper)
+			return fail(ld, "time before upper: time %" PRIu64 " < %s upper %"
+			            PRIu64, r->time, a->name, a->upper);
+		if (tool_arr_stage(a, r->key, r->key_len, r->val, r->val_len,
+		                   r->time, r->diff) < 0)
+			return fail(ld, "out of memory");
+		return 0;
+	case TOOL_REC_ADVANCE:
+		return do_advance(ld, a, r->time);
+	case TOOL_REC_SINCE: {
+		int rc;
+
+		if (r->time > a->upper)
+			return fail(ld, "since beyond upper: since %" PRIu64 " > %s upper %"
+			            PRIu64, r->time, a->name, a->upper);
+		if (r->time < a->since)
+			return fail(ld, "since before current since: %" PRIu64 " < %s since %"
+			            PRIu64, r->time, a->name, a->since);
+		rc = ah_set_since(ld->txn, a->name, r->time);
+		if (rc < 0)
+			return lib_fail(ld, rc, "since", a->name);
+		a->since = r->time;
+		return 0;
+	}
+	default:
+		return 0; /* arrange: arr_lookup created it */
+	}
+}
+
+/* Whether tail[0..n), the bytes before a stored position, end a `commit`
+ * record: "commit\n" at a line start, or "commit" at the end of the file. */
+static int ends_commit(const char *tail, size_t n, int at_eof)
+{
+	if (n >= 7 && !memcmp(tail + n - 7, "commit\n", 7))
+		return n == 7 || tail[n - 8] == '\n';
+	if (at_eof && n >= 6 && !memcmp(tail + n - 6, "commit", 6))
+		return n == 6 || tail[n - 7] == '\n';
+	return 0;
+}
+
+/* Counts the lines before byte pos, so that errors after a resume still
+ * name the right line; leaves the stream at pos. */
+static int count_lines(FILE *f, uint64_t pos, uint64_t *lines)
+{
+	char buf[1 << 16];
+	uint64_t done = 0, n = 0;
+
+	if (fseeko(f, 0, SEEK_SET) < 0)
+		return -1;
+	while (done < pos) {
+		size_t want = pos - done < sizeof(buf) ? (size_t)(pos - done) : sizeof(buf);
+		size_t got = fread(buf, 1, want, f);
+
+		if (got == 0)
+			return -1;
+		for (char *p = buf; (p = memchr(p, '\n', (size_t)(buf + got - p))); p++)
+			n++;
+		done += got;
+	}
+	*lines = n;
+	return 0;
+}
+
+/* Reads the stored position, then positions the reader just past it after
+ * checking that the changelog has a commit record ending there. */
+static int resume(loader *ld)
+{
+	ah_txn *txn;
+	const void *pos;
+	size_t len;
+	char tail[8];
+	size_t got, want;
+	int rc;
+
+	rc = ah_txn_begin(ld->heap, AH_TXN_RDONLY, &txn);
+	if (rc < 0)
+		return fail(ld, "begin read transaction: %s", ah_strerror(rc));
+	rc = ah_source_get(txn, ld->source, &pos, &len);
+	if (rc == 0 && tool_parse_u64(pos, len, &ld->committed_pos) < 0)
+		rc = 1;
+	ah_txn_abort(txn);
+	if (rc == AH_ENOTFOUND)
+		return 0;
+	if (rc == 1)
+		return fail(ld, "the position of source %s is not a decimal byte "
+		            "offset: not a heap loaded by ah-load", ld->source);
+	if (rc < 0)
+		return fail(ld, "read position of source %s: %s", ld->source,
+		            ah_strerror(rc));
+	ld->have_pos = 1;
+	if (ld->committed_pos > ld->log_size)
+		return fail(ld, "changelog is shorter than the stored position %" PRIu64
+		            ": not the file this heap was loaded from",
+		            ld->committed_pos);
+	/* The bytes before the position must end a `commit` line. */
+	want = ld->committed_pos < 8 ? (size_t)ld->committed_pos : 8;
+	if (fseeko(ld->log, (off_t)(ld->committed_pos - want), SEEK_SET) < 0)
+		return fail(ld, "seek: %s", strerror(errno));
+	got = fread(tail, 1, want, ld->log);
+	if (got != want || !ends_commit(tail, want, ld->committed_pos == ld->log_size))
+		return fail(ld, "no commit record ends at the stored position %" PRIu64
+		            ": not the file this heap was loaded from",
+		            ld->committed_pos);
+	if (count_lines(ld->log, ld->committed_pos, &ld->line) < 0)
+		return fail(ld, "read: %s", strerror(errno));
+	ld->offset = ld->committed_pos;
+	return 0;
+}
+
+static int run(loader *ld)
+{
+	char *buf = NULL;
+	size_t cap = 0;
+	ssize_t got;
+	tool_rec rec;
+	int rc = 0;
+
+	while ((got = getline(&buf, &cap, ld->log)) > 0) {
+		size_t len = (size_t)got;
+
+		ld->line++;
+		ld->offset += len;
+		if (buf[len - 1] == '\n')
+			len--;
+		if (tool_rec_parse(buf, len, &rec, ld->err, sizeof(ld->err)) < 0 ||
+		    (rec.kind != TOOL_REC_NONE && apply(ld, &rec) < 0)) {
+			rc = -1;
+			break;
+		}
+		if (rec.kind != TOOL_REC_NONE) {
+			ld->records++;
+			if (rec.kind != TOOL_REC_COMMIT)
+				ld->group_records++;
+		}
+		if (ld->tty && (ld->records & 1023) == 0)
+			progress(ld, 0);
+	}
+	if (rc == 0 && ferror(ld->log))
+		rc = fail(ld, "read: %s", strerror(errno));
+	free(buf);
+	return rc;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: ah-load HEAP CHANGELOG [--source NAME]\n"
+	        "Applies CHANGELOG to HEAP (created if absent), one transaction per\n"
+	        "commit record; resumes from source NAME's stored position\n"
+	        "(default \"changelog\").\n");
+}
+
+static int open_log(loader *ld)
+{
+	struct stat st;
+
+	ld->log = fopen(ld->log_path, "r");
+	if (!ld->log)
+		return fail(ld, "%s", strerror(errno));
+	if (fstat(fileno(ld->log), &st) < 0)
+		return fail(ld, "%s", strerror(errno));
+	if (S_ISDIR(st.st_mode))
+		return fail(ld, "is a directory");
+	ld->log_size = (uint64_t)st.st_size;
+	setvbuf(ld->log, NULL, _IOFBF, 1 << 20);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	loader ld = { .source = "changelog" };
+	ah_open_opts opts = { .size = sizeof(opts), .flags = AH_OPEN_CREATE };
+	const char *heap_path = NULL;
+	int status = 1, rc;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			usage(stdout);
+			return 0;
+		} else if (!strcmp(argv[i], "--source") && i + 1 < argc) {
+			ld.source = argv[++i];
+		} else if (!strncmp(argv[i], "--source=", 9)) {
+			ld.source = argv[i] + 9;
+		} else if (argv[i][0] == '-' && argv[i][1]) {
+			fprintf(stderr, "ah-load: unknown option %s\n", argv[i]);
+			usage(stderr);
+			return 2;
+		} else if (!heap_path) {
+			heap_path = argv[i];
+		} else if (!ld.log_path) {
+			ld.log_path = argv[i];
+		} else {
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (!heap_path || !ld.log_path) {
+		usage(stderr);
+		return 2;
+	}
+	if (!tool_name_valid(ld.source, strlen(ld.source))) {
+		fprintf(stderr, "ah-load: bad source name \"%s\" (1 to %d of "
+		        "[A-Za-z0-9_.:/-])\n", ld.source, AH_NAME_MAX);
+		return 2;
+	}
+	ld.tty = isatty(STDERR_FILENO);
+	clock_gettime(CLOCK_MONOTONIC, &ld.t0);
+	if (open_log(&ld) < 0) {
+		fprintf(stderr, "ah-load: %s: %s\n", ld.log_path, ld.err);
+		goto out;
+	}
+	rc = ah_open(heap_path, &opts, &ld.heap);
+	if (rc < 0) {
+		fprintf(stderr, "ah-load: %s: %s\n", heap_path, ah_strerror(rc));
+		goto out;
+	}
+	if (resume(&ld) < 0) {
+		fprintf(stderr, "ah-load: %s: %s\n", ld.log_path, ld.err);
+		goto out;
+	}
+	if (run(&ld) < 0) {
+		progress(&ld, 1);
+		fprintf(stderr, "%s:%" PRIu64 ": %s\n", ld.log_path, ld.line, ld.err);
+		goto out;
+	}
+	progress(&ld, 1);
+	if (ld.group_records > 0)
+		fprintf(stderr, "ah-load: %s: warning: %" PRIu64 " record%s after the "
+		        "last commit not applied\n", ld.log_path, ld.group_records,
+		        ld.group_records == 1 ? "" : "s");
+	if (ld.tty) {
+		struct timespec now;
+
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		fprintf(stderr, "ah-load: %" PRIu64 " records (%" PRIu64 " updates, %"
+		        PRIu64 " commits) in %.2f s\n", ld.records, ld.updates,
+		        ld.commits, secs_since(&ld.t0, &now));
+	}
+	status = 0;
+out:
+	ah_txn_abort(ld.txn);
+	if (ld.heap && ah_close(ld.heap) < 0 && status == 0) {
+		fprintf(stderr, "ah-load: %s: close failed\n", heap_path);
+		status = 1;
+	}
+	if (ld.log)
+		fclose(ld.log);
+	tool_arr_table_free(&ld.arrs);
+	free(ld.ubuf);
+	return status;
+}

@@ -1,0 +1,89 @@
+/*
+ * tools/common/escape.c - the byte escape codec (see escape.h for the text
+ * form).  Shared by the tools and the tests; knows nothing of the heap.
+ */
+#include "tools/common/escape.h"
+
+#include <stdint.h>
+
+static const char hexdig[] = "0123456789abcdef";
+
+size_t tool_escape(const void *in, size_t len, char *out)
+{
+	const uint8_t *p = in;
+	size_t o = 0;
+
+	for (size_t i = 0; i < len; i++) {
+		uint8_t c = p[i];
+
+		if (c == '\\') {
+			out[o++] = '\\';
+			out[o++] = '\\';
+		} else if (c == '\t') {
+			out[o++] = '\\';
+			out[o++] = 't';
+		} else if (c == '\n') {
+			out[o++] = '\\';
+			out[o++] = 'n';
+		} else if (c >= 0x20 && c <= 0x7e) {
+			out[o++] = (char)c;
+		} else {
+			out[o++] = '\\';
+			out[o++] = 'x';
+			out[o++] = hexdig[c >> 4];
+			out[o++] = hexdig[c & 15];
+		}
+	}
+	return o;
+}
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+int tool_unescape(const char *in, size_t len, void *out, size_t *out_len,
+                  const char **reason)
+{
+	uint8_t *q = out;
+	size_t o = 0;
+
+	for (size_t i = 0; i < len; i++) {
+		if (in[i] != '\\') {
+			q[o++] = (uint8_t)in[i];
+			continue;
+		}
+		if (++i == len) {
+			*reason = "trailing backslash";
+			return -1;
+		}
+		switch (in[i]) {
+		case '\\': q[o++] = '\\'; break;
+		case 't': q[o++] = '\t'; break;
+		case 'n': q[o++] = '\n'; break;
+		case 'x': {
+			int hi = i + 1 < len ? hexval(in[i + 1]) : -1;
+			int lo = i + 2 < len ? hexval(in[i + 2]) : -1;
+
+			if (hi < 0 || lo < 0) {
+				*reason = "bad \\x escape";
+				return -1;
+			}
+			q[o++] = (uint8_t)(hi << 4 | lo);
+			i += 2;
+			break;
+		}
+		default:
+			*reason = "bad escape (only \\\\ \\t \\n \\xHH are allowed)";
+			return -1;
+		}
+	}
+	*out_len = o;
+	return 0;
+}

@@ -1,0 +1,32 @@
+/*
+ * tools/common/escape.h - the byte escape codec of the changelog and dump
+ * text formats, shared by ah-load, ah-dump and the tests.
+ *
+ * Text form of a byte string: \\ for a backslash, \t for TAB, \n for LF and
+ * \xHH for any byte (two hex digits, either case).  The canonical form that
+ * tool_escape writes uses \\, \t, \n, bytes 0x20..0x7e as themselves and
+ * lowercase \xHH for every other byte, so equal byte strings always print
+ * the same.  Unescaping accepts any other byte as itself.
+ *
+ * Pure functions over caller buffers: no allocation, no I/O, never reads
+ * beyond the lengths it is given.
+ */
+#ifndef TOOLS_COMMON_ESCAPE_H
+#define TOOLS_COMMON_ESCAPE_H
+
+#include <stddef.h>
+
+/* The most bytes tool_escape writes for len input bytes. */
+#define TOOL_ESCAPE_MAX(len) ((len) * 4)
+
+/* Writes the canonical escape of in[0..len) to out (room for at least
+ * TOOL_ESCAPE_MAX(len) bytes, not NUL-terminated); returns the bytes written. */
+size_t tool_escape(const void *in, size_t len, char *out);
+
+/* Decodes in[0..len) into out (room for len bytes: decoding never grows).
+ * Returns 0 and sets *out_len, or -1 and points *reason at a static message
+ * ("bad \x escape", "bad escape \q", "trailing backslash"). */
+int tool_unescape(const char *in, size_t len, void *out, size_t *out_len,
+                  const char **reason);
+
+#endif /* TOOLS_COMMON_ESCAPE_H */
