@@ -352,7 +352,7 @@ out:
 }
 
 static int start_merge(heap_txn *t, pool *p, spine *sp, uint32_t first,
-                       uint32_t count)
+                       uint32_t count, uint64_t quantum)
 {
 	spine_merge *nm = realloc(sp->merges, (sp->nmerges + 1) * sizeof *nm);
 	if (!nm)
@@ -363,14 +363,14 @@ static int start_merge(heap_txn *t, pool *p, spine *sp, uint32_t first,
 	m->first = first;
 	m->count = count;
 	m->since = sp->since;
-	if (merge_size(sp, m) > SPINE_MERGE_QUANTUM)
+	if (merge_size(sp, m) > quantum)
 		return 0;
 	bool fin;
 	return run_merge(t, p, sp, sp->nmerges - 1, 0, &fin);
 }
 
 /* Starts the merges the size policy asks for, newest first, until stable. */
-static int tidy(heap_txn *t, pool *p, spine *sp)
+static int tidy(heap_txn *t, pool *p, spine *sp, uint64_t quantum)
 {
 	for (bool again = true; again;) {
 		again = false;
@@ -379,7 +379,7 @@ static int tidy(heap_txn *t, pool *p, spine *sp)
 				continue;
 			if (sp->batches[i].updates * 2 < sp->batches[i - 1].updates)
 				continue;
-			int rc = start_merge(t, p, sp, i - 1, 2);
+			int rc = start_merge(t, p, sp, i - 1, 2, quantum);
 			if (rc)
 				return rc;
 			again = true;
@@ -390,14 +390,15 @@ static int tidy(heap_txn *t, pool *p, spine *sp)
 }
 
 /* Grants fuel to every merge and runs those with enough credit. */
-static int spend(heap_txn *t, pool *p, spine *sp, uint64_t grant)
+static int spend(heap_txn *t, pool *p, spine *sp, uint64_t grant,
+                 uint64_t quantum)
 {
 	for (uint32_t i = 0; i < sp->nmerges;) {
 		spine_merge *m = &sp->merges[i];
 		m->credit += grant;
 		uint64_t size = merge_size(sp, m);
 		uint64_t left = size > m->done ? size - m->done : 0;
-		uint64_t need = left < SPINE_MERGE_QUANTUM ? left : SPINE_MERGE_QUANTUM;
+		uint64_t need = left < quantum ? left : quantum;
 		if (m->credit < need) {
 			i++;
 			continue;
@@ -412,8 +413,11 @@ static int spend(heap_txn *t, pool *p, spine *sp, uint64_t grant)
 	return 0;
 }
 
-int spine_push(heap_txn *t, pool *p, spine *sp, uint64_t id, uint64_t n)
+int spine_push(heap_txn *t, pool *p, spine *sp, uint64_t id, uint64_t n,
+               uint64_t quantum)
 {
+	if (!quantum)
+		quantum = SPINE_MERGE_QUANTUM;
 	spine_batch *nb = realloc(sp->batches, (sp->nbatches + 1) * sizeof *nb);
 	if (!nb)
 		return AH_ENOMEM;
@@ -421,9 +425,9 @@ int spine_push(heap_txn *t, pool *p, spine *sp, uint64_t id, uint64_t n)
 	sp->batches[sp->nbatches].id = id;
 	sp->batches[sp->nbatches].updates = n;
 	sp->nbatches++;
-	int rc = spend(t, p, sp, SPINE_FUEL_PER_UPDATE * (n ? n : 1));
+	int rc = spend(t, p, sp, SPINE_FUEL_PER_UPDATE * (n ? n : 1), quantum);
 	if (!rc)
-		rc = tidy(t, p, sp);
+		rc = tidy(t, p, sp, quantum);
 	return rc;
 }
 
@@ -443,12 +447,15 @@ static int lagging(heap_txn *t, const spine *sp, bool *lag)
 	return 0;
 }
 
-int spine_maintain(heap_txn *t, pool *p, spine *sp, uint64_t fuel, bool *idle)
+int spine_maintain(heap_txn *t, pool *p, spine *sp, uint64_t fuel,
+                   uint64_t quantum, bool *idle)
 {
 	uint64_t used = 0;
 	int rc;
 	*idle = false;
-	if ((rc = tidy(t, p, sp)))
+	if (!quantum)
+		quantum = SPINE_MERGE_QUANTUM;
+	if ((rc = tidy(t, p, sp, quantum)))
 		return rc;
 	for (;;) {
 		if (fuel && used >= fuel)
@@ -462,7 +469,7 @@ int spine_maintain(heap_txn *t, pool *p, spine *sp, uint64_t fuel, bool *idle)
 			if (rc)
 				return rc;
 			used += fin ? (size - before) : (sp->merges[0].done - before);
-			if (fin && (rc = tidy(t, p, sp)))
+			if (fin && (rc = tidy(t, p, sp, quantum)))
 				return rc;
 			continue;
 		}
@@ -470,7 +477,7 @@ int spine_maintain(heap_txn *t, pool *p, spine *sp, uint64_t fuel, bool *idle)
 		if ((rc = lagging(t, sp, &lag)))
 			return rc;
 		if (sp->nbatches >= 2 || (sp->nbatches == 1 && lag)) {
-			if ((rc = start_merge(t, p, sp, 0, sp->nbatches)))
+			if ((rc = start_merge(t, p, sp, 0, sp->nbatches, quantum)))
 				return rc;
 			continue;
 		}

@@ -58,18 +58,21 @@ void spine_clear(spine *sp);
 /* Adds batch id (of n updates, lower = the previous batch's upper) at the
  * end, then starts merges the size policy asks for (batches within a factor
  * of two merge) and spends fuel proportional to n on merges in progress. */
-int spine_push(heap_txn *t, pool *p, spine *sp, uint64_t id, uint64_t n);
+int spine_push(heap_txn *t, pool *p, spine *sp, uint64_t id, uint64_t n,
+               uint64_t quantum);
 /* Spends up to fuel units (0 = unbounded) on merges, starting the merges an
  * idle arrangement still deserves.  *idle = true when nothing is left. */
-int spine_maintain(heap_txn *t, pool *p, spine *sp, uint64_t fuel, bool *idle);
+int spine_maintain(heap_txn *t, pool *p, spine *sp, uint64_t fuel,
+                   uint64_t quantum, bool *idle);
 /* Checks S1-S4 against the batch records.  Errors: AH_ECORRUPT (msg). */
 int spine_check(heap_txn *t, const spine *sp, char *msg, size_t msglen);
 /* Frees every batch, partial merge output and chunk of the spine. */
 int spine_drop_all(heap_txn *t, spine *sp);
 
-/* Merge fuel per appended update, and the smallest unit of merge work done
- * in one go (a merge is resumed only once it has this much credit, so that
- * tiny appends do not cut merges into tiny chunks). */
+/* Merge fuel per appended update.  The quantum (a parameter, default
+ * SPINE_MERGE_QUANTUM) is the smallest unit of merge work done in one go: a
+ * merge is resumed only once it has this much credit, so that tiny appends
+ * do not cut merges into tiny chunks, and merges up to it run at once. */
 #define SPINE_FUEL_PER_UPDATE 2
 #define SPINE_MERGE_QUANTUM 65536
 

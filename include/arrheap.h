@@ -115,6 +115,9 @@ typedef struct ah_open_opts {
 	unsigned flags;       /* AH_OPEN_* */
 	uint64_t max_bytes;   /* heap size limit in bytes; 0 = bounded by disk */
 	unsigned max_readers; /* LMDB reader slots; 0 = 126 */
+	uint64_t merge_quantum; /* updates a suspended merge waits to have fuel
+	                         * for before it runs again, and the size up to
+	                         * which a merge runs at once; 0 = 65536 */
 } ah_open_opts;
 
 /* Opens (or, with AH_OPEN_CREATE, creates) the heap at PATH: one file PATH

@@ -159,7 +159,8 @@ static int seal(ah_txn *t, const char *name, spine *sp, uint64_t id,
 {
 	int rc = 0;
 	if (id)
-		rc = spine_push(t->ht, heap_pool(t->heap->h), sp, id, n);
+		rc = spine_push(t->ht, heap_pool(t->heap->h), sp, id, n,
+		                t->heap->merge_quantum);
 	if (!rc) {
 		sp->upper = new_upper;
 		rc = spine_store(t->ht, name, sp);
@@ -341,7 +342,8 @@ int ah_maintain(ah_txn *t, const char *name, uint64_t fuel, int *idle)
 	if ((rc = load(t, name, &sp)))
 		return rc;
 	bool is_idle = false;
-	rc = spine_maintain(t->ht, heap_pool(t->heap->h), &sp, fuel, &is_idle);
+	rc = spine_maintain(t->ht, heap_pool(t->heap->h), &sp, fuel,
+	                    t->heap->merge_quantum, &is_idle);
 	if (!rc)
 		rc = spine_store(t->ht, name, &sp);
 	spine_clear(&sp);

@@ -12,6 +12,7 @@
  * (their later use is AH_ESTATE), and an open builder is abandoned.
  */
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +99,8 @@ int ah_open(const char *path, const ah_open_opts *opts, ah_heap **out)
 		return rc;
 	}
 	pthread_mutex_init(&ah->mu, NULL);
+	if (opts && opts->size >= offsetof(ah_open_opts, merge_quantum) + sizeof(uint64_t))
+		ah->merge_quantum = opts->merge_quantum;
 	*out = ah;
 	return 0;
 }

@@ -24,6 +24,7 @@ struct ah_heap {
 	pthread_t writer;        /* thread holding the write txn */
 	bool has_writer;
 	unsigned open_txns;
+	uint64_t merge_quantum;  /* ah_open_opts.merge_quantum */
 };
 
 struct ah_txn {
