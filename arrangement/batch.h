@@ -62,6 +62,7 @@ typedef struct batch {
 	uint64_t *chunk_ids;  /* nchunks */
 	const uint8_t **fence;/* nchunks: first key of each chunk */
 	size_t *fence_len;    /* nchunks */
+	uint32_t rec_flags;   /* BREC_* (BREC_PARTIAL: a suspended merge) */
 } batch;
 
 /* Loads batch id.  Errors: AH_ENOTFOUND, AH_ECORRUPT, AH_ENOMEM. */
@@ -138,5 +139,111 @@ int bcur_rewind_vals(batch_cursor *c);
  * continuations.  Returns 1 with a pair, 0 at the end, or AH_ECORRUPT. */
 int bcur_time_next(batch_cursor *c, uint64_t *time, int64_t *diff);
 int bcur_times_rewind(batch_cursor *c);
+
+/* ------------------------------------------------- format 1 byte layouts */
+
+/*
+ * Batch chunk body (inside a heap chunk; the body is 16-byte aligned).  All
+ * integers native-endian (the heap records the byte order; another order is
+ * AH_EFORMAT at open).  Every byte offset is relative to the body start;
+ * every column starts 8-byte aligned, padding is zero.
+ *
+ *   off  size  field
+ *     0     4  magic "AHBC"
+ *     4     2  version (HEAP_FORMAT_VERSION)
+ *     6     1  flags: BCHUNK_KEY_CONT 0x1 = key 0 continues the previous
+ *              chunk's last key; BCHUNK_VAL_CONT 0x2 = (key 0, val 0)
+ *              continues the previous chunk's last (key, val) (implies
+ *              KEY_CONT)
+ *     7     1  time_width (8)
+ *     8     4  nkeys (>= 1)
+ *    12     4  nvals (>= nkeys)
+ *    16     4  nupds (>= nvals)
+ *    20     4  used: body bytes used (<= the heap chunk's body_used)
+ *    24     4  off_key_offs   u32[nkeys+1]  byte offsets of key i's bytes
+ *    28     4  off_key_bytes  u8[]          key bytes, concatenated
+ *    32     4  off_key_vals   u32[nkeys+1]  key i owns vals [kv[i], kv[i+1])
+ *    36     4  off_val_offs   u32[nvals+1]  byte offsets of val j's bytes
+ *    40     4  off_val_bytes  u8[]          val bytes, concatenated
+ *    44     4  off_val_upds   u32[nvals+1]  val j owns updates [vu[j], vu[j+1])
+ *    48     4  off_times      u64[nupds]
+ *    52     4  off_diffs      i64[nupds]
+ *    56     8  reserved, 0
+ *    64        columns, in the order above (off_key_offs = 64)
+ *
+ * key i = body[ko[i] .. ko[i+1]), with off_key_bytes <= ko[i] <= ko[i+1] <=
+ * off_key_vals; likewise vals inside [off_val_bytes, off_val_upds).  A
+ * reader checks the header once per chunk (O(1)) and every offset or range
+ * it dereferences (O(1) each), so a damaged chunk is AH_ECORRUPT, never an
+ * out-of-bounds read; batch_check checks the whole order (B1-B5).
+ * A continued key (val) is stored again at the start of the next chunk, so
+ * every chunk is self-contained and fence[i] is simply chunk i's key 0.
+ */
+#define BCHUNK_MAGIC "AHBC"
+#define BCHUNK_HDR 64
+#define BCHUNK_KEY_CONT 0x1u
+#define BCHUNK_VAL_CONT 0x2u
+
+/*
+ * Batch record (table HEAP_T_BATCH, key = u64 batch id, native-endian; the
+ * value is only 2-byte aligned in the map, so it is decoded with memcpy).
+ *
+ *   off       size  field
+ *     0          4  magic "AHBR"
+ *     4          2  version (HEAP_FORMAT_VERSION)
+ *     6          1  time_width (8)
+ *     7          1  flags: BREC_PARTIAL 0x1 = a suspended merge's output,
+ *                   linked to no spine
+ *     8          8  desc.lower
+ *    16          8  desc.upper
+ *    24          8  desc.since
+ *    32          8  updates
+ *    40          8  keys (logical: a continued key counts once)
+ *    48          8  vals (logical)
+ *    56          8  bytes (sum of chunk body bytes used)
+ *    64          8  chunk_bytes (sum of class body capacity + HEAP_CHUNK_HDR)
+ *    72          4  nchunks
+ *    76          4  reserved, 0
+ *    80     8*nchunks  chunk ids, in key order
+ *    F      4*(nchunks+1)  fence offsets, relative to F2 = F + 4*(nchunks+1)
+ *    F2         ...  fence key bytes (fence i = chunk i's first key)
+ *
+ * Batch ids: the key of 8 bytes 0xff (BATCH_ID_COUNTER) holds a u64, the
+ * next id to hand out; batch_new_id reads and bumps it, so ids are never
+ * reused, even after a drop.  Iterations over HEAP_T_BATCH skip that key.
+ */
+#define BREC_MAGIC "AHBR"
+#define BREC_HDR 80
+#define BREC_PARTIAL 0x1u
+#define BATCH_ID_COUNTER UINT64_MAX
+
+/* ------------------------------------ internal: shared by batch*.c only */
+
+/* A chunk body whose header passed bchunk_open: column pointers into the
+ * map.  The per-item accessors check each offset they use. */
+typedef struct bchunk {
+	const uint8_t *body;
+	uint32_t used, flags, nkeys, nvals, nupds;
+	const uint32_t *ko, *kv, *vo, *vu;
+	const uint64_t *times;
+	const int64_t *diffs;
+	uint32_t kb_lo, kb_hi, vb_lo, vb_hi; /* byte columns' bounds */
+} bchunk;
+
+/* Checks the header (magic, version, flags, counts, column offsets and
+ * sizes against body_used, alignment).  Errors: AH_ECORRUPT. */
+int bchunk_open(const void *body, size_t body_used, bchunk *out);
+/* Key i / val j bytes; val range of key i (non-empty, inside [0, nvals]);
+ * update range of val j (non-empty).  Errors: AH_ECORRUPT. */
+int bchunk_key(const bchunk *c, uint32_t i, const uint8_t **p, size_t *len);
+int bchunk_val(const bchunk *c, uint32_t j, const uint8_t **p, size_t *len);
+int bchunk_key_vals(const bchunk *c, uint32_t i, uint32_t *lo, uint32_t *hi);
+int bchunk_val_upds(const bchunk *c, uint32_t j, uint32_t *lo, uint32_t *hi);
+/* heap_chunk_get + bchunk_open. */
+int bchunk_get(heap_txn *t, uint64_t id, bchunk *out);
+
+/* Encodes b (id, desc, counts, chunk ids, fences, rec_flags) as its record
+ * and puts it.  Errors: AH_ENOMEM, AH_ELIMIT, heap_put's. */
+int batch_record_put(heap_txn *t, const batch *b);
 
 #endif /* ARRANGEMENT_BATCH_H */

@@ -1,0 +1,386 @@
+/*
+ * arrangement/batch.c - batch records and the chunk format's readers.
+ *
+ * Holds the byte comparison every layer above uses (bytes_cmp), the checked
+ * view of one batch chunk (bchunk_*, shared with the writer and the cursor),
+ * the batch record codec (load, put, set_desc, drop), id allocation and the
+ * structural checker (B1-B5 of batch.h).  Layouts: batch.h.
+ * Bytes read from the map are untrusted: every offset is checked before it
+ * is dereferenced and damage is AH_ECORRUPT, never an assert or a read out
+ * of bounds.  Nothing here writes a chunk body.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "arrangement/batch.h"
+
+/* Where corruption was seen, for the debug log (SQLite's CORRUPT_BKPT). */
+static int corrupt_at(int line)
+{
+	if (ah_config_debug)
+		fprintf(stderr, "arrheap: corrupt batch data at %s:%d\n",
+		        __FILE__, line);
+	return AH_ECORRUPT;
+}
+#define CORRUPT corrupt_at(__LINE__)
+
+int bytes_cmp(const void *a, size_t alen, const void *b, size_t blen)
+{
+	size_t n = alen < blen ? alen : blen;
+	int r = n ? memcmp(a, b, n) : 0;
+	if (r)
+		return r;
+	return (alen > blen) - (alen < blen);
+}
+
+/* ----------------------------------------------------------- chunk view */
+
+static uint32_t rd32(const uint8_t *p)
+{
+	uint32_t v;
+	memcpy(&v, p, 4);
+	return v;
+}
+
+static uint64_t rd64(const uint8_t *p)
+{
+	uint64_t v;
+	memcpy(&v, p, 8);
+	return v;
+}
+
+int bchunk_open(const void *body, size_t body_used, bchunk *c)
+{
+	const uint8_t *b = body;
+	uint32_t off[9];
+	uint64_t nk, nv, nu;
+
+	if (!b || body_used < BCHUNK_HDR || ((uintptr_t)b & 7u))
+		return CORRUPT;
+	if (memcmp(b, BCHUNK_MAGIC, 4) != 0)
+		return CORRUPT;
+	uint16_t ver;
+	memcpy(&ver, b + 4, 2);
+	if (ver != HEAP_FORMAT_VERSION || b[7] != 8)
+		return CORRUPT;
+	c->body = b;
+	c->flags = b[6];
+	if (c->flags & ~(BCHUNK_KEY_CONT | BCHUNK_VAL_CONT))
+		return CORRUPT;
+	if ((c->flags & BCHUNK_VAL_CONT) && !(c->flags & BCHUNK_KEY_CONT))
+		return CORRUPT;
+	nk = c->nkeys = rd32(b + 8);
+	nv = c->nvals = rd32(b + 12);
+	nu = c->nupds = rd32(b + 16);
+	c->used = rd32(b + 20);
+	if (nk == 0 || nv < nk || nu < nv || c->used > body_used)
+		return CORRUPT;
+	for (int i = 0; i < 8; i++)
+		off[i] = rd32(b + 24 + 4 * i);
+	off[8] = c->used;
+	for (int i = 0; i < 8; i++)
+		if ((off[i] & 7u) || off[i] > off[i + 1])
+			return CORRUPT;
+	if (off[0] != BCHUNK_HDR)
+		return CORRUPT;
+	/* Each fixed-width column must fit before the next column starts. */
+	if (4 * (nk + 1) > (uint64_t)off[1] - off[0] ||
+	    4 * (nk + 1) > (uint64_t)off[3] - off[2] ||
+	    4 * (nv + 1) > (uint64_t)off[4] - off[3] ||
+	    4 * (nv + 1) > (uint64_t)off[6] - off[5] ||
+	    8 * nu > (uint64_t)off[7] - off[6] ||
+	    8 * nu > (uint64_t)off[8] - off[7])
+		return CORRUPT;
+	c->ko = (const uint32_t *)(b + off[0]);
+	c->kb_lo = off[1];
+	c->kb_hi = off[2];
+	c->kv = (const uint32_t *)(b + off[2]);
+	c->vo = (const uint32_t *)(b + off[3]);
+	c->vb_lo = off[4];
+	c->vb_hi = off[5];
+	c->vu = (const uint32_t *)(b + off[5]);
+	c->times = (const uint64_t *)(b + off[6]);
+	c->diffs = (const int64_t *)(b + off[7]);
+	if (c->kv[0] != 0 || c->kv[nk] != nv || c->vu[0] != 0 ||
+	    c->vu[nv] != nu)
+		return CORRUPT;
+	return 0;
+}
+
+int bchunk_key(const bchunk *c, uint32_t i, const uint8_t **p, size_t *len)
+{
+	if (i >= c->nkeys)
+		return CORRUPT;
+	uint32_t lo = c->ko[i], hi = c->ko[i + 1];
+	if (lo < c->kb_lo || lo > hi || hi > c->kb_hi)
+		return CORRUPT;
+	*p = c->body + lo;
+	*len = hi - lo;
+	return 0;
+}
+
+int bchunk_val(const bchunk *c, uint32_t j, const uint8_t **p, size_t *len)
+{
+	if (j >= c->nvals)
+		return CORRUPT;
+	uint32_t lo = c->vo[j], hi = c->vo[j + 1];
+	if (lo < c->vb_lo || lo > hi || hi > c->vb_hi)
+		return CORRUPT;
+	*p = c->body + lo;
+	*len = hi - lo;
+	return 0;
+}
+
+int bchunk_key_vals(const bchunk *c, uint32_t i, uint32_t *lo, uint32_t *hi)
+{
+	if (i >= c->nkeys)
+		return CORRUPT;
+	*lo = c->kv[i];
+	*hi = c->kv[i + 1];
+	if (*lo >= *hi || *hi > c->nvals)
+		return CORRUPT;
+	return 0;
+}
+
+int bchunk_val_upds(const bchunk *c, uint32_t j, uint32_t *lo, uint32_t *hi)
+{
+	if (j >= c->nvals)
+		return CORRUPT;
+	*lo = c->vu[j];
+	*hi = c->vu[j + 1];
+	if (*lo >= *hi || *hi > c->nupds)
+		return CORRUPT;
+	return 0;
+}
+
+int bchunk_get(heap_txn *t, uint64_t id, bchunk *out)
+{
+	const void *body;
+	size_t used;
+	int rc = heap_chunk_get(t, id, &body, &used);
+	if (rc == AH_ENOTFOUND)
+		return CORRUPT; /* a record names a chunk that is not there */
+	if (rc)
+		return rc;
+	return bchunk_open(body, used, out);
+}
+
+/* ---------------------------------------------------------- batch record */
+
+static int record_get(heap_txn *t, uint64_t id, const uint8_t **rec,
+                      size_t *len)
+{
+	const void *v;
+	if (id == BATCH_ID_COUNTER)
+		return AH_EINVAL;
+	int rc = heap_get(t, HEAP_T_BATCH, &id, sizeof id, &v, len);
+	*rec = v;
+	return rc;
+}
+
+/* Decodes rec into a fresh struct batch; the fence bytes are copied when
+ * copy is set (write txns: a later put may move the record's page). */
+static int record_decode(uint64_t id, const uint8_t *rec, size_t len,
+                         bool copy, batch **out)
+{
+	batch *b = NULL;
+	uint64_t n, ftab, fbytes, fend;
+	int rc = 0;
+
+	if (len < BREC_HDR || memcmp(rec, BREC_MAGIC, 4) != 0)
+		return CORRUPT;
+	uint16_t ver;
+	memcpy(&ver, rec + 4, 2);
+	if (ver != HEAP_FORMAT_VERSION || rec[6] != 8 ||
+	    (rec[7] & ~BREC_PARTIAL))
+		return CORRUPT;
+	n = rd32(rec + 72);
+	ftab = BREC_HDR + 8 * n;
+	fbytes = ftab + 4 * (n + 1);
+	if (fbytes > len)
+		return CORRUPT;
+	fend = rd32(rec + ftab + 4 * n);
+	if (fend > len - fbytes)
+		return CORRUPT;
+	b = calloc(1, sizeof *b);
+	if (!b)
+		return AH_ENOMEM;
+	b->id = id;
+	b->time_width = rec[6];
+	b->rec_flags = rec[7];
+	b->desc.lower = rd64(rec + 8);
+	b->desc.upper = rd64(rec + 16);
+	b->desc.since = rd64(rec + 24);
+	b->updates = rd64(rec + 32);
+	b->keys = rd64(rec + 40);
+	b->vals = rd64(rec + 48);
+	b->bytes = rd64(rec + 56);
+	b->chunk_bytes = rd64(rec + 64);
+	b->nchunks = (uint32_t)n;
+	/* One block: ids, fence pointers, fence lengths, copied fence bytes. */
+	size_t sz = n * (sizeof(uint64_t) + sizeof(void *) + sizeof(size_t)) +
+	            (copy ? fend : 0) + 1;
+	uint8_t *blk = malloc(sz);
+	if (!blk) {
+		rc = AH_ENOMEM;
+		goto out;
+	}
+	b->chunk_ids = (uint64_t *)blk;
+	b->fence = (const uint8_t **)(blk + n * sizeof(uint64_t));
+	b->fence_len = (size_t *)(blk + n * (sizeof(uint64_t) + sizeof(void *)));
+	const uint8_t *fb = rec + fbytes;
+	if (copy) {
+		uint8_t *dst = blk + n * (sizeof(uint64_t) + sizeof(void *) +
+		                          sizeof(size_t));
+		memcpy(dst, fb, fend);
+		fb = dst;
+	}
+	for (uint64_t i = 0; i < n; i++) {
+		b->chunk_ids[i] = rd64(rec + BREC_HDR + 8 * i);
+		uint32_t lo = rd32(rec + ftab + 4 * i);
+		uint32_t hi = rd32(rec + ftab + 4 * (i + 1));
+		if (lo > hi || hi > fend) {
+			rc = CORRUPT;
+			goto out;
+		}
+		b->fence[i] = fb + lo;
+		b->fence_len[i] = hi - lo;
+	}
+out:
+	if (rc) {
+		if (!blk)
+			b->chunk_ids = NULL;
+		batch_free(b);
+		return rc;
+	}
+	*out = b;
+	return 0;
+}
+
+int batch_load(heap_txn *t, uint64_t id, batch **out)
+{
+	const uint8_t *rec;
+	size_t len;
+	if (!t || !out)
+		return AH_EINVAL;
+	int rc = record_get(t, id, &rec, &len);
+	if (rc)
+		return rc;
+	return record_decode(id, rec, len, !heap_txn_rdonly(t), out);
+}
+
+void batch_free(batch *b)
+{
+	if (!b)
+		return;
+	free(b->chunk_ids); /* the one block of batch_load */
+	free(b);
+}
+
+int batch_record_put(heap_txn *t, const batch *b)
+{
+	uint64_t n = b->nchunks, fsum = 0;
+	for (uint64_t i = 0; i < n; i++)
+		fsum += b->fence_len[i];
+	uint64_t ftab = BREC_HDR + 8 * n, fbytes = ftab + 4 * (n + 1);
+	if (n > UINT32_MAX / 8 || fsum > UINT32_MAX ||
+	    fbytes + fsum > UINT32_MAX)
+		return AH_ELIMIT;
+	uint8_t *rec = malloc(fbytes + fsum);
+	if (!rec)
+		return AH_ENOMEM;
+	uint16_t ver = HEAP_FORMAT_VERSION;
+	uint32_t n32 = (uint32_t)n, zero = 0, off = 0;
+	memcpy(rec, BREC_MAGIC, 4);
+	memcpy(rec + 4, &ver, 2);
+	rec[6] = 8;
+	rec[7] = (uint8_t)b->rec_flags;
+	memcpy(rec + 8, &b->desc.lower, 8);
+	memcpy(rec + 16, &b->desc.upper, 8);
+	memcpy(rec + 24, &b->desc.since, 8);
+	memcpy(rec + 32, &b->updates, 8);
+	memcpy(rec + 40, &b->keys, 8);
+	memcpy(rec + 48, &b->vals, 8);
+	memcpy(rec + 56, &b->bytes, 8);
+	memcpy(rec + 64, &b->chunk_bytes, 8);
+	memcpy(rec + 72, &n32, 4);
+	memcpy(rec + 76, &zero, 4);
+	for (uint64_t i = 0; i < n; i++) {
+		memcpy(rec + BREC_HDR + 8 * i, &b->chunk_ids[i], 8);
+		memcpy(rec + ftab + 4 * i, &off, 4);
+		if (b->fence_len[i])
+			memcpy(rec + fbytes + off, b->fence[i], b->fence_len[i]);
+		off += (uint32_t)b->fence_len[i];
+	}
+	memcpy(rec + ftab + 4 * n, &off, 4);
+	int rc = heap_put(t, HEAP_T_BATCH, &b->id, sizeof b->id, rec,
+	                  fbytes + fsum);
+	free(rec);
+	return rc;
+}
+
+int batch_set_desc(heap_txn *t, uint64_t id, const batch_desc *d)
+{
+	const uint8_t *rec;
+	size_t len;
+	if (!t || !d)
+		return AH_EINVAL;
+	int rc = record_get(t, id, &rec, &len);
+	if (rc)
+		return rc;
+	if (len < BREC_HDR || memcmp(rec, BREC_MAGIC, 4) != 0)
+		return CORRUPT;
+	uint8_t *copy = malloc(len);
+	if (!copy)
+		return AH_ENOMEM;
+	memcpy(copy, rec, len);
+	memcpy(copy + 8, &d->lower, 8);
+	memcpy(copy + 16, &d->upper, 8);
+	memcpy(copy + 24, &d->since, 8);
+	rc = heap_put(t, HEAP_T_BATCH, &id, sizeof id, copy, len);
+	free(copy);
+	return rc;
+}
+
+int batch_drop(heap_txn *t, uint64_t id)
+{
+	batch *b = NULL;
+	int rc = batch_load(t, id, &b);
+	if (rc)
+		return rc;
+	for (uint32_t i = 0; i < b->nchunks && !rc; i++) {
+		rc = heap_chunk_free(t, b->chunk_ids[i]);
+		if (rc == AH_ENOTFOUND)
+			rc = CORRUPT;
+	}
+	if (!rc)
+		rc = heap_del(t, HEAP_T_BATCH, &id, sizeof id);
+	batch_free(b);
+	return rc;
+}
+
+int batch_new_id(heap_txn *t, uint64_t *id)
+{
+	uint64_t key = BATCH_ID_COUNTER, next = 1;
+	const void *v;
+	size_t len;
+	if (!t || !id)
+		return AH_EINVAL;
+	int rc = heap_get(t, HEAP_T_BATCH, &key, sizeof key, &v, &len);
+	if (rc == 0) {
+		if (len != 8)
+			return CORRUPT;
+		memcpy(&next, v, 8);
+		if (next == 0 || next == BATCH_ID_COUNTER)
+			return next ? AH_ELIMIT : CORRUPT;
+	} else if (rc != AH_ENOTFOUND) {
+		return rc;
+	}
+	uint64_t after = next + 1;
+	rc = heap_put(t, HEAP_T_BATCH, &key, sizeof key, &after, sizeof after);
+	if (rc)
+		return rc;
+	*id = next;
+	return 0;
+}

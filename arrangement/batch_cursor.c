@@ -1,0 +1,362 @@
+/*
+ * arrangement/batch_cursor.c - a cursor over one batch, in place in the map.
+ *
+ * The position is (chunk c, key ki, val vi) inside checked chunk views
+ * (bchunk, batch.c): keys and vals are pointers straight into the map, no
+ * decode, no copy.  A key continued over several chunks (KEY_CONT) appears
+ * once: stepping vals walks into the continuation chunks, skipping the
+ * repeated first val of a VAL_CONT chunk; stepping keys skips them.  The
+ * (time, diff) walk runs on a second view so that it can follow a (key, val)
+ * across VAL_CONT chunks without moving the position.  seek_key finds its
+ * chunk by binary search over the record's fence keys, then searches inside
+ * the chunk.  Every chunk entered is header-checked and every offset used is
+ * bounds-checked: bad data is AH_ECORRUPT, never a read out of bounds.
+ * The cursor never writes to the map.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "arrangement/batch.h"
+
+struct batch_cursor {
+	heap_txn *t;
+	const batch *b;
+	uint64_t since;
+	bchunk cv;          /* chunk c */
+	uint32_t c, ki, vi, vend; /* vend: end of key ki's vals in chunk c */
+	uint32_t kc, kk;    /* where the current key starts (rewind_vals) */
+	bool kvalid, vvalid;
+	const uint8_t *key, *val;
+	size_t klen, vlen;
+	/* time walk */
+	bchunk tv;
+	uint32_t tc, tvi, tu, tend;
+	bool tpending, tdone;
+};
+
+static int load(batch_cursor *c, uint32_t idx, bchunk *out)
+{
+	if (idx >= c->b->nchunks)
+		return AH_ECORRUPT;
+	int rc = bchunk_get(c->t, c->b->chunk_ids[idx], out);
+	if (!rc && idx == 0 && out->flags)
+		rc = AH_ECORRUPT; /* nothing to continue */
+	return rc;
+}
+
+static int set_val(batch_cursor *c)
+{
+	int rc = bchunk_val(&c->cv, c->vi, &c->val, &c->vlen);
+	if (rc)
+		return rc;
+	c->vvalid = true;
+	c->tpending = true;
+	c->tdone = false;
+	return 0;
+}
+
+/* Positions on key ki of the loaded chunk (a fresh key) and its first val. */
+static int set_key(batch_cursor *c, uint32_t ki)
+{
+	int rc;
+	c->ki = c->kk = ki;
+	c->kc = c->c;
+	if ((rc = bchunk_key(&c->cv, ki, &c->key, &c->klen)) ||
+	    (rc = bchunk_key_vals(&c->cv, ki, &c->vi, &c->vend)))
+		return rc;
+	c->kvalid = true;
+	return set_val(c);
+}
+
+static void invalidate(batch_cursor *c)
+{
+	c->kvalid = c->vvalid = false;
+}
+
+int bcur_rewind_keys(batch_cursor *c)
+{
+	int rc;
+	invalidate(c);
+	c->c = 0;
+	if (c->b->nchunks == 0)
+		return 0;
+	if ((rc = load(c, 0, &c->cv)))
+		return rc;
+	return set_key(c, 0);
+}
+
+int bcur_open(heap_txn *t, const batch *b, uint64_t since, batch_cursor **out)
+{
+	if (!t || !b || !out)
+		return AH_EINVAL;
+	batch_cursor *c = calloc(1, sizeof *c);
+	if (!c)
+		return AH_ENOMEM;
+	c->t = t;
+	c->b = b;
+	c->since = since;
+	int rc = bcur_rewind_keys(c);
+	if (rc) {
+		free(c);
+		return rc;
+	}
+	*out = c;
+	return 0;
+}
+
+void bcur_close(batch_cursor *c)
+{
+	free(c);
+}
+
+bool bcur_key_valid(const batch_cursor *c)
+{
+	return c && c->kvalid;
+}
+
+bool bcur_val_valid(const batch_cursor *c)
+{
+	return c && c->kvalid && c->vvalid;
+}
+
+void bcur_key(const batch_cursor *c, const void **key, size_t *len)
+{
+	bool ok = bcur_key_valid(c);
+	*key = ok ? c->key : NULL;
+	*len = ok ? c->klen : 0;
+}
+
+void bcur_val(const batch_cursor *c, const void **val, size_t *len)
+{
+	bool ok = bcur_val_valid(c);
+	*val = ok ? c->val : NULL;
+	*len = ok ? c->vlen : 0;
+}
+
+int bcur_step_key(batch_cursor *c)
+{
+	int rc;
+	if (!c->kvalid)
+		return 0;
+	for (;;) {
+		if (c->ki + 1 < c->cv.nkeys)
+			return set_key(c, c->ki + 1);
+		if (c->c + 1 >= c->b->nchunks) {
+			invalidate(c);
+			return 0;
+		}
+		if ((rc = load(c, c->c + 1, &c->cv)))
+			return rc;
+		c->c++;
+		c->ki = 0;
+		if (!(c->cv.flags & BCHUNK_KEY_CONT))
+			return set_key(c, 0);
+	}
+}
+
+/* Moves into chunk c + 1 when it continues the current key; *moved = false
+ * when the key ends in chunk c. */
+static int enter_cont(batch_cursor *c, bool *moved)
+{
+	bchunk next;
+	int rc;
+	*moved = false;
+	if (c->ki + 1 < c->cv.nkeys || c->c + 1 >= c->b->nchunks)
+		return 0;
+	if ((rc = load(c, c->c + 1, &next)))
+		return rc;
+	if (!(next.flags & BCHUNK_KEY_CONT))
+		return 0;
+	c->cv = next;
+	c->c++;
+	c->ki = 0;
+	*moved = true;
+	return bchunk_key_vals(&c->cv, 0, &c->vi, &c->vend);
+}
+
+int bcur_step_val(batch_cursor *c)
+{
+	bool moved;
+	int rc;
+	if (!bcur_val_valid(c))
+		return 0;
+	c->vi++;
+	while (c->vi >= c->vend) {
+		if ((rc = enter_cont(c, &moved)))
+			return rc;
+		if (!moved) {
+			c->vvalid = false;
+			return 0;
+		}
+		if (c->cv.flags & BCHUNK_VAL_CONT)
+			c->vi++; /* the val we stepped past, continued */
+	}
+	return set_val(c);
+}
+
+/* First index in [lo, hi) whose key (val) is >= target, or hi. */
+static int search(const bchunk *cv, bool keys, uint32_t lo, uint32_t hi,
+                  const void *target, size_t tlen, uint32_t *at)
+{
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		const uint8_t *p;
+		size_t len;
+		int rc = keys ? bchunk_key(cv, mid, &p, &len)
+		              : bchunk_val(cv, mid, &p, &len);
+		if (rc)
+			return rc;
+		if (bytes_cmp(p, len, target, tlen) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	*at = lo;
+	return 0;
+}
+
+int bcur_seek_key(batch_cursor *c, const void *key, size_t len)
+{
+	const batch *b = c->b;
+	uint32_t lo, hi, at, start;
+	int rc;
+
+	if (!c->kvalid || bytes_cmp(c->key, c->klen, key, len) >= 0)
+		return 0;
+	/* the last chunk at or after c whose fence is < key */
+	lo = c->c + 1;
+	hi = b->nchunks;
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		if (bytes_cmp(b->fence[mid], b->fence_len[mid], key, len) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	start = c->ki + 1;
+	if (lo - 1 > c->c) {
+		if ((rc = load(c, lo - 1, &c->cv)))
+			return rc;
+		c->c = lo - 1;
+		start = 0;
+	}
+	if ((rc = search(&c->cv, true, start, c->cv.nkeys, key, len, &at)))
+		return rc;
+	if (at < c->cv.nkeys) {
+		if (at == 0 && (c->cv.flags & BCHUNK_KEY_CONT))
+			return AH_ECORRUPT; /* fences disagree with chunks */
+		return set_key(c, at);
+	}
+	/* every key here is < key: the next chunk starts a fresh key */
+	if (c->c + 1 >= b->nchunks) {
+		c->ki = c->cv.nkeys - 1;
+		invalidate(c);
+		return 0;
+	}
+	if ((rc = load(c, c->c + 1, &c->cv)))
+		return rc;
+	c->c++;
+	if (c->cv.flags & BCHUNK_KEY_CONT)
+		return AH_ECORRUPT;
+	return set_key(c, 0);
+}
+
+int bcur_seek_val(batch_cursor *c, const void *val, size_t len)
+{
+	const uint8_t *p;
+	size_t plen;
+	uint32_t at;
+	bool moved;
+	int rc;
+
+	if (!bcur_val_valid(c) || bytes_cmp(c->val, c->vlen, val, len) >= 0)
+		return 0;
+	for (;;) {
+		/* whole chunk's share of the key below val: try the next */
+		if ((rc = bchunk_val(&c->cv, c->vend - 1, &p, &plen)))
+			return rc;
+		if (bytes_cmp(p, plen, val, len) >= 0)
+			break;
+		if ((rc = enter_cont(c, &moved)))
+			return rc;
+		if (!moved) {
+			c->vi = c->vend;
+			c->vvalid = false;
+			return 0;
+		}
+	}
+	if ((rc = search(&c->cv, false, c->vi, c->vend, val, len, &at)))
+		return rc;
+	c->vi = at;
+	return set_val(c);
+}
+
+int bcur_rewind_vals(batch_cursor *c)
+{
+	int rc;
+	if (!c->kvalid)
+		return 0;
+	if (c->c != c->kc) {
+		if ((rc = load(c, c->kc, &c->cv)))
+			return rc;
+		c->c = c->kc;
+	}
+	c->ki = c->kk;
+	if ((rc = bchunk_key_vals(&c->cv, c->ki, &c->vi, &c->vend)))
+		return rc;
+	return set_val(c);
+}
+
+int bcur_times_rewind(batch_cursor *c)
+{
+	c->tpending = true;
+	c->tdone = false;
+	return 0;
+}
+
+/* Moves the time walk into chunk tc + 1 if it continues the (key, val). */
+static int times_cont(batch_cursor *c)
+{
+	bchunk next;
+	int rc;
+	if (c->tvi + 1 != c->tv.nvals || c->tc + 1 >= c->b->nchunks) {
+		c->tdone = true;
+		return 0;
+	}
+	if ((rc = load(c, c->tc + 1, &next)))
+		return rc;
+	if (!(next.flags & BCHUNK_VAL_CONT)) {
+		c->tdone = true;
+		return 0;
+	}
+	c->tv = next;
+	c->tc++;
+	c->tvi = 0;
+	return bchunk_val_upds(&c->tv, 0, &c->tu, &c->tend);
+}
+
+int bcur_time_next(batch_cursor *c, uint64_t *time, int64_t *diff)
+{
+	int rc;
+	if (!bcur_val_valid(c))
+		return 0;
+	if (c->tpending) {
+		c->tv = c->cv;
+		c->tc = c->c;
+		c->tvi = c->vi;
+		c->tpending = false;
+		if ((rc = bchunk_val_upds(&c->tv, c->tvi, &c->tu, &c->tend)))
+			return rc;
+	}
+	while (c->tu >= c->tend) {
+		if (c->tdone)
+			return 0;
+		if ((rc = times_cont(c)))
+			return rc;
+	}
+	uint64_t tm = c->tv.times[c->tu];
+	*time = tm < c->since ? c->since : tm;
+	*diff = c->tv.diffs[c->tu];
+	c->tu++;
+	return 1;
+}

@@ -1,0 +1,516 @@
+/*
+ * arrangement/batch_writer.c - writes a sorted, consolidated update stream
+ * as batch chunks plus one batch record (layouts: batch.h).
+ *
+ * One chunk's columns are staged in the pool; when the next item would push
+ * the staged chunk past the largest class, the chunk is reserved, the
+ * columns are copied in (in pieces of at most 1 MiB: large single copies
+ * into fresh map pages are slow) and sealed.  The last chunk takes the
+ * smallest class that fits; a key or val too big for the largest class gets
+ * a jumbo chunk of its own.  A key (or (key, val)) cut by a chunk boundary
+ * is written again at the start of the next chunk, flagged KEY_CONT
+ * (VAL_CONT).  A resumed writer reloads the last chunk of the partial batch
+ * into staging and frees it, so a suspended-and-resumed batch has exactly the
+ * chunk bodies of one written in one go.
+ * It never reads a chunk it did not validate, and never writes a chunk after
+ * sealing it.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "arrangement/batch.h"
+
+/* A growable pool buffer. */
+typedef struct buf {
+	uint8_t *p;
+	size_t len, cap;
+} buf;
+
+struct batch_writer {
+	heap_txn *t;
+	pool *pool;
+	size_t max_body;
+	/* staged chunk: offsets relative to their byte column */
+	buf ko, kb, kv, vo, vb, vu, tm, df;
+	uint32_t nk, nv, nu, flags;
+	bool have_last;
+	/* batch so far */
+	buf ids, fences, fence_offs; /* u64, bytes, u32 (nchunks + 1) */
+	uint64_t updates, keys, vals, bytes, chunk_bytes;
+	uint64_t adopted; /* record id of a resumed partial batch, or 0 */
+};
+
+static int grow(pool *p, buf *b, size_t add)
+{
+	if (b->len + add <= b->cap)
+		return 0;
+	size_t cap = b->cap ? b->cap : 256;
+	while (cap < b->len + add)
+		cap *= 2;
+	uint8_t *np = b->p ? pool_realloc(p, b->p, b->cap, cap)
+	                   : pool_malloc(p, cap);
+	if (!np)
+		return AH_ENOMEM;
+	b->p = np;
+	b->cap = cap;
+	return 0;
+}
+
+static int put(pool *p, buf *b, const void *src, size_t n)
+{
+	int rc = grow(p, b, n);
+	if (rc)
+		return rc;
+	if (n)
+		memcpy(b->p + b->len, src, n);
+	b->len += n;
+	return 0;
+}
+
+static int put32(pool *p, buf *b, uint32_t v)
+{
+	return put(p, b, &v, 4);
+}
+
+static void buf_free(pool *p, buf *b)
+{
+	if (b->p)
+		pool_free(p, b->p, b->cap);
+	b->p = NULL;
+	b->len = b->cap = 0;
+}
+
+static uint32_t u32at(const buf *b, size_t i)
+{
+	uint32_t v;
+	memcpy(&v, b->p + 4 * i, 4);
+	return v;
+}
+
+static uint64_t a8(uint64_t x)
+{
+	return (x + 7) & ~(uint64_t)7;
+}
+
+/* Body bytes of a chunk with these counts (layout: batch.h). */
+static uint64_t chunk_size(uint64_t nk, uint64_t kbytes, uint64_t nv,
+                           uint64_t vbytes, uint64_t nu)
+{
+	return BCHUNK_HDR + 2 * a8(4 * (nk + 1)) + a8(kbytes) +
+	       2 * a8(4 * (nv + 1)) + a8(vbytes) + 16 * nu;
+}
+
+static void stage_reset(batch_writer *w)
+{
+	w->ko.len = w->kb.len = w->kv.len = 0;
+	w->vo.len = w->vb.len = w->vu.len = 0;
+	w->tm.len = w->df.len = 0;
+	w->nk = w->nv = w->nu = 0;
+	w->flags = 0;
+}
+
+/* The staged chunk's offset arrays carry a leading 0 entry. */
+static int stage_begin(batch_writer *w)
+{
+	int rc = 0;
+	if (w->ko.len == 0) {
+		if ((rc = put32(w->pool, &w->ko, 0)) ||
+		    (rc = put32(w->pool, &w->kv, 0)) ||
+		    (rc = put32(w->pool, &w->vo, 0)) ||
+		    (rc = put32(w->pool, &w->vu, 0)))
+			return rc;
+	}
+	return 0;
+}
+
+static int stage_key(batch_writer *w, const void *k, size_t klen)
+{
+	int rc;
+	if ((rc = put(w->pool, &w->kb, k, klen)) ||
+	    (rc = put32(w->pool, &w->ko, (uint32_t)w->kb.len)) ||
+	    (rc = put32(w->pool, &w->kv, w->nv)))
+		return rc;
+	w->nk++;
+	return 0;
+}
+
+static int stage_val(batch_writer *w, const void *v, size_t vlen)
+{
+	int rc;
+	if ((rc = put(w->pool, &w->vb, v, vlen)) ||
+	    (rc = put32(w->pool, &w->vo, (uint32_t)w->vb.len)) ||
+	    (rc = put32(w->pool, &w->vu, w->nu)))
+		return rc;
+	w->nv++;
+	/* the key's val range ends after this val */
+	uint32_t end = w->nv;
+	memcpy(w->kv.p + 4 * w->nk, &end, 4);
+	return 0;
+}
+
+static int stage_upd(batch_writer *w, uint64_t time, int64_t diff)
+{
+	int rc;
+	if ((rc = put(w->pool, &w->tm, &time, 8)) ||
+	    (rc = put(w->pool, &w->df, &diff, 8)))
+		return rc;
+	w->nu++;
+	uint32_t end = w->nu;
+	memcpy(w->vu.p + 4 * w->nv, &end, 4);
+	return 0;
+}
+
+/* Copies n bytes into the map in pieces of at most 1 MiB, zero-padding to
+ * 8 bytes; returns the next offset. */
+static uint32_t emit(uint8_t *body, uint32_t off, const void *src, size_t n)
+{
+	const uint8_t *s = src;
+	size_t done = 0;
+	while (done < n) {
+		size_t piece = n - done < (1u << 20) ? n - done : (1u << 20);
+		memcpy(body + off + done, s + done, piece);
+		done += piece;
+	}
+	size_t pad = a8(n) - n;
+	memset(body + off + n, 0, pad);
+	return off + (uint32_t)(n + pad);
+}
+
+/* Offsets relative to a byte column become offsets from the body start. */
+static void emit_offs(uint8_t *body, uint32_t off, const buf *b, uint32_t n,
+                      uint32_t base)
+{
+	uint32_t *dst = (uint32_t *)(body + off);
+	for (uint32_t i = 0; i < n; i++)
+		dst[i] = u32at(b, i) + base;
+	memset(body + off + 4 * (size_t)n, 0, a8(4 * (uint64_t)n) - 4 * (uint64_t)n);
+}
+
+static uint64_t staged_size(const batch_writer *w)
+{
+	return chunk_size(w->nk, w->kb.len, w->nv, w->vb.len, w->nu);
+}
+
+static void write_header(uint8_t *body, const batch_writer *w,
+                         const uint32_t off[8], uint32_t used)
+{
+	uint16_t ver = HEAP_FORMAT_VERSION;
+	memset(body, 0, BCHUNK_HDR);
+	memcpy(body, BCHUNK_MAGIC, 4);
+	memcpy(body + 4, &ver, 2);
+	body[6] = (uint8_t)w->flags;
+	body[7] = 8;
+	memcpy(body + 8, &w->nk, 4);
+	memcpy(body + 12, &w->nv, 4);
+	memcpy(body + 16, &w->nu, 4);
+	memcpy(body + 20, &used, 4);
+	memcpy(body + 24, off, 32);
+}
+
+/* Reserves, fills and seals a chunk from the staged columns. */
+static int flush(batch_writer *w)
+{
+	uint64_t size = staged_size(w), id;
+	uint32_t off[8], o, nk1 = w->nk + 1, nv1 = w->nv + 1;
+	void *vbody;
+	size_t cap;
+	int rc;
+
+	if (w->nu == 0)
+		return 0;
+	if (size > UINT32_MAX)
+		return AH_ELIMIT;
+	if ((rc = heap_chunk_reserve(w->t, size, &id, &vbody, &cap)))
+		return rc;
+	uint8_t *body = vbody;
+	off[0] = BCHUNK_HDR;
+	off[1] = off[0] + (uint32_t)a8(4 * (uint64_t)nk1);
+	off[2] = emit(body, off[1], w->kb.p, w->kb.len);
+	off[3] = emit(body, off[2], w->kv.p, 4 * (size_t)nk1);
+	off[4] = off[3] + (uint32_t)a8(4 * (uint64_t)nv1);
+	off[5] = emit(body, off[4], w->vb.p, w->vb.len);
+	off[6] = emit(body, off[5], w->vu.p, 4 * (size_t)nv1);
+	off[7] = emit(body, off[6], w->tm.p, 8 * (size_t)w->nu);
+	o = emit(body, off[7], w->df.p, 8 * (size_t)w->nu);
+	emit_offs(body, off[0], &w->ko, nk1, off[1]);
+	emit_offs(body, off[3], &w->vo, nv1, off[4]);
+	write_header(body, w, off, o);
+	if ((rc = heap_chunk_seal(w->t, id, body, o)))
+		return rc;
+
+	uint32_t key0_len = u32at(&w->ko, 1);
+	if ((rc = put(w->pool, &w->ids, &id, 8)) ||
+	    (rc = put(w->pool, &w->fences, w->kb.p, key0_len)) ||
+	    (rc = put32(w->pool, &w->fence_offs, (uint32_t)w->fences.len)))
+		return rc;
+	w->bytes += o;
+	w->chunk_bytes += cap + HEAP_CHUNK_HDR;
+	stage_reset(w);
+	return 0;
+}
+
+static int writer_alloc(heap_txn *t, pool *p, batch_writer **out)
+{
+	if (!t || !p || !out)
+		return AH_EINVAL;
+	batch_writer *w = pool_malloc(p, sizeof *w);
+	if (!w)
+		return AH_ENOMEM;
+	memset(w, 0, sizeof *w);
+	w->t = t;
+	w->pool = p;
+	w->max_body = heap_chunk_max_body(heap_txn_heap(t));
+	int rc = put32(p, &w->fence_offs, 0);
+	if (rc) {
+		pool_free(p, w, sizeof *w);
+		return rc;
+	}
+	*out = w;
+	return 0;
+}
+
+int batch_writer_new(heap_txn *t, pool *p, batch_writer **out)
+{
+	return writer_alloc(t, p, out);
+}
+
+/* Copies chunk c's items into the (empty) staging, checking every range. */
+static int stage_chunk(batch_writer *w, const bchunk *c)
+{
+	int rc = 0;
+	if ((rc = stage_begin(w)))
+		return rc;
+	w->flags = c->flags;
+	for (uint32_t i = 0; i < c->nkeys; i++) {
+		const uint8_t *k;
+		size_t kl;
+		uint32_t vlo, vhi;
+		if ((rc = bchunk_key(c, i, &k, &kl)) ||
+		    (rc = bchunk_key_vals(c, i, &vlo, &vhi)) ||
+		    (rc = stage_key(w, k, kl)))
+			return rc;
+		if (vlo != w->nv)
+			return AH_ECORRUPT;
+		for (uint32_t j = vlo; j < vhi; j++) {
+			const uint8_t *v;
+			size_t vl;
+			uint32_t ulo, uhi;
+			if ((rc = bchunk_val(c, j, &v, &vl)) ||
+			    (rc = bchunk_val_upds(c, j, &ulo, &uhi)) ||
+			    (rc = stage_val(w, v, vl)))
+				return rc;
+			if (ulo != w->nu)
+				return AH_ECORRUPT;
+			for (uint32_t u = ulo; u < uhi; u++)
+				if ((rc = stage_upd(w, c->times[u], c->diffs[u])))
+					return rc;
+		}
+	}
+	return 0;
+}
+
+int batch_writer_resume(heap_txn *t, pool *p, uint64_t partial_id,
+                        batch_writer **out)
+{
+	batch_writer *w = NULL;
+	batch *b = NULL;
+	bchunk c;
+	int rc;
+
+	if ((rc = writer_alloc(t, p, &w)) || (rc = batch_load(t, partial_id, &b)))
+		goto out;
+	w->adopted = partial_id;
+	if (b->nchunks == 0)
+		goto out;
+	for (uint32_t i = 0; i + 1 < b->nchunks; i++)
+		if ((rc = put(p, &w->ids, &b->chunk_ids[i], 8)) ||
+		    (rc = put(p, &w->fences, b->fence[i], b->fence_len[i])) ||
+		    (rc = put32(p, &w->fence_offs, (uint32_t)w->fences.len)))
+			goto out;
+	uint64_t last = b->chunk_ids[b->nchunks - 1];
+	if ((rc = bchunk_get(t, last, &c)) || (rc = stage_chunk(w, &c)))
+		goto out;
+	size_t last_cap = heap_chunk_fit(heap_txn_heap(t), c.used) + HEAP_CHUNK_HDR;
+	if ((c.flags && b->nchunks == 1) || b->bytes < c.used ||
+	    b->chunk_bytes < last_cap) {
+		rc = AH_ECORRUPT;
+		goto out;
+	}
+	w->updates = b->updates;
+	w->keys = b->keys;
+	w->vals = b->vals;
+	w->bytes = b->bytes - c.used;
+	w->chunk_bytes = b->chunk_bytes - last_cap;
+	w->have_last = true;
+	rc = heap_chunk_free(t, last);
+out:
+	batch_free(b);
+	if (rc) {
+		batch_writer_free(w);
+		return rc;
+	}
+	*out = w;
+	return 0;
+}
+
+bool batch_writer_last(const batch_writer *w, const void **key, size_t *klen,
+                       const void **val, size_t *vlen)
+{
+	if (!w || !w->have_last || w->nk == 0)
+		return false;
+	uint32_t k0 = u32at(&w->ko, w->nk - 1), k1 = u32at(&w->ko, w->nk);
+	uint32_t v0 = u32at(&w->vo, w->nv - 1), v1 = u32at(&w->vo, w->nv);
+	*key = w->kb.p + k0;
+	*klen = k1 - k0;
+	*val = w->vb.p + v0;
+	*vlen = v1 - v0;
+	return true;
+}
+
+/* Where the update goes relative to the last one: order check. */
+static int classify(const batch_writer *w, const void *key, size_t klen,
+                    const void *val, size_t vlen, uint64_t time,
+                    bool *newkey, bool *newval)
+{
+	const void *lk, *lv;
+	size_t lkl, lvl;
+	uint64_t lt;
+
+	*newkey = *newval = true;
+	if (!batch_writer_last(w, &lk, &lkl, &lv, &lvl))
+		return 0;
+	memcpy(&lt, w->tm.p + 8 * (size_t)(w->nu - 1), 8);
+	int c = bytes_cmp(key, klen, lk, lkl);
+	if (c < 0)
+		return AH_EINVAL;
+	if (c > 0)
+		return 0;
+	*newkey = false;
+	int cv = bytes_cmp(val, vlen, lv, lvl);
+	if (cv < 0 || (cv == 0 && time <= lt))
+		return AH_EINVAL;
+	*newval = cv > 0;
+	return 0;
+}
+
+int batch_writer_push(batch_writer *w, const void *key, size_t klen,
+                      const void *val, size_t vlen, uint64_t time,
+                      int64_t diff)
+{
+	bool newkey, newval;
+	int rc;
+
+	if (!w || diff == 0 || (klen && !key) || (vlen && !val))
+		return AH_EINVAL;
+	if (chunk_size(1, klen, 1, vlen, 1) > UINT32_MAX)
+		return AH_ELIMIT;
+	if ((rc = classify(w, key, klen, val, vlen, time, &newkey, &newval)))
+		return rc;
+	uint64_t after = chunk_size(w->nk + newkey, w->kb.len + (newkey ? klen : 0),
+	                            w->nv + newval,
+	                            w->vb.len + (newval ? vlen : 0), w->nu + 1);
+	if (w->nu > 0 && after > w->max_body) {
+		if ((rc = flush(w)))
+			return rc;
+		w->flags = (newkey ? 0 : BCHUNK_KEY_CONT) |
+		           (newval ? 0 : BCHUNK_VAL_CONT);
+	}
+	bool fresh = w->nu == 0;
+	if ((rc = stage_begin(w)))
+		return rc;
+	/* a fresh chunk repeats a continued key (val) */
+	if ((newkey || fresh) && (rc = stage_key(w, key, klen)))
+		return rc;
+	if ((newval || fresh) && (rc = stage_val(w, val, vlen)))
+		return rc;
+	if ((rc = stage_upd(w, time, diff)))
+		return rc;
+	w->updates++;
+	w->keys += newkey;
+	w->vals += newval;
+	w->have_last = true;
+	return 0;
+}
+
+/* Flushes and writes the record (flags BREC_*); *id = 0 when empty. */
+static int write_record(batch_writer *w, const batch_desc *d, uint32_t flags,
+                        uint64_t *id)
+{
+	batch b;
+	int rc;
+
+	*id = 0;
+	if ((rc = flush(w)))
+		return rc;
+	if (w->adopted && (rc = heap_del(w->t, HEAP_T_BATCH, &w->adopted, 8)))
+		return rc;
+	w->adopted = 0;
+	if (w->updates == 0)
+		return 0;
+	uint32_t n = (uint32_t)(w->ids.len / 8);
+	const uint8_t **fence = malloc(n * sizeof *fence + 1);
+	size_t *flen = malloc(n * sizeof *flen + 1);
+	if (!fence || !flen) {
+		rc = AH_ENOMEM;
+		goto out;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t lo = u32at(&w->fence_offs, i);
+		fence[i] = w->fences.p + lo;
+		flen[i] = u32at(&w->fence_offs, i + 1) - lo;
+	}
+	memset(&b, 0, sizeof b);
+	b.desc = *d;
+	b.time_width = 8;
+	b.updates = w->updates;
+	b.keys = w->keys;
+	b.vals = w->vals;
+	b.bytes = w->bytes;
+	b.chunk_bytes = w->chunk_bytes;
+	b.nchunks = n;
+	b.chunk_ids = (uint64_t *)w->ids.p;
+	b.fence = fence;
+	b.fence_len = flen;
+	b.rec_flags = flags;
+	if ((rc = batch_new_id(w->t, &b.id)) || (rc = batch_record_put(w->t, &b)))
+		goto out;
+	*id = b.id;
+out:
+	free(fence);
+	free(flen);
+	return rc;
+}
+
+int batch_writer_finish(batch_writer *w, const batch_desc *d, uint64_t *id)
+{
+	if (!w || !d || !id) {
+		batch_writer_free(w);
+		return AH_EINVAL;
+	}
+	int rc = write_record(w, d, 0, id);
+	batch_writer_free(w);
+	return rc;
+}
+
+int batch_writer_suspend(batch_writer *w, const batch_desc *d, uint64_t *id)
+{
+	if (!w || !d || !id) {
+		batch_writer_free(w);
+		return AH_EINVAL;
+	}
+	int rc = write_record(w, d, BREC_PARTIAL, id);
+	batch_writer_free(w);
+	return rc;
+}
+
+void batch_writer_free(batch_writer *w)
+{
+	if (!w)
+		return;
+	pool *p = w->pool;
+	buf *bufs[] = {&w->ko, &w->kb, &w->kv, &w->vo, &w->vb, &w->vu,
+	               &w->tm, &w->df, &w->ids, &w->fences, &w->fence_offs};
+	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+		buf_free(p, bufs[i]);
+	pool_free(p, w, sizeof *w);
+}
