@@ -1,0 +1,272 @@
+/*
+ * arrangement/cursor.c - the trace cursor: a merge of n batch cursors by
+ * key, then val (differential dataflow's CursorList).
+ *
+ * The current key is the least key among the valid batch cursors, the
+ * current val the least val among the cursors on that key; the time walk
+ * visits every cursor on the current (key, val), batch by batch.  The minima
+ * are found by a linear scan over the k cursors: a spine holds O(log n)
+ * batches, so a heap would cost more than it saves.  Movement only moves the
+ * batch cursors that sit on the current key (val), as CursorList does.
+ * After an error the cursor reports itself invalid; it never touches data
+ * other than through the batch cursors.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "arrangement/cursor.h"
+
+struct trace_cursor {
+	size_t n;
+	batch_cursor **bc;
+	bool *at_key, *at_val; /* bc[i] is on the current key / (key, val) */
+	bool kvalid, vvalid;
+	int err;
+	const void *key, *val;
+	size_t klen, vlen;
+	size_t tidx; /* the batch whose times time_next walks */
+};
+
+/* Records the first error: the cursor is then invalid for good. */
+static int fail(trace_cursor *c, int rc)
+{
+	if (rc < 0 && !c->err) {
+		c->err = rc;
+		c->kvalid = c->vvalid = false;
+	}
+	return rc;
+}
+
+/* Finds the least val among the cursors on the current key. */
+static int find_val(trace_cursor *c)
+{
+	c->vvalid = false;
+	c->tidx = 0;
+	for (size_t i = 0; i < c->n; i++) {
+		c->at_val[i] = false;
+		if (!c->at_key[i] || !bcur_val_valid(c->bc[i]))
+			continue;
+		const void *v;
+		size_t vl;
+		bcur_val(c->bc[i], &v, &vl);
+		int cmp = c->vvalid ? bytes_cmp(v, vl, c->val, c->vlen) : -1;
+		if (cmp < 0) {
+			for (size_t j = 0; j < i; j++)
+				c->at_val[j] = false;
+			c->val = v;
+			c->vlen = vl;
+			c->vvalid = true;
+		}
+		if (cmp <= 0)
+			c->at_val[i] = true;
+	}
+	for (size_t i = 0; i < c->n; i++)
+		if (c->at_val[i])
+			bcur_times_rewind(c->bc[i]);
+	return 0;
+}
+
+/* Finds the least key among the valid cursors, then its least val. */
+static int find_key(trace_cursor *c)
+{
+	if (c->err)
+		return c->err;
+	c->kvalid = false;
+	for (size_t i = 0; i < c->n; i++) {
+		c->at_key[i] = false;
+		if (!bcur_key_valid(c->bc[i]))
+			continue;
+		const void *k;
+		size_t kl;
+		bcur_key(c->bc[i], &k, &kl);
+		int cmp = c->kvalid ? bytes_cmp(k, kl, c->key, c->klen) : -1;
+		if (cmp < 0) {
+			for (size_t j = 0; j < i; j++)
+				c->at_key[j] = false;
+			c->key = k;
+			c->klen = kl;
+			c->kvalid = true;
+		}
+		if (cmp <= 0)
+			c->at_key[i] = true;
+	}
+	return find_val(c);
+}
+
+int tcur_open(heap_txn *t, batch *const *batches, size_t n, uint64_t since,
+              trace_cursor **out)
+{
+	int rc = 0;
+	if (!t || (n && !batches) || !out)
+		return AH_EINVAL;
+	trace_cursor *c = calloc(1, sizeof *c);
+	if (!c)
+		return AH_ENOMEM;
+	c->bc = calloc(n + 1, sizeof *c->bc);
+	c->at_key = calloc(n + 1, sizeof *c->at_key);
+	c->at_val = calloc(n + 1, sizeof *c->at_val);
+	if (!c->bc || !c->at_key || !c->at_val) {
+		rc = AH_ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++, c->n++)
+		if ((rc = bcur_open(t, batches[i], since, &c->bc[i])))
+			goto out;
+	rc = find_key(c);
+out:
+	if (rc) {
+		tcur_close(c);
+		return rc;
+	}
+	*out = c;
+	return 0;
+}
+
+void tcur_close(trace_cursor *c)
+{
+	if (!c)
+		return;
+	for (size_t i = 0; i < c->n; i++)
+		bcur_close(c->bc[i]);
+	free(c->bc);
+	free(c->at_key);
+	free(c->at_val);
+	free(c);
+}
+
+bool tcur_key_valid(const trace_cursor *c)
+{
+	return c && c->kvalid;
+}
+
+bool tcur_val_valid(const trace_cursor *c)
+{
+	return c && c->kvalid && c->vvalid;
+}
+
+void tcur_key(const trace_cursor *c, const void **key, size_t *len)
+{
+	bool ok = tcur_key_valid(c);
+	*key = ok ? c->key : NULL;
+	*len = ok ? c->klen : 0;
+}
+
+void tcur_val(const trace_cursor *c, const void **val, size_t *len)
+{
+	bool ok = tcur_val_valid(c);
+	*val = ok ? c->val : NULL;
+	*len = ok ? c->vlen : 0;
+}
+
+int tcur_step_key(trace_cursor *c)
+{
+	if (c->err)
+		return c->err;
+	if (!c->kvalid)
+		return 0;
+	for (size_t i = 0; i < c->n; i++) {
+		int rc = c->at_key[i] ? bcur_step_key(c->bc[i]) : 0;
+		if (rc)
+			return fail(c, rc);
+	}
+	return fail(c, find_key(c));
+}
+
+int tcur_seek_key(trace_cursor *c, const void *key, size_t len)
+{
+	if (c->err)
+		return c->err;
+	if (len && !key)
+		return AH_EINVAL;
+	for (size_t i = 0; i < c->n; i++) {
+		int rc = bcur_seek_key(c->bc[i], key, len);
+		if (rc)
+			return fail(c, rc);
+	}
+	return fail(c, find_key(c));
+}
+
+int tcur_step_val(trace_cursor *c)
+{
+	if (c->err)
+		return c->err;
+	if (!tcur_val_valid(c))
+		return 0;
+	for (size_t i = 0; i < c->n; i++) {
+		int rc = c->at_val[i] ? bcur_step_val(c->bc[i]) : 0;
+		if (rc)
+			return fail(c, rc);
+	}
+	return fail(c, find_val(c));
+}
+
+int tcur_seek_val(trace_cursor *c, const void *val, size_t len)
+{
+	if (c->err)
+		return c->err;
+	if (len && !val)
+		return AH_EINVAL;
+	if (!c->kvalid)
+		return 0;
+	for (size_t i = 0; i < c->n; i++) {
+		int rc = c->at_key[i] ? bcur_seek_val(c->bc[i], val, len) : 0;
+		if (rc)
+			return fail(c, rc);
+	}
+	return fail(c, find_val(c));
+}
+
+int tcur_rewind_keys(trace_cursor *c)
+{
+	if (c->err)
+		return c->err;
+	for (size_t i = 0; i < c->n; i++) {
+		int rc = bcur_rewind_keys(c->bc[i]);
+		if (rc)
+			return fail(c, rc);
+	}
+	return fail(c, find_key(c));
+}
+
+int tcur_rewind_vals(trace_cursor *c)
+{
+	if (c->err)
+		return c->err;
+	if (!c->kvalid)
+		return 0;
+	for (size_t i = 0; i < c->n; i++) {
+		int rc = c->at_key[i] ? bcur_rewind_vals(c->bc[i]) : 0;
+		if (rc)
+			return fail(c, rc);
+	}
+	return fail(c, find_val(c));
+}
+
+int tcur_time_next(trace_cursor *c, uint64_t *time, int64_t *diff)
+{
+	if (c->err)
+		return c->err;
+	if (!time || !diff)
+		return AH_EINVAL;
+	if (!tcur_val_valid(c))
+		return 0;
+	for (; c->tidx < c->n; c->tidx++) {
+		if (!c->at_val[c->tidx])
+			continue;
+		int rc = bcur_time_next(c->bc[c->tidx], time, diff);
+		if (rc != 0)
+			return rc < 0 ? fail(c, rc) : 1;
+	}
+	return 0;
+}
+
+int tcur_times_rewind(trace_cursor *c)
+{
+	if (c->err)
+		return c->err;
+	c->tidx = 0;
+	for (size_t i = 0; i < c->n; i++)
+		if (c->at_val[i])
+			bcur_times_rewind(c->bc[i]);
+	return 0;
+}
