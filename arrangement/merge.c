@@ -322,6 +322,13 @@ int merger_step(merger *m, uint64_t fuel, bool *done, uint64_t *spent)
 		rc = merge_group(m, &units);
 		used += units;
 	}
+	/* Report exhaustion now rather than on a further empty step. */
+	if (rc == 0 && !m->done) {
+		size_t i = 0;
+		while (i < m->n && !bcur_key_valid(m->cur[i]))
+			i++;
+		m->done = i == m->n;
+	}
 	if (done)
 		*done = m->done;
 	if (spent)
