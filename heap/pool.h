@@ -33,7 +33,20 @@ void pool_free(pool *p, void *ptr, size_t size);
  * block is live any more: the caller guarantees it. */
 void pool_reset(pool *p);
 
-/* Errors: AH_EIO (mallctl failed). */
+/* active_bytes and peak_active_bytes are the exact sums of the sizes asked
+ * for; dirty_bytes and resident_bytes come from jemalloc's arena statistics
+ * (0 and active_bytes in AH_POOL_SYSTEM_MALLOC builds).
+ * Errors: AH_EINVAL, AH_EIO (mallctl failed). */
 int pool_stats(pool *p, ah_pool_stats *st);
+
+/* Fault injection: the nth allocation (pool_malloc or pool_realloc) from now
+ * on returns NULL, 1 being the next one; 0 turns injection off.  For tests. */
+void pool_inject_failure(pool *p, uint64_t nth);
+
+/* Exact counters since pool_create: successful allocations (a realloc counts
+ * as one allocation and one free), frees, and blocks live now (pool_reset
+ * sets it to 0).  Any out pointer may be NULL. */
+void pool_counts(const pool *p, uint64_t *allocs, uint64_t *frees,
+                 uint64_t *live_blocks);
 
 #endif /* HEAP_POOL_H */

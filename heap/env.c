@@ -1,0 +1,473 @@
+/*
+ * heap/env.c - the heap's lifecycle: open (with the format checks of
+ * format.c), close, sync, the size limit, statistics, and the process-wide
+ * registry of open heap files.
+ *
+ * Why a registry (the heap layer's only global state besides
+ * ah_config_debug): LMDB's locks are fcntl locks, which belong to the
+ * process and are dropped when ANY descriptor of the file is closed; a
+ * second environment on the same file in one process would silently break
+ * the first one's locking when closed.  So heap_open refuses a file that is
+ * already open in this process (AH_EBUSY).  Entries carry the opener's pid:
+ * a forked child inherits the list but not the environments, and may open
+ * the file anew.
+ *
+ * A failed open changes nothing on disk: an existing file is checked by
+ * pread (format.c) and then through a read-only environment (no WRITEMAP,
+ * so no ftruncate) before it is opened read-write; a file this open created
+ * is unlinked again on failure.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "heap/heap_int.h"
+
+#define OPEN_FLAGS                                                             \
+	(AH_OPEN_CREATE | AH_OPEN_RDONLY | AH_OPEN_NOSYNC |                    \
+	 AH_OPEN_NOMETASYNC | AH_OPEN_VERIFY_READS)
+#define MAX_DBS 8
+#define DEFAULT_READERS 126
+
+static const char *const dbi_names[HEAP_DBI__COUNT] = {
+	[HEAP_T_ARR] = "arr",       [HEAP_T_BATCH] = "batch",
+	[HEAP_T_SOURCE] = "source", [HEAP_DBI_META] = "meta",
+	[HEAP_DBI_CHUNKS] = "chunks",
+};
+static const unsigned dbi_flags[HEAP_DBI__COUNT] = {
+	[HEAP_T_BATCH] = MDB_INTEGERKEY,
+	[HEAP_DBI_CHUNKS] = MDB_INTEGERKEY,
+};
+
+static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
+static heap *registry;
+
+static bool registered(dev_t dev, ino_t ino)
+{
+	pid_t self = getpid();
+
+	for (heap *r = registry; r != NULL; r = r->reg_next)
+		if (r->pid == self && r->dev == dev && r->ino == ino)
+			return true;
+	return false;
+}
+
+static void unregister(heap *h)
+{
+	for (heap **pp = &registry; *pp != NULL; pp = &(*pp)->reg_next)
+		if (*pp == h) {
+			*pp = h->reg_next;
+			return;
+		}
+}
+
+static void set_debug(void)
+{
+	const char *d = getenv("AH_DEBUG");
+
+	ah_config_debug = d != NULL && *d != '\0' && strcmp(d, "0") != 0;
+}
+
+static int env_start(heap *h, const char *path, unsigned mflags,
+                     unsigned readers, MDB_env **out)
+{
+	MDB_env *env = NULL;
+	int rc = heap_err(mdb_env_create(&env));
+
+	if (rc != 0)
+		return rc;
+	HEAP_TRY(heap_err(mdb_env_set_maxdbs(env, MAX_DBS)));
+	HEAP_TRY(heap_err(mdb_env_set_maxreaders(env, readers)));
+	HEAP_TRY(heap_err(mdb_env_set_mapsize(env, h->map_bytes)));
+	rc = mdb_env_open(env, path, mflags, 0644);
+	if (rc == ENOENT)
+		rc = MDB_INVALID; /* vanished between our checks and LMDB's */
+	HEAP_TRY(heap_err(rc));
+	HEAP_TRY(heap_err(mdb_reader_check(env, NULL)));
+out:
+	if (rc != 0)
+		mdb_env_close(env);
+	else
+		*out = env;
+	return rc;
+}
+
+/* Opens the named DBs and checks the meta record (creating both when
+ * create): AH_EFORMAT for a foreign LMDB file. */
+static int catalog(heap *h, MDB_env *env, bool create)
+{
+	MDB_txn *txn = NULL;
+	MDB_val k = { sizeof HEAP_META_KEY - 1, (void *)HEAP_META_KEY }, v;
+	uint8_t rec[HEAP_META_BYTES];
+	int rc, i;
+
+	if (create) {
+		/* Before LMDB writes the first pages of the new file. */
+		HEAP_TRY(heap_space_ensure(h, 256 * (uint64_t)h->psize));
+	}
+	HEAP_TRY(heap_err(mdb_txn_begin(env, NULL, create ? 0 : MDB_RDONLY,
+	                                &txn)));
+	rc = mdb_dbi_open(txn, dbi_names[HEAP_DBI_META],
+	                  create ? MDB_CREATE : 0, &h->dbi[HEAP_DBI_META]);
+	if (rc == MDB_NOTFOUND || rc == MDB_INCOMPATIBLE)
+		rc = AH_EFORMAT; /* LMDB, but not arrheap */
+	HEAP_TRY(heap_err(rc));
+	rc = mdb_get(txn, h->dbi[HEAP_DBI_META], &k, &v);
+	if (rc == MDB_NOTFOUND && create) {
+		if (getrandom(h->uuid, sizeof h->uuid, 0) != sizeof h->uuid) {
+			rc = AH_EIO;
+			goto out;
+		}
+		h->uuid[6] = (uint8_t)((h->uuid[6] & 0x0f) | 0x40);
+		h->uuid[8] = (uint8_t)((h->uuid[8] & 0x3f) | 0x80);
+		heap_meta_encode(rec, h->psize, h->uuid);
+		v.mv_size = sizeof rec;
+		v.mv_data = rec;
+		HEAP_TRY(heap_err(mdb_put(txn, h->dbi[HEAP_DBI_META], &k, &v,
+		                          0)));
+	} else if (rc == MDB_NOTFOUND) {
+		rc = AH_EFORMAT;
+		goto out;
+	} else {
+		HEAP_TRY(heap_err(rc));
+		HEAP_TRY(heap_meta_check(v.mv_data, v.mv_size, h->psize,
+		                         h->uuid));
+	}
+	for (i = 0; i < HEAP_DBI__COUNT; i++) {
+		if (i == HEAP_DBI_META)
+			continue;
+		rc = mdb_dbi_open(txn, dbi_names[i],
+		                  dbi_flags[i] | (create ? MDB_CREATE : 0),
+		                  &h->dbi[i]);
+		if (rc == MDB_NOTFOUND || rc == MDB_INCOMPATIBLE)
+			rc = HEAP_CORRUPT("an arrheap named DB is missing");
+		HEAP_TRY(heap_err(rc));
+	}
+	rc = heap_err(mdb_txn_commit(txn));
+	txn = NULL;
+out:
+	if (txn != NULL)
+		mdb_txn_abort(txn);
+	return rc;
+}
+
+static unsigned mdb_flags(unsigned flags)
+{
+	unsigned m = MDB_NOSUBDIR | MDB_NOTLS;
+
+	if (flags & AH_OPEN_RDONLY)
+		m |= MDB_RDONLY;
+	else
+		m |= MDB_WRITEMAP;
+	if (flags & AH_OPEN_NOSYNC)
+		m |= MDB_NOSYNC;
+	if (flags & AH_OPEN_NOMETASYNC)
+		m |= MDB_NOMETASYNC;
+	return m;
+}
+
+/* Existing file: pread checks, then (for a read-write open) a read-only
+ * environment checks the catalog without changing a byte. */
+static int check_existing(heap *h, const char *path, int fd,
+                          const ah_open_opts *o)
+{
+	MDB_env *env = NULL;
+	int rc = heap_format_precheck(fd, h->psize);
+
+	if (rc != 0 || (o->flags & AH_OPEN_RDONLY))
+		return rc;
+	rc = env_start(h, path, MDB_NOSUBDIR | MDB_NOTLS | MDB_RDONLY,
+	               o->max_readers ? o->max_readers : DEFAULT_READERS, &env);
+	if (rc == 0)
+		rc = catalog(h, env, false);
+	mdb_env_close(env);
+	return rc;
+}
+
+static void unlink_created(const char *path)
+{
+	char lock[PATH_MAX];
+
+	unlink(path);
+	if ((size_t)snprintf(lock, sizeof lock, "%s-lock", path) < sizeof lock)
+		unlink(lock);
+}
+
+static int open_locked(heap *h, const char *path, const ah_open_opts *o)
+{
+	struct stat st;
+	bool created = false;
+	int fd, rc;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT) {
+		if (!(o->flags & AH_OPEN_CREATE))
+			return AH_ENOTFOUND;
+		if (o->flags & AH_OPEN_RDONLY)
+			return AH_EREADONLY;
+		fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+		created = fd >= 0;
+		if (fd < 0 && errno == EEXIST)
+			fd = open(path, O_RDONLY | O_CLOEXEC);
+	}
+	if (fd < 0)
+		return heap_err(errno);
+	if (fstat(fd, &st) != 0) {
+		rc = AH_EIO;
+		goto out;
+	}
+	h->dev = st.st_dev;
+	h->ino = st.st_ino;
+	if (registered(h->dev, h->ino)) {
+		rc = AH_EBUSY;
+		goto out;
+	}
+	h->map_bytes = heap_space_map_bytes(
+		o->max_bytes ? 0 : heap_space_fs_bytes(path, -1), o->max_bytes,
+		h->psize);
+	if (!created)
+		HEAP_TRY(check_existing(h, path, fd, o));
+	HEAP_TRY(env_start(h, path, mdb_flags(o->flags),
+	                   o->max_readers ? o->max_readers : DEFAULT_READERS,
+	                   &h->env));
+	HEAP_TRY(heap_err(mdb_env_get_fd(h->env, &h->fd)));
+	{
+		MDB_envinfo info;
+
+		HEAP_TRY(heap_err(mdb_env_info(h->env, &info)));
+		h->map_base = info.me_mapaddr;
+		h->map_bytes = info.me_mapsize;
+	}
+	if (!(o->flags & AH_OPEN_RDONLY))
+		HEAP_TRY(heap_space_lockfile(path));
+	HEAP_TRY(catalog(h, h->env, created));
+out:
+	close(fd);
+	if (rc != 0) {
+		if (h->env != NULL)
+			mdb_env_close(h->env);
+		h->env = NULL;
+		if (created)
+			unlink_created(path);
+	}
+	return rc;
+}
+
+int heap_open(const char *path, const ah_open_opts *opts, heap **out)
+{
+	ah_open_opts o;
+	heap *h = NULL;
+	int rc = 0;
+
+	if (path == NULL || out == NULL || *path == '\0')
+		return AH_EINVAL;
+	*out = NULL;
+	memset(&o, 0, sizeof o);
+	if (opts != NULL) {
+		if (opts->size < offsetof(ah_open_opts, max_bytes))
+			return AH_EINVAL;
+		memcpy(&o, opts,
+		       opts->size < sizeof o ? opts->size : sizeof o);
+	}
+	if (o.flags & ~OPEN_FLAGS)
+		return AH_EINVAL;
+	set_debug();
+	h = calloc(1, sizeof *h);
+	if (h == NULL)
+		return AH_ENOMEM;
+	h->pid = getpid();
+	h->flags = o.flags;
+	h->max_bytes = o.max_bytes;
+	h->psize = (uint32_t)sysconf(_SC_PAGESIZE);
+	h->fd = -1;
+	if (pthread_mutex_init(&h->mu, NULL) != 0) {
+		free(h);
+		return AH_ENOMEM;
+	}
+	HEAP_TRY(pool_create(&h->pool));
+	pthread_mutex_lock(&registry_mu);
+	rc = open_locked(h, path, &o);
+	if (rc == 0) {
+		h->reg_next = registry;
+		registry = h;
+	}
+	pthread_mutex_unlock(&registry_mu);
+out:
+	if (rc != 0) {
+		pool_destroy(h->pool);
+		pthread_mutex_destroy(&h->mu);
+		free(h);
+		return rc;
+	}
+	*out = h;
+	return 0;
+}
+
+int heap_check_pid(const heap *h)
+{
+	return h->pid == getpid() ? 0 : AH_EFORK;
+}
+
+int heap_close(heap *h)
+{
+	int rc;
+
+	if (h == NULL)
+		return AH_EINVAL;
+	if ((rc = heap_check_pid(h)) != 0)
+		return rc; /* the child only forgets the handle */
+	pthread_mutex_lock(&h->mu);
+	rc = h->ntxn > 0 ? AH_ESTATE : 0;
+	pthread_mutex_unlock(&h->mu);
+	if (rc != 0)
+		return rc;
+	pthread_mutex_lock(&registry_mu);
+	unregister(h);
+	pthread_mutex_unlock(&registry_mu);
+	mdb_env_close(h->env);
+	pool_destroy(h->pool);
+	pthread_mutex_destroy(&h->mu);
+	free(h);
+	return 0;
+}
+
+int heap_sync(heap *h)
+{
+	int rc;
+
+	if (h == NULL)
+		return AH_EINVAL;
+	if ((rc = heap_check_pid(h)) != 0)
+		return rc;
+	if (h->flags & AH_OPEN_RDONLY)
+		return 0;
+	return heap_err(mdb_env_sync(h->env, 1));
+}
+
+int heap_set_max_bytes(heap *h, uint64_t max_bytes)
+{
+	MDB_envinfo info;
+	uint64_t map;
+	int rc;
+
+	if (h == NULL)
+		return AH_EINVAL;
+	if ((rc = heap_check_pid(h)) != 0)
+		return rc;
+	pthread_mutex_lock(&h->mu);
+	if (h->ntxn > 0) {
+		rc = AH_ESTATE;
+		goto out;
+	}
+	HEAP_TRY(heap_err(mdb_env_info(h->env, &info)));
+	map = heap_space_map_bytes(max_bytes ? 0 : heap_space_fs_bytes(NULL, h->fd),
+	                           max_bytes, h->psize);
+	if (map < ((uint64_t)info.me_last_pgno + 1) * h->psize) {
+		rc = AH_EINVAL;
+		goto out;
+	}
+	HEAP_TRY(heap_err(mdb_env_set_mapsize(h->env, map)));
+	HEAP_TRY(heap_err(mdb_env_info(h->env, &info)));
+	h->map_base = info.me_mapaddr;
+	h->map_bytes = info.me_mapsize;
+	h->max_bytes = max_bytes;
+	if (h->reserved_to > h->map_bytes)
+		h->reserved_to = h->map_bytes;
+out:
+	pthread_mutex_unlock(&h->mu);
+	return rc;
+}
+
+/* readers_used: mdb_reader_list prints a header line, then one line per
+ * slot owned by a live process, or "(no active readers)". */
+static int count_reader(const char *msg, void *ctx)
+{
+	if (strncmp(msg, "(no active", 10) != 0 &&
+	    strstr(msg, "pid") == NULL)
+		++*(uint32_t *)ctx;
+	return 0;
+}
+
+static int free_pages(heap *h, uint64_t *out)
+{
+	MDB_txn *txn = NULL;
+	MDB_cursor *cur = NULL;
+	MDB_val k, v;
+	uint64_t sum = 0;
+	int rc, op = MDB_FIRST;
+
+	HEAP_TRY(heap_err(mdb_txn_begin(h->env, NULL, MDB_RDONLY, &txn)));
+	HEAP_TRY(heap_err(mdb_cursor_open(txn, 0 /* FREE_DBI */, &cur)));
+	while ((rc = mdb_cursor_get(cur, &k, &v, op)) == 0) {
+		size_t n;
+
+		op = MDB_NEXT;
+		if (v.mv_size < sizeof n) {
+			rc = HEAP_CORRUPT("short free-list record");
+			goto out;
+		}
+		memcpy(&n, v.mv_data, sizeof n);
+		sum += n;
+	}
+	rc = rc == MDB_NOTFOUND ? 0 : heap_err(rc);
+out:
+	if (cur != NULL)
+		mdb_cursor_close(cur);
+	if (txn != NULL)
+		mdb_txn_abort(txn);
+	*out = sum;
+	return rc;
+}
+
+int heap_stat(heap *h, ah_heap_stat *st)
+{
+	MDB_envinfo info;
+	struct stat fs;
+	int rc;
+
+	if (h == NULL || st == NULL)
+		return AH_EINVAL;
+	if ((rc = heap_check_pid(h)) != 0)
+		return rc;
+	memset(st, 0, sizeof *st);
+	st->format_version = HEAP_FORMAT_VERSION;
+	st->page_size = h->psize;
+	memcpy(st->uuid, h->uuid, sizeof st->uuid);
+	HEAP_TRY(heap_err(mdb_reader_list(h->env, count_reader,
+	                                  &st->readers_used)));
+	HEAP_TRY(heap_err(mdb_env_info(h->env, &info)));
+	st->map_bytes = info.me_mapsize;
+	st->pages_used = (uint64_t)info.me_last_pgno + 1;
+	st->last_txn_id = info.me_last_txnid;
+	st->readers_max = info.me_maxreaders;
+	if (fstat(h->fd, &fs) != 0) {
+		rc = AH_EIO;
+		goto out;
+	}
+	st->file_bytes = (uint64_t)fs.st_size;
+	st->file_alloc_bytes = (uint64_t)fs.st_blocks * 512;
+	HEAP_TRY(free_pages(h, &st->pages_free));
+out:
+	return rc;
+}
+
+pool *heap_pool(heap *h)
+{
+	return h->pool;
+}
+
+bool heap_verify_reads(const heap *h)
+{
+	return (h->flags & AH_OPEN_VERIFY_READS) != 0;
+}
+
+uint32_t heap_page_size(const heap *h)
+{
+	return h->psize;
+}

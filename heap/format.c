@@ -1,0 +1,181 @@
+/*
+ * heap/format.c - what makes a file an arrheap heap: the checks heap_open
+ * runs on an existing file before LMDB maps it, and the arrheap meta record.
+ *
+ * The pre-check reads LMDB's two meta pages with pread and modifies nothing.
+ * It exists because LMDB trusts its file: a truncated file would SIGBUS on
+ * the first read past EOF, and a foreign file opened with MDB_WRITEMAP is
+ * ftruncated to the map size.  So every verdict here is reached from bytes
+ * read, never from letting LMDB try.
+ *
+ * LMDB 0.9 meta page (libraries/liblmdb/mdb.c, MDB_page + MDB_meta, LP64),
+ * page 0 at offset 0, page 1 at offset psize:
+ *
+ *   off  size  field
+ *     0     8  mp_pgno            page number (0 or 1)
+ *     8     2  mp_pad
+ *    10     2  mp_flags           P_META = 0x08
+ *    12     4  mp_lower/upper
+ *    16     4  mm_magic           0xBEEFC0DE (byte-swapped: other byte order)
+ *    20     4  mm_version         MDB_DATA_VERSION = 1
+ *    24     8  mm_address
+ *    32     8  mm_mapsize
+ *    40    48  mm_dbs[0] (FREE)   its first u32 md_pad holds the page size
+ *    88    48  mm_dbs[1] (MAIN)
+ *   136     8  mm_last_pg         last used page number
+ *   144     8  mm_txnid           the newer of the two metas is current
+ *
+ * Verdicts: page 0 not an LMDB meta -> AH_EFORMAT (empty, short, random,
+ * other byte order, other LMDB data version); page size other than ours ->
+ * AH_EFORMAT; page 1 missing or not a meta -> AH_ECORRUPT (damaged meta);
+ * file shorter than (last_pg + 1) * psize of the current meta ->
+ * AH_ECORRUPT (truncated).
+ *
+ * The arrheap meta record, key "arrheap.meta" in named DB "meta", 64 bytes
+ * in native byte order:
+ *
+ *   off  size  field
+ *     0     8  magic              "ARRHEAP\0"
+ *     8     4  format version     HEAP_FORMAT_VERSION
+ *    12     4  page size          bytes
+ *    16     4  byte-order marker  0x01020304
+ *    20     4  number of classes  HEAP_NCLASSES
+ *    24    20  class page counts  u32 each: 1, 4, 16, 64, 256
+ *    44     4  reserved           0
+ *    48    16  uuid               random, fixed at creation
+ *
+ * Any mismatch is AH_EFORMAT.
+ */
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "heap/heap_int.h"
+
+#define LMDB_MAGIC 0xBEEFC0DEu
+#define LMDB_MAGIC_SWAPPED 0xDEC0EFBEu
+#define LMDB_DATA_VERSION 1u
+#define LMDB_P_META 0x08u
+#define META_OFF_FLAGS 10
+#define META_OFF_MAGIC 16
+#define META_OFF_VERSION 20
+#define META_OFF_PSIZE 40
+#define META_OFF_LASTPG 136
+#define META_OFF_TXNID 144
+#define META_READ 152
+
+#define BYTE_ORDER_MARK 0x01020304u
+static const char meta_magic[8] = "ARRHEAP";
+
+struct lmdb_meta {
+	uint32_t psize;
+	uint64_t last_pg;
+	uint64_t txnid;
+};
+
+static uint32_t get32(const uint8_t *p)
+{
+	uint32_t v;
+	memcpy(&v, p, sizeof v);
+	return v;
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+	uint64_t v;
+	memcpy(&v, p, sizeof v);
+	return v;
+}
+
+/* 1: a valid meta page; 0: not one; <0: I/O error. *swapped when the magic
+ * is LMDB's in the other byte order. */
+static int read_meta(int fd, off_t off, struct lmdb_meta *m, bool *swapped)
+{
+	uint8_t buf[META_READ];
+	ssize_t n;
+	uint16_t flags;
+
+	do
+		n = pread(fd, buf, sizeof buf, off);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return AH_EIO;
+	if ((size_t)n < sizeof buf)
+		return 0;
+	if (get32(buf + META_OFF_MAGIC) == LMDB_MAGIC_SWAPPED)
+		*swapped = true;
+	memcpy(&flags, buf + META_OFF_FLAGS, sizeof flags);
+	if (!(flags & LMDB_P_META) || get32(buf + META_OFF_MAGIC) != LMDB_MAGIC ||
+	    get32(buf + META_OFF_VERSION) != LMDB_DATA_VERSION)
+		return 0;
+	m->psize = get32(buf + META_OFF_PSIZE);
+	m->last_pg = get64(buf + META_OFF_LASTPG);
+	m->txnid = get64(buf + META_OFF_TXNID);
+	return 1;
+}
+
+int heap_format_precheck(int fd, uint32_t psize)
+{
+	struct stat st;
+	struct lmdb_meta m0, m1;
+	bool swapped = false;
+	int rc;
+
+	if (fstat(fd, &st) != 0)
+		return AH_EIO;
+	if (!S_ISREG(st.st_mode) || st.st_size == 0)
+		return AH_EFORMAT;
+	rc = read_meta(fd, 0, &m0, &swapped);
+	if (rc <= 0)
+		return rc < 0 ? rc : AH_EFORMAT;
+	if (m0.psize != psize)
+		return AH_EFORMAT;
+	rc = read_meta(fd, (off_t)psize, &m1, &swapped);
+	if (rc < 0)
+		return rc;
+	if (rc == 0 || m1.psize != psize)
+		return HEAP_CORRUPT("LMDB meta page 1 missing or damaged");
+	if (m1.txnid > m0.txnid)
+		m0 = m1;
+	if (m0.last_pg >= UINT64_MAX / psize ||
+	    (uint64_t)st.st_size < (m0.last_pg + 1) * psize)
+		return HEAP_CORRUPT("file shorter than its last used page");
+	return 0;
+}
+
+void heap_meta_encode(uint8_t out[HEAP_META_BYTES], uint32_t psize,
+                      const uint8_t uuid[16])
+{
+	uint32_t v;
+
+	memset(out, 0, HEAP_META_BYTES);
+	memcpy(out, meta_magic, 8);
+	v = HEAP_FORMAT_VERSION;
+	memcpy(out + 8, &v, 4);
+	memcpy(out + 12, &psize, 4);
+	v = BYTE_ORDER_MARK;
+	memcpy(out + 16, &v, 4);
+	v = HEAP_NCLASSES;
+	memcpy(out + 20, &v, 4);
+	memcpy(out + 24, heap_class_pages, 4 * HEAP_NCLASSES);
+	memcpy(out + 48, uuid, 16);
+}
+
+int heap_meta_check(const void *val, size_t len, uint32_t psize,
+                    uint8_t uuid[16])
+{
+	uint8_t want[HEAP_META_BYTES];
+	const uint8_t *p = val;
+
+	if (len != HEAP_META_BYTES)
+		return AH_EFORMAT;
+	heap_meta_encode(want, psize, p + 48);
+	/* Byte order first, so a foreign-endian heap is named as such. */
+	if (memcmp(p, want, 8) != 0 || get32(p + 16) != BYTE_ORDER_MARK)
+		return AH_EFORMAT;
+	if (memcmp(p, want, HEAP_META_BYTES) != 0)
+		return AH_EFORMAT;
+	memcpy(uuid, p + 48, 16);
+	return 0;
+}

@@ -1,0 +1,88 @@
+/*
+ * heap/heap_int.h - private to heap/ sources: the structs behind the heap and
+ * heap_txn handles, and the helpers the heap files share (error translation,
+ * space preallocation, format checks).
+ *
+ * Only heap/ sources (and tests/unit/heap) include it.  It is the one place where
+ * LMDB types appear next to arrheap types; nothing declared here may leak
+ * into heap.h, which the layers above see.
+ */
+#ifndef HEAP_HEAP_INT_H
+#define HEAP_HEAP_INT_H
+
+#include <lmdb.h>
+#include <pthread.h>
+#include <sys/types.h>
+
+#include "heap/heap.h"
+
+/* Named databases, in the order heap_open opens them. */
+enum { HEAP_DBI_META = HEAP_T__COUNT, HEAP_DBI_CHUNKS, HEAP_DBI__COUNT };
+
+struct heap {
+	MDB_env *env;
+	MDB_dbi dbi[HEAP_DBI__COUNT];
+	int fd;                /* the data file (LMDB's descriptor; not ours) */
+	pid_t pid;             /* opener: any other pid gets AH_EFORK */
+	dev_t dev;             /* registry key: (dev, ino) of the data file */
+	ino_t ino;
+	unsigned flags;        /* AH_OPEN_* */
+	uint32_t psize;        /* page size in bytes */
+	uint64_t max_bytes;    /* configured limit, 0 = the filesystem's size */
+	uint64_t map_bytes;    /* current LMDB map size */
+	char *map_base;        /* me_mapaddr, for chunk file offsets */
+	uint64_t reserved_to;  /* bytes [0, reserved_to) fallocated (space.c) */
+	uint8_t uuid[16];
+	pool *pool;
+	pthread_mutex_t mu;    /* guards ntxn and the writer fields */
+	unsigned ntxn;         /* open txns (heap_close refuses while > 0) */
+	bool writer_active;
+	pthread_t writer;      /* thread of the open write txn */
+	struct heap *reg_next; /* process-wide registry of open files */
+};
+
+struct heap_txn {
+	heap *h;
+	MDB_txn *txn;
+	bool rdonly;
+	bool poisoned;
+	uint64_t next_id;      /* next chunk id, 0 = not looked up yet */
+	uint64_t bound_pages;  /* pages this write txn may touch (space.c) */
+};
+
+/* error.c */
+int heap_err(int mdb_rc);
+int heap_corrupt_at(const char *file, int line, const char *what);
+#define HEAP_CORRUPT(what) heap_corrupt_at(__FILE__, __LINE__, (what))
+#define HEAP_TRY(expr)                                                         \
+	do {                                                                   \
+		if ((rc = (expr)) != 0)                                        \
+			goto out;                                              \
+	} while (0)
+
+/* space.c */
+uint64_t heap_space_fs_bytes(const char *path, int fd);
+uint64_t heap_space_map_bytes(uint64_t fs_bytes, uint64_t max_bytes,
+                              uint32_t psize);
+int heap_space_begin(heap_txn *t);
+int heap_space_need(heap_txn *t, uint64_t pages);
+int heap_space_ensure(heap *h, uint64_t bytes);
+int heap_space_lockfile(const char *path);
+
+/* format.c */
+int heap_format_precheck(int fd, uint32_t psize);
+#define HEAP_META_KEY "arrheap.meta"
+#define HEAP_META_BYTES 64
+void heap_meta_encode(uint8_t out[HEAP_META_BYTES], uint32_t psize,
+                      const uint8_t uuid[16]);
+int heap_meta_check(const void *val, size_t len, uint32_t psize,
+                    uint8_t uuid[16]);
+
+/* txn.c: the checks every txn operation starts with. */
+int heap_txn_usable(const heap_txn *t, bool write);
+int heap_txn_fail(heap_txn *t, int rc);
+
+/* chunk.c: the size classes. */
+extern const uint32_t heap_class_pages[HEAP_NCLASSES];
+
+#endif /* HEAP_HEAP_INT_H */

@@ -1,0 +1,213 @@
+/*
+ * heap/pool.c - the transient-memory pool: one dedicated jemalloc arena per
+ * heap, so that its statistics count exactly the builders', sorts' and
+ * merges' memory and arena.<i>.reset can drop it all at once.
+ *
+ * Built with -DAH_POOL_SYSTEM_MALLOC (the sanitizer builds), it uses plain
+ * malloc/realloc/free so that ASan sees every block; the statistics then
+ * come from our own counters only.  Either way we count the bytes asked
+ * for (active, peak) ourselves: those numbers are exact and the same in
+ * both builds.  pool_inject_failure makes the Nth allocation fail, for the
+ * fault-injection tests of the layers above.
+ *
+ * Never persistent: jemalloc's metadata holds absolute pointers.
+ */
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#ifndef AH_POOL_SYSTEM_MALLOC
+#include <jemalloc/jemalloc.h>
+#endif
+
+#include "heap/pool.h"
+
+struct pool {
+	unsigned arena;
+	int flags;            /* MALLOCX_ARENA(arena) | MALLOCX_TCACHE_NONE */
+	uint64_t active;      /* bytes live, as requested */
+	uint64_t peak;
+	uint64_t allocs;      /* successful allocations (realloc counts) */
+	uint64_t frees;
+	uint64_t live;        /* blocks live */
+	uint64_t fail_at;     /* allocation number that fails, 0 = none */
+	uint64_t attempts;    /* allocation attempts since the last injection */
+};
+
+int pool_create(pool **out)
+{
+	pool *p = calloc(1, sizeof *p);
+
+	if (p == NULL)
+		return AH_ENOMEM;
+#ifndef AH_POOL_SYSTEM_MALLOC
+	size_t sz = sizeof p->arena;
+
+	if (mallctl("arenas.create", &p->arena, &sz, NULL, 0) != 0) {
+		free(p);
+		return AH_ENOMEM;
+	}
+	p->flags = MALLOCX_ARENA(p->arena) | MALLOCX_TCACHE_NONE;
+#endif
+	*out = p;
+	return 0;
+}
+
+void pool_destroy(pool *p)
+{
+	if (p == NULL)
+		return;
+#ifndef AH_POOL_SYSTEM_MALLOC
+	char name[64];
+
+	snprintf(name, sizeof name, "arena.%u.destroy", p->arena);
+	mallctl(name, NULL, NULL, NULL, 0);
+#endif
+	free(p);
+}
+
+/* True when this allocation is the injected failure. */
+static bool injected(pool *p)
+{
+	if (p->fail_at == 0)
+		return false;
+	return ++p->attempts == p->fail_at;
+}
+
+static void count_alloc(pool *p, size_t size)
+{
+	p->active += size;
+	if (p->active > p->peak)
+		p->peak = p->active;
+	p->allocs++;
+	p->live++;
+}
+
+void *pool_malloc(pool *p, size_t size)
+{
+	void *ptr;
+
+	if (p == NULL || size == 0 || injected(p))
+		return NULL;
+#ifdef AH_POOL_SYSTEM_MALLOC
+	ptr = malloc(size);
+#else
+	ptr = mallocx(size, p->flags);
+#endif
+	if (ptr != NULL)
+		count_alloc(p, size);
+	return ptr;
+}
+
+void *pool_realloc(pool *p, void *ptr, size_t old_size, size_t new_size)
+{
+	void *np;
+
+	if (ptr == NULL)
+		return pool_malloc(p, new_size);
+	if (p == NULL || new_size == 0 || injected(p))
+		return NULL;
+#ifdef AH_POOL_SYSTEM_MALLOC
+	np = realloc(ptr, new_size);
+#else
+	np = rallocx(ptr, new_size, p->flags);
+#endif
+	if (np == NULL)
+		return NULL;
+	p->active = p->active - old_size + new_size;
+	if (p->active > p->peak)
+		p->peak = p->active;
+	p->allocs++;
+	p->frees++;
+	return np;
+}
+
+void pool_free(pool *p, void *ptr, size_t size)
+{
+	if (p == NULL || ptr == NULL)
+		return;
+#ifdef AH_POOL_SYSTEM_MALLOC
+	free(ptr);
+#else
+	sdallocx(ptr, size, p->flags);
+#endif
+	p->active -= size;
+	p->frees++;
+	p->live--;
+}
+
+void pool_reset(pool *p)
+{
+	if (p == NULL)
+		return;
+#ifndef AH_POOL_SYSTEM_MALLOC
+	char name[64];
+
+	snprintf(name, sizeof name, "arena.%u.reset", p->arena);
+	mallctl(name, NULL, NULL, NULL, 0);
+#endif
+	p->active = 0;
+	p->live = 0;
+}
+
+int pool_stats(pool *p, ah_pool_stats *st)
+{
+	if (p == NULL || st == NULL)
+		return AH_EINVAL;
+	st->active_bytes = p->active;
+	st->peak_active_bytes = p->peak;
+	st->dirty_bytes = 0;
+	st->resident_bytes = 0;
+#ifndef AH_POOL_SYSTEM_MALLOC
+	{
+		uint64_t epoch = 1;
+		size_t sz = sizeof epoch, v, vsz;
+		char name[96];
+		long page = sysconf(_SC_PAGESIZE);
+
+		if (mallctl("epoch", &epoch, &sz, &epoch, sz) != 0)
+			return AH_EIO;
+		vsz = sizeof v;
+		snprintf(name, sizeof name, "stats.arenas.%u.pdirty", p->arena);
+		if (mallctl(name, &v, &vsz, NULL, 0) != 0)
+			return AH_EIO;
+		st->dirty_bytes = (uint64_t)v * (uint64_t)page;
+		vsz = sizeof v;
+		snprintf(name, sizeof name, "stats.arenas.%u.resident",
+		         p->arena);
+		if (mallctl(name, &v, &vsz, NULL, 0) == 0)
+			st->resident_bytes = v;
+		else {
+			vsz = sizeof v;
+			snprintf(name, sizeof name, "stats.arenas.%u.pactive",
+			         p->arena);
+			if (mallctl(name, &v, &vsz, NULL, 0) != 0)
+				return AH_EIO;
+			st->resident_bytes = (uint64_t)v * (uint64_t)page;
+		}
+	}
+#else
+	st->resident_bytes = p->active;
+#endif
+	return 0;
+}
+
+void pool_inject_failure(pool *p, uint64_t nth)
+{
+	if (p == NULL)
+		return;
+	p->fail_at = nth;
+	p->attempts = 0;
+}
+
+void pool_counts(const pool *p, uint64_t *allocs, uint64_t *frees,
+                 uint64_t *live_blocks)
+{
+	if (allocs)
+		*allocs = p ? p->allocs : 0;
+	if (frees)
+		*frees = p ? p->frees : 0;
+	if (live_blocks)
+		*live_blocks = p ? p->live : 0;
+}

@@ -1,0 +1,181 @@
+/*
+ * heap/space.c - how the heap gets file space before LMDB writes into it:
+ * no SIGBUS on a full disk, no MDB_MAP_FULL surprise.
+ *
+ * The problem.  With MDB_WRITEMAP, LMDB ftruncates the data file to the map
+ * size (a sparse file) and then writes pages by storing into the mapping.  A
+ * store into a hole needs a block from the filesystem at fault time; on a
+ * full disk the kernel has no way to report ENOSPC to a memory store, so the
+ * process gets SIGBUS.  LMDB has no hook to prevent this.
+ *
+ * The mechanism.
+ *  1. Map size.  The map is the configured max_bytes (ah_open_opts,
+ *     heap_set_max_bytes) or, by default, the whole filesystem's size
+ *     (statvfs f_blocks * f_frsize), rounded up to a page, at least 1 MiB.
+ *     The map size is thus the only hard limit, and reaching it is LMDB's
+ *     MDB_MAP_FULL, which we report as AH_EFULL.
+ *  2. An upper bound of the pages a write txn may touch.  At begin it is the
+ *     committed high-water mark (mdb_env_info me_last_pgno + 1) plus a fixed
+ *     slack (SLACK_PAGES: the named DBs' roots, the meta DB, the free-list
+ *     records written at commit).  Before every LMDB call that may allocate
+ *     pages, the caller adds what that call can need: the value's own pages
+ *     plus TREE_PAGES for the copy-on-write path and a split; a chunk free
+ *     also adds one page per FREE_IDL_PAGES freed pages, for the free list.
+ *     LMDB may reuse freed pages instead, so the bound is conservative: it
+ *     never falls below the last page LMDB can write in this txn.
+ *  3. Preallocation.  heap->reserved_to says that bytes [0, reserved_to) of
+ *     the file have blocks (posix_fallocate, which on Linux allocates
+ *     without writing).  Whenever the bound passes it, we fallocate before
+ *     letting LMDB run: a step of max(need, reserved_to + min(64 MiB,
+ *     reserved_to / 8)) (at least 1 MiB), capped at the map size.  If the
+ *     step fails with ENOSPC we retry with exactly what is needed; if that
+ *     fails too, the operation returns AH_EFULL and poisons the txn before
+ *     LMDB touched a byte.  Pages LMDB reuses from its free list lie below
+ *     the old high-water mark and were allocated long ago.
+ *  4. Recovery.  The poisoned txn can only be aborted; nothing reached the
+ *     file (LMDB's meta pages only change at commit).  The heap then sees its
+ *     last commit, and the same write succeeds once space is freed on the
+ *     disk or heap_set_max_bytes (mdb_env_set_mapsize, with no txn open)
+ *     raises the map.
+ *  5. The lock file (PATH-lock) is mapped too and written on every reader
+ *     start: heap_open fallocates it whole right after mdb_env_open.
+ * reserved_to is per handle; after a reopen it restarts at 0 and the first
+ * write fallocates [0, need) again, which costs one pass over the extents
+ * already allocated.  fallocate from another process's handle is harmless.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "heap/heap_int.h"
+
+#define SLACK_PAGES 64u
+#define TREE_PAGES 8u
+#define MIN_MAP (1u << 20)
+#define MIN_STEP (1u << 20)
+#define MAX_STEP (64u << 20)
+
+static uint64_t round_up(uint64_t v, uint64_t to)
+{
+	return (v + to - 1) / to * to;
+}
+
+/* The size of the filesystem holding path (fd >= 0: holding fd). */
+uint64_t heap_space_fs_bytes(const char *path, int fd)
+{
+	struct statvfs vfs;
+	char dir[PATH_MAX];
+	const char *slash;
+	int rc;
+
+	if (fd >= 0) {
+		rc = fstatvfs(fd, &vfs);
+	} else {
+		slash = strrchr(path, '/');
+		if (slash == NULL)
+			snprintf(dir, sizeof dir, ".");
+		else if (slash == path)
+			snprintf(dir, sizeof dir, "/");
+		else
+			snprintf(dir, sizeof dir, "%.*s", (int)(slash - path),
+			         path);
+		rc = statvfs(dir, &vfs);
+	}
+	return rc == 0 ? (uint64_t)vfs.f_blocks * vfs.f_frsize : 0;
+}
+
+/* The map size for a limit: max_bytes, or else the filesystem's size. */
+uint64_t heap_space_map_bytes(uint64_t fs_bytes, uint64_t max_bytes,
+                              uint32_t psize)
+{
+	uint64_t want = max_bytes ? max_bytes : fs_bytes;
+
+	if (want == 0)
+		want = (uint64_t)1 << 30; /* statvfs failed: a modest map */
+	if (want > UINT64_MAX / 2)
+		want = UINT64_MAX / 2;
+	want = round_up(want, psize);
+	return want < MIN_MAP ? round_up(MIN_MAP, psize) : want;
+}
+
+static int fallocate_range(int fd, uint64_t from, uint64_t to)
+{
+	int err;
+
+	do
+		err = posix_fallocate(fd, (off_t)from, (off_t)(to - from));
+	while (err == EINTR);
+	return err;
+}
+
+int heap_space_ensure(heap *h, uint64_t bytes)
+{
+	uint64_t step, target;
+	int err;
+
+	if (bytes > h->map_bytes)
+		bytes = h->map_bytes;
+	if (bytes <= h->reserved_to)
+		return 0;
+	step = h->reserved_to / 8;
+	step = step < MIN_STEP ? MIN_STEP : step > MAX_STEP ? MAX_STEP : step;
+	target = h->reserved_to + step;
+	if (target < bytes)
+		target = bytes;
+	if (target > h->map_bytes)
+		target = h->map_bytes;
+	err = fallocate_range(h->fd, h->reserved_to, target);
+	if (err == ENOSPC || err == EDQUOT || err == EFBIG) {
+		target = bytes;
+		err = fallocate_range(h->fd, h->reserved_to, target);
+	}
+	if (err != 0)
+		return heap_err(err);
+	h->reserved_to = target;
+	return 0;
+}
+
+int heap_space_begin(heap_txn *t)
+{
+	MDB_envinfo info;
+	int rc = heap_err(mdb_env_info(t->h->env, &info));
+
+	if (rc != 0)
+		return rc;
+	t->bound_pages = (uint64_t)info.me_last_pgno + 1 + SLACK_PAGES;
+	return heap_space_ensure(t->h, t->bound_pages * t->h->psize);
+}
+
+/* Called before each LMDB call that may allocate: pages is what the value
+ * itself needs (0 for a delete); the tree allowance is added here. */
+int heap_space_need(heap_txn *t, uint64_t pages)
+{
+	t->bound_pages += pages + TREE_PAGES;
+	return heap_space_ensure(t->h, t->bound_pages * t->h->psize);
+}
+
+/* The reader table in PATH-lock is written through a mapping as well. */
+int heap_space_lockfile(const char *path)
+{
+	char lock[PATH_MAX];
+	struct stat st;
+	int fd, err = 0;
+
+	if ((size_t)snprintf(lock, sizeof lock, "%s-lock", path) >= sizeof lock)
+		return AH_EINVAL;
+	fd = open(lock, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return heap_err(errno);
+	if (fstat(fd, &st) != 0)
+		err = errno;
+	else if (st.st_size > 0)
+		err = fallocate_range(fd, 0, (uint64_t)st.st_size);
+	close(fd);
+	return err ? heap_err(err) : 0;
+}

@@ -1,0 +1,110 @@
+/*
+ * heap/table.c - the small catalog tables (heap_table): one LMDB named DB
+ * each, plain get/put/del/next.  HEAP_T_BATCH is MDB_INTEGERKEY: its keys
+ * must be exactly 8 bytes (a native u64), which keeps them in numeric order.
+ *
+ * Values point into the map and are only 2-byte aligned (LMDB leaf nodes):
+ * callers decode with memcpy.  Every MDB_* code is translated here.
+ */
+#include <string.h>
+
+#include "heap/heap_int.h"
+
+#define MAX_KEY 511u
+
+static int check_key(enum heap_table tb, const void *key, size_t klen)
+{
+	if ((unsigned)tb >= HEAP_T__COUNT || key == NULL || klen == 0 ||
+	    klen > MAX_KEY)
+		return AH_EINVAL;
+	if (tb == HEAP_T_BATCH && klen != sizeof(uint64_t))
+		return AH_EINVAL;
+	return 0;
+}
+
+int heap_get(heap_txn *t, enum heap_table tb, const void *key, size_t klen,
+             const void **val, size_t *vlen)
+{
+	MDB_val k = { klen, (void *)key }, v;
+	int rc;
+
+	if ((rc = heap_txn_usable(t, false)) != 0)
+		return rc;
+	if (val == NULL || vlen == NULL || (rc = check_key(tb, key, klen)))
+		return AH_EINVAL;
+	rc = heap_err(mdb_get(t->txn, t->h->dbi[tb], &k, &v));
+	if (rc == 0) {
+		*val = v.mv_data;
+		*vlen = v.mv_size;
+	}
+	return rc;
+}
+
+int heap_put(heap_txn *t, enum heap_table tb, const void *key, size_t klen,
+             const void *val, size_t vlen)
+{
+	MDB_val k = { klen, (void *)key }, v = { vlen, (void *)val };
+	int rc;
+
+	if ((rc = heap_txn_usable(t, true)) != 0)
+		return rc;
+	if ((rc = check_key(tb, key, klen)) != 0 ||
+	    (val == NULL && vlen > 0) || vlen > UINT32_MAX)
+		return AH_EINVAL;
+	rc = heap_space_need(t, (klen + vlen + 16) / t->h->psize + 1);
+	if (rc == 0)
+		rc = heap_err(mdb_put(t->txn, t->h->dbi[tb], &k, &v, 0));
+	return heap_txn_fail(t, rc);
+}
+
+int heap_del(heap_txn *t, enum heap_table tb, const void *key, size_t klen)
+{
+	MDB_val k = { klen, (void *)key }, v;
+	int rc;
+
+	if ((rc = heap_txn_usable(t, true)) != 0)
+		return rc;
+	if ((rc = check_key(tb, key, klen)) != 0)
+		return rc;
+	rc = heap_err(mdb_get(t->txn, t->h->dbi[tb], &k, &v));
+	if (rc == 0)
+		rc = heap_space_need(t, v.mv_size / t->h->psize / 500 + 1);
+	if (rc == 0)
+		rc = heap_err(mdb_del(t->txn, t->h->dbi[tb], &k, NULL));
+	return heap_txn_fail(t, rc);
+}
+
+int heap_next(heap_txn *t, enum heap_table tb, const void *after, size_t alen,
+              const void **key, size_t *klen, const void **val, size_t *vlen)
+{
+	MDB_cursor *cur = NULL;
+	MDB_val k = { alen, (void *)after }, v;
+	int rc;
+
+	if ((rc = heap_txn_usable(t, false)) != 0)
+		return rc;
+	if (key == NULL || klen == NULL || val == NULL || vlen == NULL)
+		return AH_EINVAL;
+	if (after != NULL && (rc = check_key(tb, after, alen)) != 0)
+		return rc;
+	if ((unsigned)tb >= HEAP_T__COUNT)
+		return AH_EINVAL;
+	HEAP_TRY(heap_err(mdb_cursor_open(t->txn, t->h->dbi[tb], &cur)));
+	if (after == NULL) {
+		rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+	} else {
+		rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+		if (rc == 0 && k.mv_size == alen &&
+		    memcmp(k.mv_data, after, alen) == 0)
+			rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+	}
+	HEAP_TRY(heap_err(rc));
+	*key = k.mv_data;
+	*klen = k.mv_size;
+	*val = v.mv_data;
+	*vlen = v.mv_size;
+out:
+	if (cur != NULL)
+		mdb_cursor_close(cur);
+	return rc;
+}

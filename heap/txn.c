@@ -1,0 +1,173 @@
+/*
+ * heap/txn.c - heap_txn: a thin wrapper over MDB_txn that adds what LMDB
+ * lacks for us: poisoning, fork detection, a count of open txns (so that
+ * heap_close and heap_set_max_bytes can refuse while one is open), the
+ * same-thread second-writer check (LMDB would deadlock on its own mutex),
+ * and the space bound of space.c.
+ *
+ * Poisoning (as LMDB's MDB_TXN_ERROR): a write operation that failed after
+ * it may have changed something poisons the txn; afterwards every call but
+ * abort returns AH_EBADTXN, and commit aborts and returns AH_EBADTXN.
+ * Failures that change nothing (AH_ENOTFOUND on a delete or lookup,
+ * AH_EINVAL on bad arguments, AH_EREADONLY) do not poison.
+ */
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "heap/heap_int.h"
+
+int heap_txn_usable(const heap_txn *t, bool write)
+{
+	int rc;
+
+	if (t == NULL)
+		return AH_EINVAL;
+	if ((rc = heap_check_pid(t->h)) != 0)
+		return rc;
+	if (t->poisoned)
+		return AH_EBADTXN;
+	if (write && t->rdonly)
+		return AH_EREADONLY;
+	return 0;
+}
+
+int heap_txn_fail(heap_txn *t, int rc)
+{
+	if (rc != 0 && rc != AH_ENOTFOUND && rc != AH_EINVAL &&
+	    rc != AH_EREADONLY && !t->rdonly)
+		t->poisoned = true;
+	return rc;
+}
+
+static void release(heap_txn *t)
+{
+	heap *h = t->h;
+
+	pthread_mutex_lock(&h->mu);
+	h->ntxn--;
+	if (!t->rdonly)
+		h->writer_active = false;
+	pthread_mutex_unlock(&h->mu);
+	free(t);
+}
+
+/* Another process grew the map: adopt its size (only with no other txn of
+ * ours open, as mdb_env_set_mapsize requires). */
+static int adopt_map(heap *h)
+{
+	MDB_envinfo info;
+	int rc = AH_EBUSY;
+
+	pthread_mutex_lock(&h->mu);
+	if (h->ntxn == 1) {
+		rc = heap_err(mdb_env_set_mapsize(h->env, 0));
+		if (rc == 0)
+			rc = heap_err(mdb_env_info(h->env, &info));
+		if (rc == 0) {
+			h->map_base = info.me_mapaddr;
+			h->map_bytes = info.me_mapsize;
+		}
+	}
+	pthread_mutex_unlock(&h->mu);
+	return rc;
+}
+
+int heap_txn_begin(heap *h, bool rdonly, heap_txn **out)
+{
+	heap_txn *t;
+	int rc;
+
+	if (h == NULL || out == NULL)
+		return AH_EINVAL;
+	*out = NULL;
+	if ((rc = heap_check_pid(h)) != 0)
+		return rc;
+	if (!rdonly && (h->flags & AH_OPEN_RDONLY))
+		return AH_EREADONLY;
+	if ((t = calloc(1, sizeof *t)) == NULL)
+		return AH_ENOMEM;
+	t->h = h;
+	t->rdonly = rdonly;
+	pthread_mutex_lock(&h->mu);
+	if (!rdonly && h->writer_active &&
+	    pthread_equal(h->writer, pthread_self()))
+		rc = AH_ESTATE;
+	else
+		h->ntxn++;
+	pthread_mutex_unlock(&h->mu);
+	if (rc != 0) {
+		free(t);
+		return rc;
+	}
+	rc = mdb_txn_begin(h->env, NULL, rdonly ? MDB_RDONLY : 0, &t->txn);
+	if (rc == MDB_MAP_RESIZED && (rc = adopt_map(h)) == 0)
+		rc = mdb_txn_begin(h->env, NULL, rdonly ? MDB_RDONLY : 0,
+		                   &t->txn);
+	if ((rc = heap_err(rc)) != 0) {
+		t->rdonly = true; /* release() must not clear another's writer */
+		release(t);
+		return rc;
+	}
+	if (!rdonly) {
+		pthread_mutex_lock(&h->mu);
+		h->writer_active = true;
+		h->writer = pthread_self();
+		pthread_mutex_unlock(&h->mu);
+		if ((rc = heap_space_begin(t)) != 0) {
+			mdb_txn_abort(t->txn);
+			release(t);
+			return rc;
+		}
+	}
+	*out = t;
+	return 0;
+}
+
+int heap_txn_commit(heap_txn *t)
+{
+	int rc;
+
+	if (t == NULL)
+		return AH_EINVAL;
+	if ((rc = heap_check_pid(t->h)) != 0) {
+		free(t); /* LMDB state belongs to the parent */
+		return rc;
+	}
+	if (t->poisoned) {
+		mdb_txn_abort(t->txn);
+		rc = AH_EBADTXN;
+	} else if (t->rdonly) {
+		mdb_txn_abort(t->txn);
+	} else {
+		rc = heap_err(mdb_txn_commit(t->txn));
+	}
+	release(t);
+	return rc;
+}
+
+void heap_txn_abort(heap_txn *t)
+{
+	if (t == NULL)
+		return;
+	if (heap_check_pid(t->h) != 0) {
+		free(t);
+		return;
+	}
+	mdb_txn_abort(t->txn);
+	release(t);
+}
+
+heap *heap_txn_heap(heap_txn *t)
+{
+	return t->h;
+}
+
+bool heap_txn_rdonly(const heap_txn *t)
+{
+	return t->rdonly;
+}
+
+uint64_t heap_txn_id(const heap_txn *t)
+{
+	return (uint64_t)mdb_txn_id(t->txn);
+}
