@@ -249,8 +249,6 @@ static int record_decode(uint64_t id, const uint8_t *rec, size_t len,
 	}
 out:
 	if (rc) {
-		if (!blk)
-			b->chunk_ids = NULL;
 		batch_free(b);
 		return rc;
 	}
@@ -382,5 +380,176 @@ int batch_new_id(heap_txn *t, uint64_t *id)
 	if (rc)
 		return rc;
 	*id = next;
+	return 0;
+}
+
+/* ------------------------------------------------------------ checking */
+
+/* The last (key, val, time) seen by the checker, across chunks. */
+typedef struct check_state {
+	const batch *b;
+	char *msg;
+	size_t msglen;
+	bool any;
+	const uint8_t *key, *val;
+	size_t klen, vlen;
+	uint64_t time;
+	uint64_t keys, vals, updates, bytes, chunk_bytes;
+} check_state;
+
+static int check_fail(check_state *s, uint32_t ci, const char *what)
+{
+	if (s->msg && s->msglen)
+		snprintf(s->msg, s->msglen, "batch %llu chunk %llu (#%u): %s",
+		         (unsigned long long)s->b->id,
+		         (unsigned long long)s->b->chunk_ids[ci], ci, what);
+	return AH_ECORRUPT;
+}
+
+static bool time_ok(const batch_desc *d, uint64_t t)
+{
+	/* B3; a batch compacted past its upper holds times <= since */
+	return t >= d->lower && (t < d->upper || t <= d->since);
+}
+
+/* Checks val j's updates: B1 (times increasing), B2, B3. */
+static const char *check_upds(check_state *s, const bchunk *c, uint32_t j,
+                              bool cont)
+{
+	uint32_t lo, hi;
+	if (bchunk_val_upds(c, j, &lo, &hi))
+		return "bad update range";
+	for (uint32_t u = lo; u < hi; u++) {
+		uint64_t t = c->times[u];
+		if ((u > lo || cont) && t <= s->time)
+			return "times out of order";
+		if (c->diffs[u] == 0)
+			return "zero diff";
+		if (!time_ok(&s->b->desc, t))
+			return "time outside the description";
+		s->time = t;
+	}
+	return NULL;
+}
+
+static const char *check_key(check_state *s, const bchunk *c, uint32_t i)
+{
+	const uint8_t *k, *v;
+	size_t kl, vl;
+	uint32_t lo, hi;
+	bool kcont = i == 0 && (c->flags & BCHUNK_KEY_CONT);
+	bool vcont = i == 0 && (c->flags & BCHUNK_VAL_CONT);
+
+	if (bchunk_key(c, i, &k, &kl) || bchunk_key_vals(c, i, &lo, &hi))
+		return "bad key offsets";
+	int kc = s->any ? bytes_cmp(k, kl, s->key, s->klen) : 1;
+	if (kcont ? kc != 0 : kc <= 0)
+		return kcont ? "continued key differs" : "keys out of order";
+	s->keys += !kcont;
+	s->key = k;
+	s->klen = kl;
+	for (uint32_t j = lo; j < hi; j++) {
+		bool cont = j == lo && vcont;
+		const char *e;
+		if (bchunk_val(c, j, &v, &vl))
+			return "bad val offsets";
+		int vc = (j > lo || kcont) ? bytes_cmp(v, vl, s->val, s->vlen) : 1;
+		if (cont ? vc != 0 : vc <= 0)
+			return cont ? "continued val differs" : "vals out of order";
+		s->vals += !cont;
+		s->val = v;
+		s->vlen = vl;
+		if ((e = check_upds(s, c, j, cont)))
+			return e;
+	}
+	s->any = true;
+	return NULL;
+}
+
+static int check_chunk(check_state *s, heap_txn *t, uint32_t ci,
+                       bool checksums)
+{
+	const batch *b = s->b;
+	const void *body;
+	size_t used;
+	bchunk c;
+	const char *e = NULL;
+
+	int rc = heap_chunk_get(t, b->chunk_ids[ci], &body, &used);
+	if (rc)
+		return check_fail(s, ci, rc == AH_ENOTFOUND ? "chunk missing"
+		                                             : "bad chunk header");
+	if (checksums && heap_chunk_verify(t, b->chunk_ids[ci]))
+		return check_fail(s, ci, "checksum mismatch");
+	if (bchunk_open(body, used, &c) || c.used != used)
+		return check_fail(s, ci, "bad batch chunk header (B4)");
+	if (ci == 0 && c.flags)
+		return check_fail(s, ci, "first chunk flagged as continuation");
+	/* B4: offsets monotone and inside their columns */
+	for (uint32_t i = 0; i < c.nkeys; i++)
+		if (c.ko[i] > c.ko[i + 1] || c.kv[i] >= c.kv[i + 1])
+			return check_fail(s, ci, "key offsets not monotone (B4)");
+	for (uint32_t j = 0; j < c.nvals; j++)
+		if (c.vo[j] > c.vo[j + 1] || c.vu[j] >= c.vu[j + 1])
+			return check_fail(s, ci, "val offsets not monotone (B4)");
+	if (c.ko[0] != c.kb_lo || c.ko[c.nkeys] > c.kb_hi ||
+	    c.vo[0] != c.vb_lo || c.vo[c.nvals] > c.vb_hi)
+		return check_fail(s, ci, "byte column bounds (B4)");
+	const uint8_t *k0 = c.body + c.ko[0];
+	if (bytes_cmp(k0, c.ko[1] - c.ko[0], b->fence[ci], b->fence_len[ci]))
+		return check_fail(s, ci, "fence key differs from first key");
+	for (uint32_t i = 0; i < c.nkeys && !e; i++)
+		e = check_key(s, &c, i);
+	if (e)
+		return check_fail(s, ci, e);
+	s->updates += c.nupds;
+	s->bytes += c.used;
+	s->chunk_bytes += heap_chunk_fit(heap_txn_heap(t), c.used) + HEAP_CHUNK_HDR;
+	return 0;
+}
+
+int batch_check(heap_txn *t, const batch *b, bool checksums, char *msg,
+                size_t msglen)
+{
+	check_state s;
+	int rc;
+
+	if (!t || !b)
+		return AH_EINVAL;
+	memset(&s, 0, sizeof s);
+	s.b = b;
+	s.msg = msg;
+	s.msglen = msglen;
+	if (msg && msglen)
+		msg[0] = '\0';
+	if (b->time_width != 8 || b->desc.lower > b->desc.upper) {
+		if (msg && msglen)
+			snprintf(msg, msglen, "batch %llu: bad record header",
+			         (unsigned long long)b->id);
+		return AH_ECORRUPT;
+	}
+	for (uint32_t ci = 0; ci < b->nchunks; ci++)
+		if ((rc = check_chunk(&s, t, ci, checksums)))
+			return rc;
+	if (s.updates != b->updates || s.keys != b->keys || s.vals != b->vals ||
+	    s.bytes != b->bytes || s.chunk_bytes != b->chunk_bytes) {
+		if (msg && msglen)
+			snprintf(msg, msglen,
+			         "batch %llu: counts differ from its chunks (B5): "
+			         "updates %llu/%llu keys %llu/%llu vals %llu/%llu "
+			         "bytes %llu/%llu chunk_bytes %llu/%llu",
+			         (unsigned long long)b->id,
+			         (unsigned long long)b->updates,
+			         (unsigned long long)s.updates,
+			         (unsigned long long)b->keys,
+			         (unsigned long long)s.keys,
+			         (unsigned long long)b->vals,
+			         (unsigned long long)s.vals,
+			         (unsigned long long)b->bytes,
+			         (unsigned long long)s.bytes,
+			         (unsigned long long)b->chunk_bytes,
+			         (unsigned long long)s.chunk_bytes);
+		return AH_ECORRUPT;
+	}
 	return 0;
 }
