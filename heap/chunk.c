@@ -271,6 +271,23 @@ int heap_chunk_free(heap_txn *t, uint64_t id)
 	return heap_txn_fail(t, rc);
 }
 
+/* mdb_env_info's me_mapaddr is only the MDB_FIXEDMAP address, so the file
+ * offset comes from the page itself: a chunk is an overflow value starting
+ * right after its first page's 16-byte header, whose first field is the
+ * page number (LMDB's MDB_page.mp_pgno). */
+static int file_offset(const heap *h, const MDB_val *v, uint64_t *off)
+{
+	const char *page = (const char *)v->mv_data - VALUE_PAD;
+	uint64_t pgno;
+
+	memcpy(&pgno, page, sizeof pgno);
+	if ((uintptr_t)page % h->psize != 0 ||
+	    pgno >= h->map_bytes / h->psize)
+		return HEAP_CORRUPT("chunk page header");
+	*off = pgno * h->psize + VALUE_PAD;
+	return 0;
+}
+
 int heap_chunk_next(heap_txn *t, uint64_t after, bool first,
                     heap_chunk_info *ci)
 {
@@ -302,7 +319,7 @@ int heap_chunk_next(heap_txn *t, uint64_t after, bool first,
 	ci->id = key;
 	ci->class_pages = hd.class_pages;
 	ci->body_used = hd.body_used;
-	ci->file_offset = (uint64_t)((char *)v.mv_data - t->h->map_base);
+	HEAP_TRY(file_offset(t->h, &v, &ci->file_offset));
 	ci->xxh3 = hd.xxh3;
 out:
 	if (cur != NULL)

@@ -241,7 +241,6 @@ static int open_locked(heap *h, const char *path, const ah_open_opts *o)
 		MDB_envinfo info;
 
 		HEAP_TRY(heap_err(mdb_env_info(h->env, &info)));
-		h->map_base = info.me_mapaddr;
 		h->map_bytes = info.me_mapsize;
 	}
 	if (!(o->flags & AH_OPEN_RDONLY))
@@ -374,7 +373,6 @@ int heap_set_max_bytes(heap *h, uint64_t max_bytes)
 	}
 	HEAP_TRY(heap_err(mdb_env_set_mapsize(h->env, map)));
 	HEAP_TRY(heap_err(mdb_env_info(h->env, &info)));
-	h->map_base = info.me_mapaddr;
 	h->map_bytes = info.me_mapsize;
 	h->max_bytes = max_bytes;
 	if (h->reserved_to > h->map_bytes)

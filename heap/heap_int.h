@@ -30,7 +30,6 @@ struct heap {
 	uint32_t psize;        /* page size in bytes */
 	uint64_t max_bytes;    /* configured limit, 0 = the filesystem's size */
 	uint64_t map_bytes;    /* current LMDB map size */
-	char *map_base;        /* me_mapaddr, for chunk file offsets */
 	uint64_t reserved_to;  /* bytes [0, reserved_to) fallocated (space.c) */
 	uint8_t uuid[16];
 	pool *pool;

@@ -64,8 +64,7 @@ static int adopt_map(heap *h)
 		if (rc == 0)
 			rc = heap_err(mdb_env_info(h->env, &info));
 		if (rc == 0) {
-			h->map_base = info.me_mapaddr;
-			h->map_bytes = info.me_mapsize;
+				h->map_bytes = info.me_mapsize;
 		}
 	}
 	pthread_mutex_unlock(&h->mu);
