@@ -57,9 +57,12 @@ const char *ah_err_name(int err)
 	}
 }
 
-/* LMDB returns its own codes (-30799..-30780) or a positive errno. */
+/* LMDB returns its own codes (-30799..-30780) or a positive errno; codes
+ * already in the AH_E* band pass through unchanged. */
 int heap_err(int rc)
 {
+	if (rc <= -32001 && rc >= -32099)
+		return rc; /* already ours */
 	switch (rc) {
 	case MDB_SUCCESS:
 		return 0;
