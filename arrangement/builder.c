@@ -2,11 +2,12 @@
  * arrangement/builder.c - the batch builder: unsorted updates in, one
  * sorted, consolidated batch out, in bounded pool memory.
  *
- * A run is an array of fixed-size entries (48 bytes: a cached big-endian
- * 8-byte key prefix, key/val pointers and lengths, time, diff) plus the key
- * and val bytes packed into pool blocks.  The run's pool bytes (entry array
- * capacity, counted twice while it grows since a realloc may copy, plus its
- * blocks) never exceed the run budget, except that a run always accepts its
+ * A run is an array of fixed-size entries (48 bytes: cached big-endian
+ * 8-byte key and val prefixes, a pointer to the key (the val follows it),
+ * lengths, time, diff) plus the key and val bytes packed into pool blocks.
+ * The run's pool bytes (entry array capacity, counted twice while it grows
+ * since a realloc may copy, plus its blocks) never exceed the run budget,
+ * except that a run always accepts its
  * first update.  A full run is sorted in place (an introsort whose compare
  * settles most pairs on the prefix), consolidated (equal (key, val, time)
  * summed in 128 bits, so that the result and AH_ELIMIT do not depend on
@@ -32,12 +33,14 @@
 #define BLOCK_MIN ((size_t)4096)
 
 typedef struct entry {
-	uint64_t pfx; /* first 8 key bytes, big-endian, zero padded */
-	const uint8_t *key, *val;
+	uint64_t pfx;  /* first 8 key bytes, big-endian, zero padded */
+	uint64_t vpfx; /* likewise for the val */
+	const uint8_t *key; /* the val follows the key */
 	uint32_t klen, vlen;
 	uint64_t time;
 	int64_t diff;
 } entry;
+_Static_assert(sizeof(entry) == 48, "entry is sorted by value: keep it small");
 
 typedef struct block {
 	struct block *next;
@@ -93,17 +96,29 @@ static inline int bcmp_(const uint8_t *a, size_t al, const uint8_t *b,
 	return (al > bl) - (al < bl);
 }
 
+/* Compares two fields whose cached prefixes are equal: when both are at
+ * least 8 bytes long those 8 bytes are equal and need no second look. */
+static inline int rest_cmp(const uint8_t *a, size_t al, const uint8_t *b,
+                           size_t bl)
+{
+	if (al == bl && al <= 8)
+		return 0;
+	if (al >= 8 && bl >= 8)
+		return bcmp_(a + 8, al - 8, b + 8, bl - 8);
+	return bcmp_(a, al, b, bl);
+}
+
 static inline int ent_cmp(const entry *a, const entry *b)
 {
 	int c;
 	if (a->pfx != b->pfx)
 		return a->pfx < b->pfx ? -1 : 1;
-	if (a->klen > 8 || b->klen > 8 || a->klen != b->klen) {
-		c = bcmp_(a->key, a->klen, b->key, b->klen);
-		if (c)
-			return c;
-	}
-	c = bcmp_(a->val, a->vlen, b->val, b->vlen);
+	c = rest_cmp(a->key, a->klen, b->key, b->klen);
+	if (c)
+		return c;
+	if (a->vpfx != b->vpfx)
+		return a->vpfx < b->vpfx ? -1 : 1;
+	c = rest_cmp(a->key + a->klen, a->vlen, b->key + b->klen, b->vlen);
 	if (c)
 		return c;
 	return (a->time > b->time) - (a->time < b->time);
@@ -298,7 +313,8 @@ static int write_run(builder *b, batch_writer *w)
 			return AH_ELIMIT;
 		if (sum != 0) {
 			int rc = batch_writer_push(w, e[i].key, e[i].klen,
-			                           e[i].val, e[i].vlen,
+			                           e[i].key + e[i].klen,
+			                           e[i].vlen,
 			                           e[i].time, (int64_t)sum);
 			if (rc)
 				return rc;
@@ -434,13 +450,13 @@ static int push_one(builder *b, const ah_update *u)
 	e->klen = (uint32_t)u->key_len;
 	if (u->key_len)
 		memcpy(b->pos, u->key, u->key_len);
-	e->val = b->pos + u->key_len;
 	e->vlen = (uint32_t)u->val_len;
 	if (u->val_len)
 		memcpy(b->pos + u->key_len, u->val, u->val_len);
 	b->pos += need;
 	b->left -= need;
 	e->pfx = prefix8(e->key, e->klen);
+	e->vpfx = prefix8(e->key + e->klen, e->vlen);
 	e->time = u->time;
 	e->diff = u->diff;
 	return 0;

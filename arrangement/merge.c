@@ -4,8 +4,9 @@
  *
  * Every input is read through a batch cursor opened with `since`, so times
  * arrive advanced to max(t, since).  The merge visits (key, val) groups in
- * order: the smallest current (key, val) over all cursors, every input that
- * holds it contributes its (time, diff) pairs, the pairs are sorted by time,
+ * order: the smallest current (key, val) over all cursors (a binary heap
+ * of the inputs, compared on cached 8-byte prefixes first), every input
+ * that holds it contributes its (time, diff) pairs, the pairs are sorted by time,
  * equal times summed (in 128 bits, so the result does not depend on the
  * order of the inputs; a sum outside int64 is AH_ELIMIT) and zeros dropped.
  * Memory is per group: the pairs of one (key, val) in one pool buffer.
@@ -28,6 +29,15 @@ typedef struct tpair {
 	int64_t diff;
 } tpair;
 
+/* A heap entry: an input's current (key, val) with cached prefixes, so
+ * that most comparisons settle on two integers. */
+typedef struct hent {
+	uint64_t kp, vp;
+	const uint8_t *k, *v;
+	size_t kl, vl;
+	size_t idx;
+} hent;
+
 struct merger {
 	heap_txn *t;
 	pool *p;
@@ -36,6 +46,8 @@ struct merger {
 	uint64_t since;
 	batch_cursor **cur;    /* n, malloc'd */
 	size_t *hits;          /* n: inputs holding the current group */
+	hent *hp;              /* n: min-heap of the inputs not exhausted */
+	size_t hn;
 	batch_writer *w;       /* NULL once suspended or finished */
 	tpair *pairs;          /* pool: the current group's (time, diff) */
 	size_t pairs_cap;
@@ -56,11 +68,85 @@ static void account(merger *m, int64_t delta)
 		m->peak = m->bytes;
 }
 
-static int kv_cmp(const void *ak, size_t akl, const void *av, size_t avl,
-                  const void *bk, size_t bkl, const void *bv, size_t bvl)
+static inline uint64_t prefix8(const uint8_t *p, size_t len)
 {
-	int c = bytes_cmp(ak, akl, bk, bkl);
-	return c ? c : bytes_cmp(av, avl, bv, bvl);
+	uint8_t buf[8] = { 0 };
+	uint64_t x;
+	if (len)
+		memcpy(buf, p, len < 8 ? len : 8);
+	memcpy(&x, buf, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	x = __builtin_bswap64(x);
+#endif
+	return x;
+}
+
+/* bytes_cmp of two fields whose 8-byte prefixes are equal. */
+static inline int rest_cmp(const uint8_t *a, size_t al, const uint8_t *b,
+                           size_t bl)
+{
+	size_t o = al >= 8 && bl >= 8 ? 8 : 0;
+	if (al == bl && al <= 8)
+		return 0;
+	return bytes_cmp(a + o, al - o, b + o, bl - o);
+}
+
+static inline int hent_cmp(const hent *a, const hent *b)
+{
+	int c;
+	if (a->kp != b->kp)
+		return a->kp < b->kp ? -1 : 1;
+	if ((c = rest_cmp(a->k, a->kl, b->k, b->kl)) != 0)
+		return c;
+	if (a->vp != b->vp)
+		return a->vp < b->vp ? -1 : 1;
+	return rest_cmp(a->v, a->vl, b->v, b->vl);
+}
+
+static void heap_sift_down(hent *h, size_t n, size_t i)
+{
+	hent x = h[i];
+	for (;;) {
+		size_t c = 2 * i + 1;
+		if (c >= n)
+			break;
+		if (c + 1 < n && hent_cmp(&h[c + 1], &h[c]) < 0)
+			c++;
+		if (hent_cmp(&h[c], &x) >= 0)
+			break;
+		h[i] = h[c];
+		i = c;
+	}
+	h[i] = x;
+}
+
+/* Adds input i (on a valid val) to the heap. */
+static void heap_add(merger *m, size_t i)
+{
+	hent x;
+	size_t j = m->hn++;
+	const void *k, *v;
+	bcur_key(m->cur[i], &k, &x.kl);
+	bcur_val(m->cur[i], &v, &x.vl);
+	x.k = k;
+	x.v = v;
+	x.kp = prefix8(x.k, x.kl);
+	x.vp = prefix8(x.v, x.vl);
+	x.idx = i;
+	while (j > 0 && hent_cmp(&x, &m->hp[(j - 1) / 2]) < 0) {
+		m->hp[j] = m->hp[(j - 1) / 2];
+		j = (j - 1) / 2;
+	}
+	m->hp[j] = x;
+}
+
+static hent heap_pop(merger *m)
+{
+	hent top = m->hp[0];
+	m->hp[0] = m->hp[--m->hn];
+	if (m->hn)
+		heap_sift_down(m->hp, m->hn, 0);
+	return top;
 }
 
 /* M1: a key with no val left (end of its vals) moves to the next key. */
@@ -143,7 +229,8 @@ int merger_open(heap_txn *t, pool *p, batch *const *inputs, size_t n,
 	if (n) {
 		m->cur = calloc(n, sizeof *m->cur);
 		m->hits = calloc(n, sizeof *m->hits);
-		if (!m->cur || !m->hits) {
+		m->hp = calloc(n, sizeof *m->hp);
+		if (!m->cur || !m->hits || !m->hp) {
 			rc = AH_ENOMEM;
 			goto out;
 		}
@@ -164,6 +251,9 @@ int merger_open(heap_txn *t, pool *p, batch *const *inputs, size_t n,
 		if (rc)
 			goto out;
 	}
+	for (size_t i = 0; i < n; i++)
+		if (bcur_key_valid(m->cur[i]))
+			heap_add(m, i);
 	if (resume && resume->partial_id)
 		rc = batch_writer_resume(t, p, resume->partial_id, &m->w);
 	else
@@ -177,28 +267,20 @@ out:
 	return rc;
 }
 
-/* Finds the smallest current (key, val); fills m->hits with the inputs on
- * it and returns their count (0 when every input is exhausted). */
+/* Takes the smallest current (key, val) off the heap with every input on
+ * it: fills m->hits, returns their count (0 when all are exhausted). */
 static size_t next_group(merger *m, const void **k, size_t *kl,
                          const void **v, size_t *vl)
 {
+	hent min;
 	size_t nh = 0;
-	for (size_t i = 0; i < m->n; i++) {
-		const void *ck, *cv;
-		size_t ckl, cvl;
-		int c;
-		if (!bcur_key_valid(m->cur[i]))
-			continue;
-		bcur_key(m->cur[i], &ck, &ckl);
-		bcur_val(m->cur[i], &cv, &cvl);
-		c = nh ? kv_cmp(ck, ckl, cv, cvl, *k, *kl, *v, *vl) : -1;
-		if (c < 0) {
-			*k = ck, *kl = ckl, *v = cv, *vl = cvl;
-			nh = 0;
-		}
-		if (c <= 0)
-			m->hits[nh++] = i;
-	}
+	if (m->hn == 0)
+		return 0;
+	min = heap_pop(m);
+	m->hits[nh++] = min.idx;
+	while (m->hn && hent_cmp(&m->hp[0], &min) == 0)
+		m->hits[nh++] = heap_pop(m).idx;
+	*k = min.k, *kl = min.kl, *v = min.v, *vl = min.vl;
 	return nh;
 }
 
@@ -304,6 +386,8 @@ static int merge_group(merger *m, uint64_t *units)
 		rc = bcur_step_val(c);
 		if (rc == 0)
 			rc = settle(c);
+		if (rc == 0 && bcur_key_valid(c))
+			heap_add(m, m->hits[h]);
 	}
 	return rc;
 }
@@ -323,12 +407,8 @@ int merger_step(merger *m, uint64_t fuel, bool *done, uint64_t *spent)
 		used += units;
 	}
 	/* Report exhaustion now rather than on a further empty step. */
-	if (rc == 0 && !m->done) {
-		size_t i = 0;
-		while (i < m->n && !bcur_key_valid(m->cur[i]))
-			i++;
-		m->done = i == m->n;
-	}
+	if (rc == 0 && m->hn == 0)
+		m->done = true;
 	if (done)
 		*done = m->done;
 	if (spent)
@@ -404,6 +484,7 @@ void merger_free(merger *m)
 			bcur_close(m->cur[i]);
 	free(m->cur);
 	free(m->hits);
+	free(m->hp);
 	if (m->pairs)
 		pool_free(m->p, m->pairs, m->pairs_cap * sizeof *m->pairs);
 	if (m->bcopy)
