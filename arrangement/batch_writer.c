@@ -409,7 +409,11 @@ int batch_writer_push(batch_writer *w, const void *key, size_t klen,
 	uint64_t after = chunk_size(w->nk + newkey, w->kb.len + (newkey ? klen : 0),
 	                            w->nv + newval,
 	                            w->vb.len + (newval ? vlen : 0), w->nu + 1);
-	if (w->nu > 0 && after > w->max_body) {
+	/* a jumbo chunk fills up to its own (multiple-of-largest) class */
+	uint64_t limit = w->max_body, now = staged_size(w);
+	if (now > limit)
+		limit = heap_chunk_fit(heap_txn_heap(w->t), now);
+	if (w->nu > 0 && after > limit) {
 		if ((rc = flush(w)))
 			return rc;
 		w->flags = (newkey ? 0 : BCHUNK_KEY_CONT) |
