@@ -1,0 +1,238 @@
+/*
+ * tests/unit/arrangement/test_batch_check.c - the batch_check suite:
+ * batch_check and the readers catch damaged chunks.  Damage is done through
+ * the map pointer of a freshly written chunk inside its write txn: either
+ * resealed (a wrong but checksummed chunk, as a buggy writer would leave) or
+ * not (a flipped byte only the checksum sees).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "arrangement/cursor.h"
+#include "test_batch_util.h"
+
+/* keys "a".."j", vals "v0".."v2", time 1, diff 3 */
+static void gen10(uint64_t i, bt_item *it, void *arg)
+{
+	static char k[2], v[3];
+	(void)arg;
+	k[0] = (char)('a' + i / 3);
+	v[0] = 'v';
+	v[1] = (char)('0' + i % 3);
+	it->key = k;
+	it->klen = 1;
+	it->val = v;
+	it->vlen = 2;
+	it->time = 1;
+	it->diff = 3;
+}
+
+/* Writes the 30-update batch; returns its id and its one chunk's body. */
+static uint64_t write10(bt_env *e, uint8_t **body, size_t *used,
+                        uint64_t *cid)
+{
+	batch_desc d = {0, 2, 0};
+	const void *bp;
+	uint64_t id = bt_write(e, gen10, NULL, 30, &d);
+	batch *b = bt_load(e, id);
+	cr_assert_eq(b->nchunks, 1);
+	*cid = b->chunk_ids[0];
+	cr_assert_eq(heap_chunk_get(e->t, *cid, &bp, used), 0);
+	*body = (uint8_t *)bp; /* test-only write through the map */
+	batch_free(b);
+	return id;
+}
+
+static int check(bt_env *e, uint64_t id, bool sums, char *msg, size_t len)
+{
+	batch *b = bt_load(e, id);
+	int rc = batch_check(e->t, b, sums, msg, len);
+	batch_free(b);
+	return rc;
+}
+
+/* Scans everything through a trace cursor; returns the first error. */
+static int scan(bt_env *e, uint64_t id)
+{
+	batch *b = bt_load(e, id);
+	trace_cursor *c;
+	uint64_t t;
+	int64_t d;
+	int rc = tcur_open(e->t, &b, 1, 0, &c);
+	if (rc == 0) {
+		while (rc == 0 && tcur_key_valid(c)) {
+			while (rc == 0 && tcur_val_valid(c)) {
+				while ((rc = tcur_time_next(c, &t, &d)) == 1)
+					;
+				if (rc == 0)
+					rc = tcur_step_val(c);
+			}
+			if (rc == 0)
+				rc = tcur_step_key(c);
+		}
+		tcur_close(c);
+	}
+	batch_free(b);
+	return rc;
+}
+
+Test(batch_check, clean_batch_passes)
+{
+	bt_env e;
+	uint8_t *body;
+	size_t used;
+	uint64_t cid;
+	char msg[200];
+	bt_open(&e);
+	uint64_t id = write10(&e, &body, &used, &cid);
+	bt_commit(&e, true);
+	cr_assert_eq(check(&e, id, true, msg, sizeof msg), 0, "%s", msg);
+	cr_assert_str_eq(msg, "");
+	cr_assert_eq(scan(&e, id), 0);
+	bt_close(&e);
+}
+
+Test(batch_check, out_of_order_keys_resealed)
+{
+	bt_env e;
+	uint8_t *body;
+	size_t used;
+	uint64_t cid;
+	char msg[200], want[64];
+	uint32_t off;
+	bt_open(&e);
+	uint64_t id = write10(&e, &body, &used, &cid);
+	/* key 4 ("e") becomes "A": before "d" */
+	memcpy(&off, body + 24, 4);
+	uint32_t k4;
+	memcpy(&k4, body + off + 4 * 4, 4);
+	cr_assert_eq(body[k4], 'e');
+	body[k4] = 'A';
+	cr_assert_eq(heap_chunk_seal(e.t, cid, body, used), 0);
+	bt_commit(&e, true);
+	cr_assert_eq(check(&e, id, true, msg, sizeof msg), AH_ECORRUPT);
+	snprintf(want, sizeof want, "batch %llu chunk %llu (#0): keys out of order",
+	         (unsigned long long)id, (unsigned long long)cid);
+	cr_assert_str_eq(msg, want);
+	bt_close(&e);
+}
+
+Test(batch_check, offset_out_of_bounds_resealed)
+{
+	bt_env e;
+	uint8_t *body;
+	size_t used;
+	uint64_t cid;
+	char msg[200];
+	uint32_t off, bad = 0x7ffffff0;
+	bt_open(&e);
+	uint64_t id = write10(&e, &body, &used, &cid);
+	memcpy(&off, body + 24, 4);
+	memcpy(body + off + 4 * 2, &bad, 4); /* key 2's start offset */
+	cr_assert_eq(heap_chunk_seal(e.t, cid, body, used), 0);
+	bt_commit(&e, true);
+	cr_assert_eq(check(&e, id, true, msg, sizeof msg), AH_ECORRUPT);
+	cr_assert(strstr(msg, "not monotone (B4)"), "%s", msg);
+	cr_assert_eq(scan(&e, id), AH_ECORRUPT);
+	/* a seek binary-searches over the bad offset: an error, no crash */
+	batch *b = bt_load(&e, id);
+	batch_cursor *c;
+	cr_assert_eq(bcur_open(e.t, b, 0, &c), 0);
+	cr_assert_eq(bcur_seek_key(c, "c", 1), AH_ECORRUPT);
+	bcur_close(c);
+	batch_free(b);
+	bt_close(&e);
+}
+
+Test(batch_check, bad_header_resealed)
+{
+	bt_env e;
+	uint8_t *body;
+	size_t used;
+	uint64_t cid;
+	char msg[200];
+	uint32_t huge = 1u << 30;
+	bt_open(&e);
+	uint64_t id = write10(&e, &body, &used, &cid);
+	memcpy(body + 16, &huge, 4); /* nupds */
+	cr_assert_eq(heap_chunk_seal(e.t, cid, body, used), 0);
+	bt_commit(&e, true);
+	cr_assert_eq(check(&e, id, false, msg, sizeof msg), AH_ECORRUPT);
+	cr_assert(strstr(msg, "bad batch chunk header"), "%s", msg);
+	batch *b = bt_load(&e, id);
+	batch_cursor *c;
+	cr_assert_eq(bcur_open(e.t, b, 0, &c), AH_ECORRUPT);
+	batch_free(b);
+	bt_close(&e);
+}
+
+Test(batch_check, flipped_byte_caught_by_checksum)
+{
+	bt_env e;
+	uint8_t *body;
+	size_t used;
+	uint64_t cid;
+	char msg[200], want[64];
+	uint32_t off;
+	bt_open(&e);
+	uint64_t id = write10(&e, &body, &used, &cid);
+	memcpy(&off, body + 52, 4); /* diffs column */
+	body[off] ^= 0x04;          /* diff 3 -> 7: still well formed */
+	bt_commit(&e, true);
+	cr_assert_eq(check(&e, id, false, msg, sizeof msg), 0, "%s", msg);
+	cr_assert_eq(check(&e, id, true, msg, sizeof msg), AH_ECORRUPT);
+	snprintf(want, sizeof want, "batch %llu chunk %llu (#0): checksum mismatch",
+	         (unsigned long long)id, (unsigned long long)cid);
+	cr_assert_str_eq(msg, want);
+	bt_close(&e);
+}
+
+Test(batch_check, record_counts_differ)
+{
+	bt_env e;
+	uint8_t *body;
+	size_t used;
+	uint64_t cid;
+	char msg[300];
+	bt_open(&e);
+	uint64_t id = write10(&e, &body, &used, &cid);
+	batch *b = bt_load(&e, id);
+	b->keys = 11;
+	cr_assert_eq(batch_record_put(e.t, b), 0);
+	batch_free(b);
+	bt_commit(&e, true);
+	cr_assert_eq(check(&e, id, true, msg, sizeof msg), AH_ECORRUPT);
+	cr_assert(strstr(msg, "(B5)") && strstr(msg, "keys 11/10"), "%s", msg);
+	bt_close(&e);
+}
+
+Test(batch_check, record_ids_and_drop)
+{
+	bt_env e;
+	uint8_t *body;
+	size_t used;
+	uint64_t cid, a, b2;
+	batch_desc d = {0, 2, 0}, d2 = {0, 2, 1};
+	bt_open(&e);
+	a = write10(&e, &body, &used, &cid);
+	b2 = bt_write(&e, gen10, NULL, 30, &d);
+	cr_assert_eq(b2, a + 1);
+	cr_assert_eq(batch_set_desc(e.t, a, &d2), 0);
+	batch *b = bt_load(&e, a);
+	cr_assert_eq(b->desc.since, 1);
+	cr_assert_eq(b->updates, 30);
+	batch_free(b);
+	cr_assert_eq(batch_drop(e.t, b2), 0);
+	cr_assert_eq(batch_load(e.t, b2, &b), AH_ENOTFOUND);
+	cr_assert_eq(heap_chunk_get(e.t, cid, (const void **)&body, &used), 0);
+	/* ids are not reused after a drop */
+	uint64_t next;
+	cr_assert_eq(batch_new_id(e.t, &next), 0);
+	cr_assert_eq(next, b2 + 1);
+	cr_assert_eq(batch_writer_finish(NULL, &d, &next), AH_EINVAL);
+	(void)d;
+	bt_close(&e);
+}
