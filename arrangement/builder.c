@@ -446,15 +446,18 @@ static int push_one(builder *b, const ah_update *u)
 			return r;
 	}
 	e = &b->ents[b->nents++];
-	e->key = b->pos;
+	/* No block yet only when every field so far was empty. */
+	e->key = b->pos ? b->pos : (const uint8_t *)"";
 	e->klen = (uint32_t)u->key_len;
 	if (u->key_len)
 		memcpy(b->pos, u->key, u->key_len);
 	e->vlen = (uint32_t)u->val_len;
 	if (u->val_len)
 		memcpy(b->pos + u->key_len, u->val, u->val_len);
-	b->pos += need;
-	b->left -= need;
+	if (need) {
+		b->pos += need;
+		b->left -= need;
+	}
 	e->pfx = prefix8(e->key, e->klen);
 	e->vpfx = prefix8(e->key + e->klen, e->vlen);
 	e->time = u->time;

@@ -85,10 +85,11 @@ static inline uint64_t prefix8(const uint8_t *p, size_t len)
 static inline int rest_cmp(const uint8_t *a, size_t al, const uint8_t *b,
                            size_t bl)
 {
-	size_t o = al >= 8 && bl >= 8 ? 8 : 0;
 	if (al == bl && al <= 8)
 		return 0;
-	return bytes_cmp(a + o, al - o, b + o, bl - o);
+	if (al >= 8 && bl >= 8)
+		return bytes_cmp(a + 8, al - 8, b + 8, bl - 8);
+	return bytes_cmp(a, al, b, bl);
 }
 
 static inline int hent_cmp(const hent *a, const hent *b)
@@ -243,6 +244,11 @@ int merger_open(heap_txn *t, pool *p, batch *const *inputs, size_t n,
 	if (rc)
 		goto out;
 	if (resume && resume->has_boundary) {
+		if ((resume->klen && !resume->key) ||
+		    (resume->vlen && !resume->val)) {
+			rc = AH_EINVAL;
+			goto out;
+		}
 		rc = copy_boundary(m, resume->key, resume->klen, resume->val,
 		                   resume->vlen);
 		for (size_t i = 0; i < n && rc == 0; i++)
