@@ -63,13 +63,14 @@ static void usage(FILE *f)
 		        commands[i].help);
 }
 
-/* One line for a library error, with the txn's detail when there is one. */
+/* One line for a library error: the txn's detail (it names the frontiers)
+ * or, when there is none, the code's message. */
 static int lib_error(dump *d, int rc, const char *what)
 {
 	const char *detail = d->txn ? ah_txn_errmsg(d->txn) : "";
 
-	fprintf(stderr, "ah-dump: %s: %s: %s%s%s\n", d->heap_path, what,
-	        ah_strerror(rc), *detail ? ": " : "", detail);
+	fprintf(stderr, "ah-dump: %s: %s: %s\n", d->heap_path, what,
+	        *detail ? detail : ah_strerror(rc));
 	return 1;
 }
 

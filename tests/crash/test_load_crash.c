@@ -469,7 +469,7 @@ static int sh(const char *cmd, char **text)
 	int st;
 
 	snprintf(outp, sizeof(outp), "%s/sh.out", tmpdir);
-	snprintf(full, sizeof(full), "%s > '%s' 2>&1", cmd, outp);
+	snprintf(full, sizeof(full), "(%s) > '%s' 2>&1", cmd, outp);
 	st = system(full);
 	*text = slurp(outp);
 	cr_assert(WIFEXITED(st), "%s", cmd);
