@@ -272,7 +272,8 @@ void ah_builder_abandon(ah_builder *b)
 		return;
 	if (b->txn) {
 		b->txn->builder = NULL;
-		txn_poison(b->txn, AH_EBADTXN, "builder abandoned");
+		if (!b->txn->poisoned)
+			txn_poison(b->txn, AH_EBADTXN, "builder abandoned");
 	}
 	builder_free(b->b);
 	free(b);

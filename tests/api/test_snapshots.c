@@ -80,7 +80,7 @@ static void create_xy(ah_heap *h)
 }
 
 typedef struct reader_arg {
-	ah_heap *h;
+	ah_txn *t; /* begun by the main thread: snapshots move between threads */
 	double seconds;
 	int reads, mismatches;
 	char *first;
@@ -89,9 +89,7 @@ typedef struct reader_arg {
 static void *reader(void *p)
 {
 	reader_arg *ra = p;
-	ah_txn *t;
-	if (ah_txn_begin(ra->h, AH_TXN_RDONLY, &t))
-		return NULL;
+	ah_txn *t = ra->t;
 	ra->first = snapshot_text(t);
 	double end = now_s() + ra->seconds;
 	do {
@@ -112,7 +110,8 @@ Test(api_snapshots, reader_thread_sees_one_commit, .timeout = 120)
 	create_xy(h);
 	for (int r = 0; r < 5; r++)
 		write_round(h, r, 200);
-	reader_arg ra = { h, 5.0, 0, 0, NULL };
+	reader_arg ra = { NULL, 5.0, 0, 0, NULL };
+	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &ra.t), 0);
 	pthread_t th;
 	cr_assert_eq(pthread_create(&th, NULL, reader, &ra), 0);
 	int r = 5;
