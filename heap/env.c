@@ -172,18 +172,14 @@ static unsigned mdb_flags(unsigned flags)
 	return m;
 }
 
-/* Existing file: pread checks, then (for a read-write open) a read-only
- * environment checks the catalog without changing a byte. */
-static int check_existing(heap *h, const char *path, int fd,
-                          const ah_open_opts *o)
+/* Existing file, after the pread checks: a read-only environment checks the
+ * catalog without changing a byte (no WRITEMAP, so no ftruncate). */
+static int check_catalog(heap *h, const char *path, unsigned readers)
 {
 	MDB_env *env = NULL;
-	int rc = heap_format_precheck(fd, h->psize);
+	int rc = env_start(h, path, MDB_NOSUBDIR | MDB_NOTLS | MDB_RDONLY,
+	                   readers, &env);
 
-	if (rc != 0 || (o->flags & AH_OPEN_RDONLY))
-		return rc;
-	rc = env_start(h, path, MDB_NOSUBDIR | MDB_NOTLS | MDB_RDONLY,
-	               o->max_readers ? o->max_readers : DEFAULT_READERS, &env);
 	if (rc == 0)
 		rc = catalog(h, env, false);
 	mdb_env_close(env);
@@ -199,8 +195,12 @@ static void unlink_created(const char *path)
 		unlink(lock);
 }
 
+/* Every descriptor of the data and lock files that we open ourselves is
+ * closed before LMDB opens the environment: closing any descriptor of a file
+ * drops all of the process's fcntl locks on it, LMDB's included. */
 static int open_locked(heap *h, const char *path, const ah_open_opts *o)
 {
+	unsigned readers = o->max_readers ? o->max_readers : DEFAULT_READERS;
 	struct stat st;
 	bool created = false;
 	int fd, rc;
@@ -218,24 +218,22 @@ static int open_locked(heap *h, const char *path, const ah_open_opts *o)
 	}
 	if (fd < 0)
 		return heap_err(errno);
-	if (fstat(fd, &st) != 0) {
-		rc = AH_EIO;
-		goto out;
-	}
+	rc = fstat(fd, &st) != 0 ? AH_EIO : 0;
+	if (rc == 0 && registered(st.st_dev, st.st_ino))
+		rc = AH_EBUSY;
+	if (rc == 0 && !created)
+		rc = heap_format_precheck(fd, h->psize);
+	close(fd);
+	HEAP_TRY(rc);
 	h->dev = st.st_dev;
 	h->ino = st.st_ino;
-	if (registered(h->dev, h->ino)) {
-		rc = AH_EBUSY;
-		goto out;
-	}
 	h->map_bytes = heap_space_map_bytes(
 		o->max_bytes ? 0 : heap_space_fs_bytes(path, -1), o->max_bytes,
 		h->psize);
-	if (!created)
-		HEAP_TRY(check_existing(h, path, fd, o));
-	HEAP_TRY(env_start(h, path, mdb_flags(o->flags),
-	                   o->max_readers ? o->max_readers : DEFAULT_READERS,
-	                   &h->env));
+	HEAP_TRY(heap_space_lockfile(path, readers));
+	if (!created && !(o->flags & AH_OPEN_RDONLY))
+		HEAP_TRY(check_catalog(h, path, readers));
+	HEAP_TRY(env_start(h, path, mdb_flags(o->flags), readers, &h->env));
 	HEAP_TRY(heap_err(mdb_env_get_fd(h->env, &h->fd)));
 	{
 		MDB_envinfo info;
@@ -243,11 +241,8 @@ static int open_locked(heap *h, const char *path, const ah_open_opts *o)
 		HEAP_TRY(heap_err(mdb_env_info(h->env, &info)));
 		h->map_bytes = info.me_mapsize;
 	}
-	if (!(o->flags & AH_OPEN_RDONLY))
-		HEAP_TRY(heap_space_lockfile(path));
 	HEAP_TRY(catalog(h, h->env, created));
 out:
-	close(fd);
 	if (rc != 0) {
 		if (h->env != NULL)
 			mdb_env_close(h->env);

@@ -66,7 +66,7 @@ uint64_t heap_space_map_bytes(uint64_t fs_bytes, uint64_t max_bytes,
 int heap_space_begin(heap_txn *t);
 int heap_space_need(heap_txn *t, uint64_t pages);
 int heap_space_ensure(heap *h, uint64_t bytes);
-int heap_space_lockfile(const char *path);
+int heap_space_lockfile(const char *path, unsigned readers);
 
 /* format.c */
 int heap_format_precheck(int fd, uint32_t psize);

@@ -38,7 +38,7 @@
  *     disk or heap_set_max_bytes (mdb_env_set_mapsize, with no txn open)
  *     raises the map.
  *  5. The lock file (PATH-lock) is mapped too and written on every reader
- *     start: heap_open fallocates it whole right after mdb_env_open.
+ *     start: heap_open fallocates its reader table before mdb_env_open.
  * reserved_to is per handle; after a reopen it restarts at 0 and the first
  * write fallocates [0, need) again, which costs one pass over the extents
  * already allocated.  fallocate from another process's handle is harmless.
@@ -160,22 +160,27 @@ int heap_space_need(heap_txn *t, uint64_t pages)
 	return heap_space_ensure(t->h, t->bound_pages * t->h->psize);
 }
 
-/* The reader table in PATH-lock is written through a mapping as well. */
-int heap_space_lockfile(const char *path)
+/* The reader table in PATH-lock is written through a mapping as well.
+ * Called before LMDB opens the environment (see env.c on fcntl locks): it
+ * allocates blocks for the whole table with FALLOC_FL_KEEP_SIZE, so the
+ * size LMDB finds (and from which it derives the reader count) is not
+ * changed, and LMDB's later ftruncate extends over allocated blocks.
+ * LMDB 0.9: 64 bytes per reader slot plus two 64-byte header lines. */
+int heap_space_lockfile(const char *path, unsigned readers)
 {
 	char lock[PATH_MAX];
-	struct stat st;
+	off_t len = (off_t)readers * 64 + 4096;
 	int fd, err = 0;
 
 	if ((size_t)snprintf(lock, sizeof lock, "%s-lock", path) >= sizeof lock)
 		return AH_EINVAL;
-	fd = open(lock, O_RDWR | O_CLOEXEC);
+	fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
 	if (fd < 0)
-		return heap_err(errno);
-	if (fstat(fd, &st) != 0)
+		return 0; /* read-only place: LMDB decides what it can do */
+	if (fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, len) != 0)
 		err = errno;
-	else if (st.st_size > 0)
-		err = fallocate_range(fd, 0, (uint64_t)st.st_size);
 	close(fd);
-	return err ? heap_err(err) : 0;
+	if (err == ENOSPC || err == EDQUOT)
+		return AH_EFULL;
+	return 0; /* EOPNOTSUPP and the like: nothing better to do */
 }
