@@ -1,0 +1,221 @@
+/*
+ * tests/unit/heap/test_heap_space.c - file space: growth from empty to more
+ * than 200 MiB (many txns, and one txn), AH_EFULL at a configured maximum
+ * and on a really full filesystem (a 32 MiB tmpfs, when root may mount one):
+ * no SIGBUS, the failed txn leaves nothing behind, and the same write
+ * succeeds once the limit is raised or space is freed.
+ */
+#include <errno.h>
+#include <sys/mount.h>
+
+#include "heap_test.h"
+
+#define SEED 4242u
+
+/* Cheap bodies: the pattern only in the first and last 4 KiB. */
+static uint64_t put_big(heap_txn *t, size_t n, int *rcp)
+{
+	uint64_t id = 0;
+	void *body;
+	size_t cap;
+	int rc = heap_chunk_reserve(t, n, &id, &body, &cap);
+
+	if (rc == 0) {
+		memset(body, (int)(id & 0xff), n);
+		ht_fill(body, 4096, SEED, id);
+		ht_fill((char *)body + n - 4096, 4096, SEED, id + 1000000);
+		rc = heap_chunk_seal(t, id, body, n);
+	}
+	*rcp = rc;
+	return id;
+}
+
+static void check_big(heap_txn *t, uint64_t id, size_t n)
+{
+	const void *body;
+	size_t used;
+	const char *b;
+
+	cr_assert_eq(heap_chunk_get(t, id, &body, &used), 0);
+	cr_assert_eq(used, n);
+	b = body;
+	cr_assert(ht_same(b, 4096, SEED, id));
+	cr_assert(ht_same(b + n - 4096, 4096, SEED, id + 1000000));
+	cr_assert_eq(b[n / 2], (char)(id & 0xff));
+	cr_assert_eq(heap_chunk_verify(t, id), 0);
+}
+
+static void check_stat_covers(heap *h)
+{
+	ah_heap_stat st;
+
+	cr_assert_eq(heap_stat(h, &st), 0);
+	/* Every page LMDB uses has its blocks (preallocated). */
+	cr_assert_geq(st.file_alloc_bytes, st.pages_used * st.page_size);
+	cr_assert_leq(st.pages_used * st.page_size, st.map_bytes);
+}
+
+Test(heap_space, growth_200mib, .timeout = 60)
+{
+	ht_dir d;
+	heap *h;
+	heap_txn *t;
+	ah_open_opts o = ht_opts(AH_OPEN_CREATE | AH_OPEN_NOSYNC, 0);
+	ah_heap_stat st;
+	const size_t n = 3 * MiB + 12345; /* jumbo: 1024 pages */
+	uint64_t id;
+	int rc;
+
+	ht_mkdir(&d);
+	cr_assert_eq(heap_open(d.path, &o, &h), 0);
+	for (int i = 0; i < 70; i++) { /* many txns: 70 * 4 MiB */
+		cr_assert_eq(heap_txn_begin(h, false, &t), 0);
+		id = put_big(t, n, &rc);
+		cr_assert_eq(rc, 0, "%s", ah_err_name(rc));
+		cr_assert_eq(id, (uint64_t)i + 1);
+		cr_assert_eq(heap_txn_commit(t), 0);
+	}
+	check_stat_covers(h);
+	cr_assert_eq(heap_txn_begin(h, false, &t), 0); /* one txn: 70 more */
+	for (int i = 0; i < 70; i++) {
+		id = put_big(t, n, &rc);
+		cr_assert_eq(rc, 0, "%s", ah_err_name(rc));
+	}
+	cr_assert_eq(heap_txn_commit(t), 0);
+	cr_assert_eq(heap_sync(h), 0);
+	cr_assert_eq(heap_stat(h, &st), 0);
+	cr_log_info("pages_used %lu file_alloc %lu MiB",
+	            (unsigned long)st.pages_used,
+	            (unsigned long)(st.file_alloc_bytes >> 20));
+	cr_assert_gt(st.pages_used * st.page_size, 2 * 270 * MiB);
+	check_stat_covers(h);
+	cr_assert_eq(heap_close(h), 0);
+
+	cr_assert_eq(heap_open(d.path, &o, &h), 0);
+	cr_assert_eq(heap_txn_begin(h, true, &t), 0);
+	cr_assert_eq(ht_count_chunks(t), 140);
+	for (uint64_t i = 1; i <= 140; i++)
+		check_big(t, i, n);
+	heap_txn_abort(t);
+	cr_assert_eq(heap_close(h), 0);
+	ht_rmdir(&d);
+}
+
+Test(heap_space, full_at_max_bytes)
+{
+	ht_dir d;
+	heap *h;
+	heap_txn *t;
+	ah_open_opts o = ht_opts(AH_OPEN_CREATE, 8 * MiB);
+	const size_t n = MiB - 48; /* one 256-page chunk */
+	uint64_t n_ok = 0, id;
+	int rc = 0;
+
+	ht_mkdir(&d);
+	cr_assert_eq(heap_open(d.path, &o, &h), 0);
+	for (;;) {
+		cr_assert_eq(heap_txn_begin(h, false, &t), 0);
+		id = put_big(t, n, &rc);
+		if (rc != 0)
+			break;
+		cr_assert_eq(heap_txn_commit(t), 0);
+		n_ok++;
+	}
+	cr_assert_eq(rc, AH_EFULL);
+	cr_assert_eq(n_ok, 7);
+	cr_assert_eq(heap_txn_commit(t), AH_EBADTXN);
+	cr_assert_eq(heap_set_max_bytes(h, 4 * MiB), AH_EINVAL);
+	cr_assert_eq(heap_close(h), 0);
+
+	cr_assert_eq(heap_open(d.path, &o, &h), 0);
+	cr_assert_eq(heap_txn_begin(h, true, &t), 0);
+	cr_assert_eq(ht_count_chunks(t), n_ok);
+	for (uint64_t i = 1; i <= n_ok; i++)
+		check_big(t, i, n);
+	heap_txn_abort(t);
+	cr_assert_eq(heap_set_max_bytes(h, 16 * MiB), 0);
+	cr_assert_eq(heap_txn_begin(h, false, &t), 0);
+	id = put_big(t, n, &rc);
+	cr_assert_eq(rc, 0);
+	cr_assert_eq(id, n_ok + 1);
+	cr_assert_eq(heap_txn_commit(t), 0);
+	check_stat_covers(h);
+	cr_assert_eq(heap_close(h), 0);
+	ht_rmdir(&d);
+}
+
+static void write_filler(const char *path, size_t bytes)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	char buf[65536];
+
+	cr_assert_geq(fd, 0);
+	memset(buf, 0x5a, sizeof buf);
+	for (size_t off = 0; off < bytes; off += sizeof buf)
+		cr_assert_eq(write(fd, buf, sizeof buf), (ssize_t)sizeof buf);
+	close(fd);
+}
+
+Test(heap_space, full_disk_tmpfs, .timeout = 60)
+{
+	ht_dir d;
+	char path[160], filler[160];
+	heap *h;
+	heap_txn *t;
+	ah_open_opts o = ht_opts(AH_OPEN_CREATE, 0);
+	ah_heap_stat st;
+	const size_t n = MiB - 48;
+	uint64_t n_ok = 0, id;
+	int rc = 0;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to mount a tmpfs");
+	ht_mkdir(&d);
+	if (mount("tmpfs", d.dir, "tmpfs", 0, "size=32m") != 0) {
+		int e = errno;
+
+		ht_rmdir(&d);
+		cr_skip_test("cannot mount a tmpfs: %s", strerror(e));
+	}
+	snprintf(path, sizeof path, "%s/heap", d.dir);
+	snprintf(filler, sizeof filler, "%s/filler", d.dir);
+	cr_assert_eq(heap_open(path, &o, &h), 0);
+	cr_assert_eq(heap_stat(h, &st), 0);
+	cr_assert_eq(st.map_bytes, 32 * MiB); /* the filesystem's size */
+	write_filler(filler, 12 * MiB);
+	for (;;) {
+		cr_assert_eq(heap_txn_begin(h, false, &t), 0);
+		id = put_big(t, n, &rc);
+		if (rc != 0)
+			break;
+		rc = heap_txn_commit(t);
+		cr_assert_eq(rc, 0, "%s", ah_err_name(rc));
+		n_ok++;
+	}
+	cr_log_info("full after %lu chunks", (unsigned long)n_ok);
+	cr_assert_eq(rc, AH_EFULL);
+	cr_assert_geq(n_ok, 10);
+	cr_assert_eq(heap_txn_commit(t), AH_EBADTXN);
+	cr_assert_eq(heap_close(h), 0);
+
+	cr_assert_eq(heap_open(path, &o, &h), 0);
+	cr_assert_eq(heap_txn_begin(h, true, &t), 0);
+	cr_assert_eq(ht_count_chunks(t), n_ok);
+	for (uint64_t i = 1; i <= n_ok; i++)
+		check_big(t, i, n);
+	heap_txn_abort(t);
+	cr_assert_eq(heap_txn_begin(h, false, &t), 0);
+	put_big(t, n, &rc);
+	cr_assert_eq(rc, AH_EFULL, "still full");
+	heap_txn_abort(t);
+	cr_assert_eq(unlink(filler), 0);
+	cr_assert_eq(heap_txn_begin(h, false, &t), 0);
+	id = put_big(t, n, &rc);
+	cr_assert_eq(rc, 0, "%s", ah_err_name(rc));
+	cr_assert_eq(id, n_ok + 1);
+	cr_assert_eq(heap_txn_commit(t), 0);
+	check_stat_covers(h);
+	cr_assert_eq(heap_close(h), 0);
+	cr_assert_eq(umount2(d.dir, MNT_DETACH), 0);
+	ht_rmdir(&d);
+}
