@@ -50,7 +50,8 @@ static const command commands[] = {
 	{ "arrangements", "arrangements", "arrangement names, one per line",
 	  cmd_arrangements },
 	{ "read", "read NAME [--as-of T]", "KEY<TAB>VAL<TAB>DIFF per (key, val) "
-	  "with a non-zero sum as of T (default: upper - 1), sorted by key, val",
+	  "with a non-zero sum as of T\n      (default: upper - 1), sorted by key "
+	  "then val, bytes escaped",
 	  cmd_read },
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
@@ -59,7 +60,7 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: ah-dump HEAP [COMMAND [ARGS]]\n");
 	for (size_t i = 0; i < NCOMMANDS; i++)
-		fprintf(f, "  ah-dump HEAP %-24s %s\n", commands[i].usage,
+		fprintf(f, "  ah-dump HEAP %s\n      %s\n", commands[i].usage,
 		        commands[i].help);
 }
 

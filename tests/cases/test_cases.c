@@ -36,3 +36,59 @@ Test(cases, run_sh, .timeout = 120)
 	          out);
 	cr_assert(strstr(out, " 0 failed") != NULL, "%s", out);
 }
+
+/* Runs CMD (stdout+stderr captured), returns its exit status. */
+static int run_capture(const char *cmd, char *out, size_t cap)
+{
+	char full[4096];
+	size_t n = 0, got;
+	FILE *p;
+	int st;
+
+	snprintf(full, sizeof(full), "(%s) 2>&1", cmd);
+	p = popen(full, "r");
+	cr_assert_not_null(p);
+	while (n + 1 < cap && (got = fread(out + n, 1, cap - 1 - n, p)) > 0)
+		n += got;
+	out[n] = '\0';
+	st = pclose(p);
+	cr_assert(WIFEXITED(st), "%s died", cmd);
+	return WEXITSTATUS(st);
+}
+
+/* ah-dump on things that are no heap: one line on stderr, exit 1, no crash,
+ * and no lock file left beside a file it refused. */
+Test(cases, dump_bad_input)
+{
+	const char *build = getenv("AH_BUILD") ? getenv("AH_BUILD") : "build";
+	char dir[] = "/tmp/ah-dump-bad-XXXXXX", cmd[1024], out[4096];
+	const char *setup = "cd '%s' && : > empty && head -c 65536 /dev/zero > zeros "
+	                    "&& printf 'hello\\n' > text && mkdir sub";
+	const char *heaps[] = { "missing", "empty", "zeros", "text", "sub" };
+
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(cmd, sizeof(cmd), setup, dir);
+	cr_assert_eq(system(cmd), 0);
+	for (size_t i = 0; i < sizeof(heaps) / sizeof(heaps[0]); i++) {
+		for (int c = 0; c < 3; c++) {
+			const char *args[] = { "", "arrangements", "read a" };
+
+			snprintf(cmd, sizeof(cmd), "'%s/ah-dump' '%s/%s' %s", build, dir,
+			         heaps[i], args[c]);
+			cr_assert_eq(run_capture(cmd, out, sizeof(out)), 1, "%s: %s", cmd, out);
+			cr_assert(strncmp(out, "ah-dump: ", 9) == 0 &&
+			          strchr(out, '\n') == out + strlen(out) - 1,
+			          "%s: not one line: %s", cmd, out);
+		}
+	}
+	snprintf(cmd, sizeof(cmd), "ls '%s' | tr '\\n' ' '", dir);
+	run_capture(cmd, out, sizeof(out));
+	cr_assert_str_eq(out, "empty sub text zeros ");
+	snprintf(cmd, sizeof(cmd), "'%s/ah-dump' '%s/empty' frobnicate", build, dir);
+	cr_assert_eq(run_capture(cmd, out, sizeof(out)), 2, "%s", out);
+	snprintf(cmd, sizeof(cmd), "'%s/ah-dump' --help", build);
+	cr_assert_eq(run_capture(cmd, out, sizeof(out)), 0, "%s", out);
+	cr_assert(strstr(out, "read NAME [--as-of T]"), "%s", out);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	cr_assert_eq(system(cmd), 0);
+}
