@@ -32,7 +32,9 @@ typedef struct heap_txn heap_txn;
  * record, arrangement record): a heap of another version is AH_EFORMAT. */
 #define HEAP_FORMAT_VERSION 1
 
-/* Small tables, one LMDB named database each.  Keys up to 511 bytes. */
+/* Small tables, one LMDB named database each.  Keys 1 to 511 bytes
+ * (AH_EINVAL otherwise).  HEAP_T_BATCH is MDB_INTEGERKEY: its keys must be
+ * exactly 8 bytes (a native u64) and iterate in numeric order. */
 enum heap_table {
 	HEAP_T_ARR = 0,   /* arrangement name -> arrangement record (spine) */
 	HEAP_T_BATCH = 1, /* u64 batch id (native) -> batch record */
@@ -57,6 +59,12 @@ uint32_t heap_page_size(const heap *h);
 
 /* --------------------------------------------------------- transactions */
 
+/* Poisoning: a write operation (put, del, chunk reserve/seal/free) that
+ * fails after it may have changed something poisons a write txn: later
+ * calls return AH_EBADTXN and commit aborts and returns AH_EBADTXN.
+ * Failures that change nothing do not poison: AH_ENOTFOUND, AH_EINVAL,
+ * AH_EREADONLY (and AH_ELIMIT from heap_chunk_reserve).
+ * A second write txn from the thread that holds one is AH_ESTATE. */
 int heap_txn_begin(heap *h, bool rdonly, heap_txn **out);
 /* Commits and frees t, whatever the result. */
 int heap_txn_commit(heap_txn *t);
@@ -79,11 +87,13 @@ uint64_t heap_txn_id(const heap_txn *t);
 
 /* Capacity in body bytes of the largest regular class. */
 size_t heap_chunk_max_body(const heap *h);
-/* Smallest class body capacity >= want (jumbo for large want). */
+/* Smallest class body capacity >= want (jumbo for large want); 0 when no
+ * chunk can hold want (over LMDB's 4 GiB - 1 value limit). */
 size_t heap_chunk_fit(const heap *h, size_t want);
 
 /* Reserves a chunk whose body holds at least body_bytes (the smallest class
- * that fits), allocating a fresh id.  *body points into the map and is
+ * that fits), allocating a fresh id (the largest id committed + 1, so the id
+ * of a freed last chunk may be handed out again by a later txn).  *body points into the map and is
  * 16-byte aligned; it stays valid until the txn ends (WRITEMAP overflow pages
  * do not move).  The caller writes the body, then calls heap_chunk_seal
  * before the txn commits (an unsealed chunk fails verification).
