@@ -310,12 +310,15 @@ static int apply(loader *ld, const tool_rec *r)
 }
 
 /* Whether tail[0..n), the bytes before a stored position, end a `commit`
- * record: "commit\n" at a line start, or "commit" at the end of the file. */
-static int ends_commit(const char *tail, size_t n, int at_eof)
+ * record: "commit\n" at a line start, or "commit" at a line start that was
+ * the end of the file when it was loaded (next is the byte after the
+ * position: EOF, or '\n' when the file has grown since). */
+static int ends_commit(const char *tail, size_t n, int next)
 {
 	if (n >= 7 && !memcmp(tail + n - 7, "commit\n", 7))
 		return n == 7 || tail[n - 8] == '\n';
-	if (at_eof && n >= 6 && !memcmp(tail + n - 6, "commit", 6))
+	if ((next == EOF || next == '\n') && n >= 6 &&
+	    !memcmp(tail + n - 6, "commit", 6))
 		return n == 6 || tail[n - 7] == '\n';
 	return 0;
 }
@@ -379,7 +382,7 @@ static int resume(loader *ld)
 	if (fseeko(ld->log, (off_t)(ld->committed_pos - want), SEEK_SET) < 0)
 		return fail(ld, "seek: %s", strerror(errno));
 	got = fread(tail, 1, want, ld->log);
-	if (got != want || !ends_commit(tail, want, ld->committed_pos == ld->log_size))
+	if (got != want || !ends_commit(tail, want, getc(ld->log)))
 		return fail(ld, "no commit record ends at the stored position %" PRIu64
 		            ": not the file this heap was loaded from",
 		            ld->committed_pos);
