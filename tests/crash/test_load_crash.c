@@ -631,8 +631,11 @@ Test(crash_load, growing_changelog_resumes)
 	         "'%s/heap'", build, tmpdir, build, tmpdir);
 	cr_assert_eq(sh(cmd, &text), 0, "%s", text);
 	/* Batch counts depend on the spine's merge policy: not asserted. */
-	cr_assert(strncmp(text, "k\tv\t2\narrangement a: upper 2, since 0, ", 37) == 0,
-	          "%s", text);
+	{
+		const char *want = "k\tv\t2\narrangement a: upper 2, since 0, ";
+
+		cr_assert(strncmp(text, want, strlen(want)) == 0, "%s", text);
+	}
 	cr_assert(strstr(text, "\nsource changelog: position 82\n"), "%s", text);
 	free(text);
 	remove_tmpdir();
