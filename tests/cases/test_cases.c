@@ -56,17 +56,34 @@ static int run_capture(const char *cmd, char *out, size_t cap)
 	return WEXITSTATUS(st);
 }
 
+static char bad_dir[] = "/tmp/ah-dump-bad-XXXXXX";
+
+static void bad_setup(void)
+{
+	cr_assert_not_null(mkdtemp(bad_dir));
+}
+
+/* .fini: runs after a failed assertion too. */
+static void bad_teardown(void)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", bad_dir);
+	if (system(cmd) != 0)
+		cr_log_warn("could not remove %s", bad_dir);
+}
+
 /* ah-dump on things that are no heap: one line on stderr, exit 1, no crash,
  * and no lock file left beside a file it refused. */
-Test(cases, dump_bad_input)
+Test(cases, dump_bad_input, .init = bad_setup, .fini = bad_teardown)
 {
 	const char *build = getenv("AH_BUILD") ? getenv("AH_BUILD") : "build";
-	char dir[] = "/tmp/ah-dump-bad-XXXXXX", cmd[1024], out[4096];
+	const char *dir = bad_dir;
+	char cmd[1024], out[4096];
 	const char *setup = "cd '%s' && : > empty && head -c 65536 /dev/zero > zeros "
 	                    "&& printf 'hello\\n' > text && mkdir sub";
 	const char *heaps[] = { "missing", "empty", "zeros", "text", "sub" };
 
-	cr_assert_not_null(mkdtemp(dir));
 	snprintf(cmd, sizeof(cmd), setup, dir);
 	cr_assert_eq(system(cmd), 0);
 	for (size_t i = 0; i < sizeof(heaps) / sizeof(heaps[0]); i++) {
@@ -89,6 +106,4 @@ Test(cases, dump_bad_input)
 	snprintf(cmd, sizeof(cmd), "'%s/ah-dump' --help", build);
 	cr_assert_eq(run_capture(cmd, out, sizeof(out)), 0, "%s", out);
 	cr_assert(strstr(out, "read NAME [--as-of T]"), "%s", out);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	cr_assert_eq(system(cmd), 0);
 }
