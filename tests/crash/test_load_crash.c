@@ -68,6 +68,17 @@ typedef struct model {
 
 static uint64_t rng_state;
 
+/* Seeds and kill number, logged when a check of the heap fails. */
+static char replay[160];
+
+#define CHECK(cond, ...)                                                     \
+	do {                                                                 \
+		if (!(cond)) {                                               \
+			cr_log_error("crash_load: %s", replay);              \
+			cr_assert_fail(__VA_ARGS__);                         \
+		}                                                            \
+	} while (0)
+
 static uint64_t rnd(void)
 {
 	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull); /* splitmix64 */
@@ -190,7 +201,7 @@ static void gen_changelog(const char *path, model *m, size_t min_updates)
  * loses a commit after it was observed fails here). */
 static void model_seek(model *m, long idx)
 {
-	cr_assert(idx >= m->at, "heap went back from commit %ld to %ld", m->at, idx);
+	CHECK(idx >= m->at, "heap went back from commit %ld to %ld", m->at, idx);
 	for (size_t end = idx < 0 ? 0 : m->commits[idx].nupdates; m->applied < end;
 	     m->applied++) {
 		const mupdate *u = &m->ups[m->applied];
@@ -220,43 +231,47 @@ static long find_commit(const model *m, uint64_t pos)
 
 static void check_arr(ah_txn *txn, const model *m, unsigned a, const mcommit *c)
 {
+	const char *an = arr_names[a];
 	ah_arrangement_info info;
 	ah_cursor *cur;
 	size_t seen = 0;
 	int rc;
 
-	cr_assert_eq(ah_arrangement_info_get(txn, arr_names[a], &info), 0);
-	cr_assert_eq(info.upper, c->upper[a], "%s upper %" PRIu64 ", model %" PRIu64,
-	             arr_names[a], info.upper, c->upper[a]);
-	cr_assert_eq(info.since, c->since[a], "%s since", arr_names[a]);
-	cr_assert_eq(ah_cursor_open(txn, arr_names[a], &cur), 0);
+	CHECK(ah_arrangement_info_get(txn, an, &info) == 0, "%s info", an);
+	CHECK(info.upper == c->upper[a], "%s upper %" PRIu64 ", model %" PRIu64, an,
+	      info.upper, c->upper[a]);
+	CHECK(info.since == c->since[a], "%s since %" PRIu64 ", model %" PRIu64, an,
+	      info.since, c->since[a]);
+	CHECK(ah_cursor_open(txn, an, &cur) == 0, "%s cursor", an);
 	for (rc = 0; ah_cursor_key_valid(cur); rc = ah_cursor_step_key(cur)) {
 		const uint8_t *k, *v;
 		size_t kl, vl;
 
-		cr_assert_eq(rc, 0);
-		cr_assert_eq(ah_cursor_key(cur, (const void **)&k, &kl), 0);
-		cr_assert(kl == 3 && k[0] == 'k' && (k[1] << 8 | k[2]) < NKEY);
+		CHECK(rc == 0 && ah_cursor_key(cur, (const void **)&k, &kl) == 0,
+		      "%s key: %s", an, ah_strerror(rc));
+		CHECK(kl == 3 && k[0] == 'k' && (k[1] << 8 | k[2]) < NKEY,
+		      "%s: foreign key", an);
 		for (; ah_cursor_val_valid(cur); rc = ah_cursor_step_val(cur)) {
-			int64_t sum;
+			int64_t sum, want;
 			unsigned key = (unsigned)(k[1] << 8 | k[2]), val;
 
-			cr_assert_eq(rc, 0);
-			cr_assert_eq(ah_cursor_val(cur, (const void **)&v, &vl), 0);
-			cr_assert(vl == 2 && v[0] == 'v' && (uint8_t)(v[1] - 5) % 37 == 0);
+			CHECK(rc == 0 && ah_cursor_val(cur, (const void **)&v, &vl) == 0,
+			      "%s val: %s", an, ah_strerror(rc));
+			CHECK(vl == 2 && v[0] == 'v' && (uint8_t)(v[1] - 5) % 37 == 0 &&
+			      (uint8_t)(v[1] - 5) / 37 < NVAL, "%s: foreign val", an);
 			val = (uint8_t)(v[1] - 5) / 37;
-			cr_assert(val < NVAL);
-			cr_assert_eq(ah_cursor_accumulate(cur, c->upper[a] - 1, &sum), 0);
-			cr_assert_eq(sum, m->acc[a][key * NVAL + val],
-			             "%s key %u val %u: heap %" PRId64 ", model %" PRId64,
-			             arr_names[a], key, val, sum, m->acc[a][key * NVAL + val]);
+			rc = ah_cursor_accumulate(cur, c->upper[a] - 1, &sum);
+			CHECK(rc == 0, "%s accumulate: %s", an, ah_strerror(rc));
+			want = m->acc[a][key * NVAL + val];
+			CHECK(sum == want, "%s key %u val %u: heap %" PRId64 ", model %"
+			      PRId64, an, key, val, sum, want);
 			seen += sum != 0;
 		}
-		cr_assert_eq(rc, 0);
+		CHECK(rc == 0, "%s step: %s", an, ah_strerror(rc));
 	}
 	ah_cursor_close(cur);
-	cr_assert_eq(seen, m->nonzero[a], "%s: %zu non-zero, model %zu",
-	             arr_names[a], seen, m->nonzero[a]);
+	CHECK(seen == m->nonzero[a], "%s: %zu non-zero, model %zu", an, seen,
+	      m->nonzero[a]);
 }
 
 /* Opens the heap read-only and checks it against the model; returns the
@@ -269,7 +284,7 @@ static long check_heap(const char *heap_path, model *m)
 	ah_txn *txn;
 	const void *pos;
 	size_t len;
-	uint64_t off;
+	uint64_t off = 0;
 	long idx;
 	int rc = ah_open(heap_path, &o, &h);
 
@@ -277,25 +292,25 @@ static long check_heap(const char *heap_path, model *m)
 		model_seek(m, -1);
 		return -1;
 	}
-	cr_assert_eq(rc, 0, "reopen %s: %s", heap_path, ah_strerror(rc));
-	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &txn), 0);
+	CHECK(rc == 0, "reopen %s: %s", heap_path, ah_strerror(rc));
+	CHECK(ah_txn_begin(h, AH_TXN_RDONLY, &txn) == 0, "begin");
 	rc = ah_source_get(txn, "changelog", &pos, &len);
 	if (rc == AH_ENOTFOUND) {
 		idx = -1;
-		cr_assert_eq(ah_arrangement_next(txn, NULL, name), AH_ENOTFOUND,
-		             "arrangement %s without a source position", name);
+		CHECK(ah_arrangement_next(txn, NULL, name) == AH_ENOTFOUND,
+		      "arrangement %s without a source position", name);
 	} else {
-		cr_assert_eq(rc, 0, "source_get: %s", ah_strerror(rc));
-		cr_assert_eq(tool_parse_u64(pos, len, &off), 0, "position %.*s",
-		             (int)len, (const char *)pos);
+		CHECK(rc == 0, "source_get: %s", ah_strerror(rc));
+		CHECK(tool_parse_u64(pos, len, &off) == 0, "position %.*s", (int)len,
+		      (const char *)pos);
 		idx = find_commit(m, off);
-		cr_assert(idx >= 0, "position %" PRIu64 " is no commit end", off);
+		CHECK(idx >= 0, "position %" PRIu64 " is no commit end", off);
 	}
 	model_seek(m, idx);
 	for (unsigned a = 0; idx >= 0 && a < NARR; a++)
 		check_arr(txn, m, a, &m->commits[idx]);
 	ah_txn_abort(txn);
-	cr_assert_eq(ah_close(h), 0);
+	CHECK(ah_close(h) == 0, "close");
 	return idx;
 }
 
@@ -429,6 +444,9 @@ Test(crash_load, sigkill_resume_matches_model, .init = make_tmpdir, .fini = remo
 		nanosleep(&d, NULL);
 		kill(pid, SIGKILL);
 		cr_assert_eq(waitpid(pid, &st, 0), pid);
+		snprintf(replay, sizeof(replay), "AH_CRASH_SEED=0x%" PRIx64 " (kill "
+		         "seed 0x%" PRIx64 "), after %d kills, round %d", seed, kseed,
+		         kills, rounds);
 		if (WIFEXITED(st)) {
 			/* It finished before the kill: check, then start afresh. */
 			cr_assert_eq(WEXITSTATUS(st), 0, "ah-load exited %d (seed 0x%"
