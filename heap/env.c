@@ -15,7 +15,9 @@
  * A failed open changes nothing on disk: an existing file is checked by
  * pread (format.c) and then through a read-only environment (no WRITEMAP,
  * so no ftruncate) before it is opened read-write; a file this open created
- * is unlinked again on failure.
+ * is unlinked again on failure.  A file whose creation was interrupted (a
+ * process killed inside ah_open after LMDB wrote metas that never saw a
+ * commit) holds nothing; AH_OPEN_CREATE finishes creating it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -202,7 +204,7 @@ static int open_locked(heap *h, const char *path, const ah_open_opts *o)
 {
 	unsigned readers = o->max_readers ? o->max_readers : DEFAULT_READERS;
 	struct stat st;
-	bool created = false;
+	bool created = false, unborn = false;
 	int fd, rc;
 
 	fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -221,7 +223,10 @@ static int open_locked(heap *h, const char *path, const ah_open_opts *o)
 	rc = fstat(fd, &st) != 0 ? AH_EIO : 0;
 	if (rc == 0 && registered(st.st_dev, st.st_ino))
 		rc = AH_EBUSY;
-	if (rc == 0 && !created)
+	if (rc == 0 && !created && (o->flags & AH_OPEN_CREATE) &&
+	    !(o->flags & AH_OPEN_RDONLY))
+		unborn = heap_format_unborn(fd, h->psize);
+	if (rc == 0 && !created && !unborn)
 		rc = heap_format_precheck(fd, h->psize);
 	close(fd);
 	HEAP_TRY(rc);
@@ -231,7 +236,7 @@ static int open_locked(heap *h, const char *path, const ah_open_opts *o)
 		o->max_bytes ? 0 : heap_space_fs_bytes(path, -1), o->max_bytes,
 		h->psize);
 	HEAP_TRY(heap_space_lockfile(path, readers));
-	if (!created && !(o->flags & AH_OPEN_RDONLY))
+	if (!created && !unborn && !(o->flags & AH_OPEN_RDONLY))
 		HEAP_TRY(check_catalog(h, path, readers));
 	HEAP_TRY(env_start(h, path, mdb_flags(o->flags), readers, &h->env));
 	HEAP_TRY(heap_err(mdb_env_get_fd(h->env, &h->fd)));
@@ -241,7 +246,7 @@ static int open_locked(heap *h, const char *path, const ah_open_opts *o)
 		HEAP_TRY(heap_err(mdb_env_info(h->env, &info)));
 		h->map_bytes = info.me_mapsize;
 	}
-	HEAP_TRY(catalog(h, h->env, created));
+	HEAP_TRY(catalog(h, h->env, created || unborn));
 out:
 	if (rc != 0) {
 		if (h->env != NULL)

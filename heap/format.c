@@ -144,6 +144,21 @@ int heap_format_precheck(int fd, uint32_t psize)
 	return 0;
 }
 
+bool heap_format_unborn(int fd, uint32_t psize)
+{
+	struct stat st;
+	struct lmdb_meta m0, m1;
+	bool swapped = false;
+
+	/* An empty file stays AH_EFORMAT: it may be a heap truncated by
+	 * accident, and a heap never silently starts fresh. */
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0)
+		return false;
+	return read_meta(fd, 0, &m0, &swapped) == 1 && m0.psize == psize &&
+	       read_meta(fd, (off_t)psize, &m1, &swapped) == 1 &&
+	       m1.psize == psize && m0.txnid == 0 && m1.txnid == 0;
+}
+
 void heap_meta_encode(uint8_t out[HEAP_META_BYTES], uint32_t psize,
                       const uint8_t uuid[16])
 {

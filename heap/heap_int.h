@@ -70,6 +70,11 @@ int heap_space_lockfile(const char *path, unsigned readers);
 
 /* format.c */
 int heap_format_precheck(int fd, uint32_t psize);
+/* True for a heap file whose creation was interrupted (killed inside
+ * ah_open after LMDB wrote its meta pages): both metas valid with txnid 0,
+ * i.e. no commit ever.  Such a file holds nothing and AH_OPEN_CREATE
+ * finishes creating it. */
+bool heap_format_unborn(int fd, uint32_t psize);
 #define HEAP_META_KEY "arrheap.meta"
 #define HEAP_META_BYTES 64
 void heap_meta_encode(uint8_t out[HEAP_META_BYTES], uint32_t psize,

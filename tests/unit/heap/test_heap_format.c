@@ -236,3 +236,28 @@ Test(heap_format, lmdb_meta_pages)
 	expect_open(d.path, 0, AH_ECORRUPT);
 	ht_rmdir(&d);
 }
+
+/* A process killed inside ah_open(AH_OPEN_CREATE), after LMDB wrote its
+ * meta pages and before the first commit, leaves an LMDB file with txnid 0:
+ * it holds nothing, so AH_OPEN_CREATE finishes creating it; without
+ * AH_OPEN_CREATE it is still refused. */
+Test(heap_format, interrupted_create_is_finished)
+{
+	ht_dir d;
+	MDB_env *env;
+	heap *h;
+
+	ht_mkdir(&d);
+	cr_assert_eq(mdb_env_create(&env), 0);
+	cr_assert_eq(mdb_env_set_mapsize(env, 1 << 20), 0);
+	cr_assert_eq(mdb_env_open(env, d.path, MDB_NOSUBDIR | MDB_WRITEMAP, 0644), 0);
+	mdb_env_close(env);
+	expect_open(d.path, 0, AH_EFORMAT);
+	ah_open_opts o = ht_opts(AH_OPEN_CREATE, 4 * MiB);
+	cr_assert_eq(heap_open(d.path, &o, &h), 0);
+	cr_assert_eq(heap_close(h), 0);
+	o = ht_opts(0, 4 * MiB);
+	cr_assert_eq(heap_open(d.path, &o, &h), 0);
+	cr_assert_eq(heap_close(h), 0);
+	ht_rmdir(&d);
+}
