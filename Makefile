@@ -27,6 +27,20 @@ TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 TOOLS := $(BUILD)/ah-load $(BUILD)/ah-dump
 HDRS := $(wildcard include/*.h heap/*.h arrangement/*.h txn/*.h tools/common/*.h tests/*.h tests/*/*.h)
 
+# ---- ah-pgsync (PostgreSQL logical replication engine, tools/pg/) ----------
+# Links libpq; `make demo` runs tools/demo.sh against a throwaway cluster.
+PKGS += postgresql postgresql-contrib libpq-dev
+PG_INC := $(shell pg_config --includedir 2>/dev/null || echo /usr/include/postgresql)
+PG_SRC := $(wildcard tools/pg/*.c)
+PG_OBJ := $(PG_SRC:%.c=$(BUILD)/obj/%.o)
+HDRS += $(wildcard tools/pg/*.h)
+TOOLS += $(BUILD)/ah-pgsync
+CFLAGS_ALL += -I$(PG_INC)
+.DEFAULT_GOAL := all
+$(BUILD)/ah-pgsync: $(BUILD)/obj/tools/ah-pgsync.o $(PG_OBJ) $(TOOL_COMMON_OBJ) $(BUILD)/libarrheap.a
+	$(CC) $(SAN) -o $@ $^ $(LDLIBS_ALL) -lpq
+# ---- end ah-pgsync ----------------------------------------------------------
+
 .PHONY: all deps test asan ubsan tsan clean install demo torture cases
 all: deps $(BUILD)/libarrheap.a $(BUILD)/libarrheap.so $(BUILD)/arrheap.pc $(TOOLS)
 
@@ -83,7 +97,7 @@ tsan:
 	$(MAKE) BUILD=build-tsan SAN='-fsanitize=thread -DAH_POOL_SYSTEM_MALLOC' test
 
 demo: all
-	bash tools/demo-small.sh $(BUILD)
+	bash tools/demo.sh $(BUILD)
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1
