@@ -29,6 +29,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "heap/fault.h"
 #include "heap/heap_int.h"
 
 const uint32_t heap_class_pages[HEAP_NCLASSES] = { 1, 4, 16, 64, 256 };
@@ -119,7 +120,7 @@ static uint64_t checksum(const MDB_val *v)
 static int lookup(heap_txn *t, uint64_t id, MDB_val *v)
 {
 	MDB_val k = { sizeof id, &id };
-	int rc = heap_err(mdb_get(t->txn, t->h->dbi[HEAP_DBI_CHUNKS], &k, v));
+	int rc = heap_err(HEAP_MDB(mdb_get(t->txn, t->h->dbi[HEAP_DBI_CHUNKS], &k, v)));
 
 	return rc ? rc : check(t->h, id, v);
 }
@@ -131,9 +132,9 @@ static int next_id(heap_txn *t)
 	uint64_t last = 0;
 	int rc;
 
-	HEAP_TRY(heap_err(mdb_cursor_open(t->txn, t->h->dbi[HEAP_DBI_CHUNKS],
-	                                  &cur)));
-	rc = mdb_cursor_get(cur, &k, &v, MDB_LAST);
+	HEAP_TRY(heap_err(HEAP_MDB(mdb_cursor_open(t->txn, t->h->dbi[HEAP_DBI_CHUNKS],
+	                                  &cur))));
+	rc = HEAP_MDB(mdb_cursor_get(cur, &k, &v, MDB_LAST));
 	if (rc == 0 && k.mv_size != sizeof last)
 		rc = HEAP_CORRUPT("chunk key is not a u64");
 	else if (rc == 0)
@@ -174,8 +175,8 @@ int heap_chunk_reserve(heap_txn *t, size_t body_bytes, uint64_t *id,
 	k.mv_data = &nid;
 	v.mv_size = pages * t->h->psize - VALUE_PAD;
 	v.mv_data = NULL;
-	HEAP_TRY(heap_err(mdb_put(t->txn, t->h->dbi[HEAP_DBI_CHUNKS], &k, &v,
-	                          MDB_RESERVE | MDB_APPEND)));
+	HEAP_TRY(heap_err(HEAP_MDB(mdb_put(t->txn, t->h->dbi[HEAP_DBI_CHUNKS], &k, &v,
+	                          MDB_RESERVE | MDB_APPEND))));
 	if ((uintptr_t)v.mv_data % 16 != 0) {
 		rc = HEAP_CORRUPT("reserved chunk not 16-byte aligned");
 		goto out;
@@ -262,12 +263,12 @@ int heap_chunk_free(heap_txn *t, uint64_t id)
 
 	if ((rc = heap_txn_usable(t, true)) != 0)
 		return rc;
-	rc = heap_err(mdb_get(t->txn, t->h->dbi[HEAP_DBI_CHUNKS], &k, &v));
+	rc = heap_err(HEAP_MDB(mdb_get(t->txn, t->h->dbi[HEAP_DBI_CHUNKS], &k, &v)));
 	if (rc == 0) /* the free list grows by one u64 per freed page */
 		rc = heap_space_need(t, v.mv_size / t->h->psize / 500 + 1);
 	if (rc == 0)
-		rc = heap_err(mdb_del(t->txn, t->h->dbi[HEAP_DBI_CHUNKS], &k,
-		                      NULL));
+		rc = heap_err(HEAP_MDB(mdb_del(t->txn, t->h->dbi[HEAP_DBI_CHUNKS], &k,
+		                      NULL)));
 	return heap_txn_fail(t, rc);
 }
 
@@ -303,12 +304,12 @@ int heap_chunk_next(heap_txn *t, uint64_t after, bool first,
 		return AH_EINVAL;
 	if (!first && after == UINT64_MAX)
 		return AH_ENOTFOUND;
-	HEAP_TRY(heap_err(mdb_cursor_open(t->txn, t->h->dbi[HEAP_DBI_CHUNKS],
-	                                  &cur)));
+	HEAP_TRY(heap_err(HEAP_MDB(mdb_cursor_open(t->txn, t->h->dbi[HEAP_DBI_CHUNKS],
+	                                  &cur))));
 	k.mv_size = sizeof key;
 	k.mv_data = &key;
-	HEAP_TRY(heap_err(mdb_cursor_get(cur, &k, &v,
-	                                 first ? MDB_FIRST : MDB_SET_RANGE)));
+	HEAP_TRY(heap_err(HEAP_MDB(mdb_cursor_get(cur, &k, &v,
+	                                 first ? MDB_FIRST : MDB_SET_RANGE))));
 	if (k.mv_size != sizeof key) {
 		rc = HEAP_CORRUPT("chunk key is not a u64");
 		goto out;

@@ -53,6 +53,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "heap/fault.h"
 #include "heap/heap_int.h"
 
 #define SLACK_PAGES 64u
@@ -144,7 +145,7 @@ int heap_space_ensure(heap *h, uint64_t bytes)
 int heap_space_begin(heap_txn *t)
 {
 	MDB_envinfo info;
-	int rc = heap_err(mdb_env_info(t->h->env, &info));
+	int rc = heap_err(HEAP_MDB(mdb_env_info(t->h->env, &info)));
 
 	if (rc != 0)
 		return rc;

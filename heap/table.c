@@ -8,6 +8,7 @@
  */
 #include <string.h>
 
+#include "heap/fault.h"
 #include "heap/heap_int.h"
 
 #define MAX_KEY 511u
@@ -32,7 +33,7 @@ int heap_get(heap_txn *t, enum heap_table tb, const void *key, size_t klen,
 		return rc;
 	if (val == NULL || vlen == NULL || (rc = check_key(tb, key, klen)))
 		return AH_EINVAL;
-	rc = heap_err(mdb_get(t->txn, t->h->dbi[tb], &k, &v));
+	rc = heap_err(HEAP_MDB(mdb_get(t->txn, t->h->dbi[tb], &k, &v)));
 	if (rc == 0) {
 		*val = v.mv_data;
 		*vlen = v.mv_size;
@@ -53,7 +54,7 @@ int heap_put(heap_txn *t, enum heap_table tb, const void *key, size_t klen,
 		return AH_EINVAL;
 	rc = heap_space_need(t, (klen + vlen + 16) / t->h->psize + 1);
 	if (rc == 0)
-		rc = heap_err(mdb_put(t->txn, t->h->dbi[tb], &k, &v, 0));
+		rc = heap_err(HEAP_MDB(mdb_put(t->txn, t->h->dbi[tb], &k, &v, 0)));
 	return heap_txn_fail(t, rc);
 }
 
@@ -66,11 +67,11 @@ int heap_del(heap_txn *t, enum heap_table tb, const void *key, size_t klen)
 		return rc;
 	if ((rc = check_key(tb, key, klen)) != 0)
 		return rc;
-	rc = heap_err(mdb_get(t->txn, t->h->dbi[tb], &k, &v));
+	rc = heap_err(HEAP_MDB(mdb_get(t->txn, t->h->dbi[tb], &k, &v)));
 	if (rc == 0)
 		rc = heap_space_need(t, v.mv_size / t->h->psize / 500 + 1);
 	if (rc == 0)
-		rc = heap_err(mdb_del(t->txn, t->h->dbi[tb], &k, NULL));
+		rc = heap_err(HEAP_MDB(mdb_del(t->txn, t->h->dbi[tb], &k, NULL)));
 	return heap_txn_fail(t, rc);
 }
 
@@ -89,14 +90,14 @@ int heap_next(heap_txn *t, enum heap_table tb, const void *after, size_t alen,
 		return rc;
 	if ((unsigned)tb >= HEAP_T__COUNT)
 		return AH_EINVAL;
-	HEAP_TRY(heap_err(mdb_cursor_open(t->txn, t->h->dbi[tb], &cur)));
+	HEAP_TRY(heap_err(HEAP_MDB(mdb_cursor_open(t->txn, t->h->dbi[tb], &cur))));
 	if (after == NULL) {
-		rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+		rc = HEAP_MDB(mdb_cursor_get(cur, &k, &v, MDB_FIRST));
 	} else {
-		rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+		rc = HEAP_MDB(mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE));
 		if (rc == 0 && k.mv_size == alen &&
 		    memcmp(k.mv_data, after, alen) == 0)
-			rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+			rc = HEAP_MDB(mdb_cursor_get(cur, &k, &v, MDB_NEXT));
 	}
 	HEAP_TRY(heap_err(rc));
 	*key = k.mv_data;

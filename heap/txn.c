@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "heap/fault.h"
 #include "heap/heap_int.h"
 
 int heap_txn_usable(const heap_txn *t, bool write)
@@ -98,7 +99,7 @@ int heap_txn_begin(heap *h, bool rdonly, heap_txn **out)
 		free(t);
 		return rc;
 	}
-	rc = mdb_txn_begin(h->env, NULL, rdonly ? MDB_RDONLY : 0, &t->txn);
+	rc = HEAP_MDB(mdb_txn_begin(h->env, NULL, rdonly ? MDB_RDONLY : 0, &t->txn));
 	if (rc == MDB_MAP_RESIZED && (rc = adopt_map(h)) == 0)
 		rc = mdb_txn_begin(h->env, NULL, rdonly ? MDB_RDONLY : 0,
 		                   &t->txn);
@@ -138,7 +139,7 @@ int heap_txn_commit(heap_txn *t)
 	} else if (t->rdonly) {
 		mdb_txn_abort(t->txn);
 	} else {
-		rc = heap_err(mdb_txn_commit(t->txn));
+		rc = heap_err(heap_fault_commit(t->txn));
 	}
 	release(t);
 	return rc;
