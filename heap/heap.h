@@ -148,4 +148,67 @@ int heap_next(heap_txn *t, enum heap_table tb, const void *after, size_t alen,
  * AH_DEBUG is set in the environment at open. */
 extern bool ah_config_debug;
 
+/* ---------------------------------------------------------- inspection */
+
+/* Read-only views for ah-dump and ah_verify/ah_space_get (heap/inspect.c).
+ * None of them writes to the heap or poisons a txn; they work in read
+ * snapshots.  LMDB damage met on the way is AH_ECORRUPT. */
+
+/* One entry of the chunks table as found by heap_chunk_scan: the header
+ * fields as stored (untrusted when problem != NULL), and what is wrong. */
+typedef struct heap_chunk_scan_entry {
+	heap_chunk_info ci;      /* file_offset 0 when unknown */
+	uint64_t stored_bytes;   /* the LMDB value: header + capacity + tail */
+	const char *problem;     /* NULL, or a static text: bad header field,
+	                          * checksum mismatch, keys out of order */
+} heap_chunk_scan_entry;
+
+/* Walks every chunk in key order with one cursor, checking each header
+ * against its key and value size and, if checksums, its XXH3 over the
+ * whole value.  A bad chunk is reported to fn (problem set) and the walk
+ * goes on.  fn returning non-zero stops the walk and is returned.  Returns
+ * AH_ECORRUPT when LMDB cannot walk the table (damaged tree pages). */
+int heap_chunk_scan(heap_txn *t, bool checksums,
+                    int (*fn)(const heap_chunk_scan_entry *e, void *user),
+                    void *user);
+
+/* LMDB's free list and page accounting as this txn's snapshot sees it. */
+typedef struct heap_free_info {
+	uint64_t pages_free;     /* pages listed in the free list */
+	uint64_t pages_pinned;   /* of those, freed by commits >= pin_txn */
+	uint64_t runs;           /* runs of consecutive free pages */
+	uint64_t largest_run;    /* pages in the longest run */
+	uint64_t records;        /* free-list records (one per freeing commit) */
+	uint64_t chunk_pages;    /* overflow pages of the chunks table */
+	uint64_t chunks;         /* entries of the chunks table */
+	uint64_t tree_pages;     /* branch + leaf pages of every table, the
+	                          * main DB and the free list itself */
+} heap_free_info;
+
+/* Fills *fi; pin_txn is the snapshot of the oldest reader that holds pages
+ * back (LMDB reuses a free-list record only when it is older than every
+ * reader).  Errors: AH_ECORRUPT, AH_ENOMEM, AH_EINVAL. */
+int heap_free_stat(heap_txn *t, uint64_t pin_txn, heap_free_info *fi);
+
+/* The latest commit's page high-water mark (last used page + 1) and id
+ * (mdb_env_info: not the snapshot's).  Errors: AH_EINVAL, AH_EFORK. */
+int heap_env_pages(heap *h, uint64_t *pages_used, uint64_t *last_txn);
+
+typedef struct heap_reader {
+	int64_t pid;
+	uint64_t thread;
+	uint64_t txn_id;         /* snapshot held; 0 = slot idle (no txn) */
+} heap_reader;
+
+/* Calls fn for each reader slot owned by a live process
+ * (mdb_reader_list).  fn returning non-zero stops.  Errors: AH_EIO. */
+int heap_reader_list(heap *h, int (*fn)(const heap_reader *r, void *user),
+                     void *user);
+
+/* Writes a compacted consistent copy of the heap's last commit to path
+ * (mdb_env_copyfd2 with MDB_CP_COMPACT: a read txn, the writer is never
+ * blocked), fsynced.  path must not exist; on failure nothing is left.
+ * Errors: AH_EEXIST, AH_ENOTFOUND, AH_EREADONLY, AH_EFULL, AH_EIO. */
+int heap_backup(heap *h, const char *path);
+
 #endif /* HEAP_HEAP_H */

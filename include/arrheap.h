@@ -365,6 +365,145 @@ int ah_cursor_accumulate(ah_cursor *c, uint64_t as_of, int64_t *sum);
  * Errors: AH_ECOMPACTED, AH_ENOTREADY, AH_ENOTFOUND, AH_EINVAL. */
 int ah_check_as_of(ah_txn *txn, const char *name, uint64_t as_of);
 
+/* ---------------------------------------------------------- inspection */
+
+/* Read-only views of a heap's internals for tools (ah-dump), monitoring and
+ * tests.  They accept any transaction, read snapshots included, never
+ * change the heap and never poison the transaction.  Walks report through
+ * a callback: a callback returning non-zero stops the walk, and the
+ * function then returns that value.  Pointers handed to a callback are
+ * valid only during the call.
+ * Source: LMDB mdb_stat, mdb_reader_list, mdb_env_copyfd2; differential
+ * dataflow's trace::Description for the batch fields. */
+
+typedef struct ah_batch_info {
+	uint64_t id;          /* batch id: stable while the batch lives */
+	uint64_t lower, upper, since; /* its Description (logical times) */
+	uint64_t updates;     /* (time, diff) entries */
+	uint64_t keys;        /* distinct keys (a key split over chunks once) */
+	uint64_t vals;        /* distinct (key, val) */
+	uint64_t chunks;
+	uint64_t bytes;       /* chunk body bytes used */
+	uint64_t chunk_bytes; /* chunk bytes reserved (size classes) */
+	int partial;          /* 1: the output so far of a merge in progress,
+	                       * not part of the chain readers see */
+} ah_batch_info;
+
+typedef int (*ah_batch_fn)(const ah_batch_info *b, void *user);
+
+/* Calls fn for every batch of NAME: the chain oldest first, then the
+ * partial outputs of merges in progress.  Cost: one batch record read per
+ * batch, no chunk read.  Errors: AH_EINVAL (NULL txn or fn, bad name),
+ * AH_ENOTFOUND (no such arrangement), AH_ECORRUPT (a record fails to
+ * decode), AH_ENOMEM, AH_EBADTXN, AH_EFORK, or fn's value. */
+int ah_batch_foreach(ah_txn *txn, const char *name, ah_batch_fn fn,
+                     void *user);
+
+typedef struct ah_chunk_info {
+	uint64_t id;           /* chunk id */
+	uint64_t batch;        /* the batch whose record lists it */
+	uint32_t class_pages;  /* size class: pages of the chunk */
+	uint64_t bytes;        /* body bytes used */
+	uint64_t stored_bytes; /* bytes of the chunk in the file: header, body
+	                        * capacity and zeroed tail, all checksummed */
+	uint64_t file_offset;  /* byte offset of its first byte in the file */
+	uint64_t xxh3;         /* stored XXH3-64 of bytes [8, stored_bytes) */
+} ah_chunk_info;
+
+typedef int (*ah_chunk_fn)(const ah_chunk_info *c, void *user);
+
+/* Calls fn for every chunk of NAME, batch by batch in the order of
+ * ah_batch_foreach, each batch's chunks in key order.  Reads each chunk's
+ * header (one page), not its body; checksums are not recomputed.
+ * Errors: as ah_batch_foreach; AH_ECORRUPT also for a chunk that is
+ * missing or whose header is damaged (ah_verify names such chunks). */
+int ah_chunk_foreach(ah_txn *txn, const char *name, ah_chunk_fn fn,
+                     void *user);
+
+/* One problem found by ah_verify. */
+typedef struct ah_problem {
+	const char *arrangement; /* its name, or "" when it belongs to none */
+	uint64_t batch;          /* batch id, or 0 */
+	uint64_t chunk;          /* chunk id, or 0 */
+	const char *message;     /* one line, no newline */
+} ah_problem;
+
+typedef int (*ah_problem_fn)(const ah_problem *p, void *user);
+
+typedef struct ah_verify_stats {
+	uint64_t arrangements;
+	uint64_t batches;       /* batch records checked, partial ones too */
+	uint64_t chunks;        /* chunks whose checksum was recomputed */
+	uint64_t chunk_bytes;   /* bytes hashed */
+	uint64_t problems;      /* problems reported to fn */
+} ah_verify_stats;
+
+/* Checks everything the snapshot holds: every chunk's header and XXH3 over
+ * its whole stored bytes; every arrangement's spine (S1-S4: since <= upper,
+ * contiguous Descriptions, merges disjoint, no empty batch) and every batch
+ * (B1-B5: sorted, consolidated, no zero diff, times inside the Description,
+ * offsets in bounds, counts), batch since <= the arrangement's since; every
+ * chunk referenced by exactly one batch record and every batch record by
+ * exactly one spine (chain or merge output), none leaked.  Each problem is
+ * passed to fn (may be NULL: then only counted) and the check goes on;
+ * damaged LMDB tree pages are problems too (the part they hold is then
+ * skipped).  Cost: reads every chunk once for its checksum and once more
+ * for its structure (the second from the page cache).  *st (may be NULL)
+ * gets the totals.  Returns 0 when the check ran to the end, whatever it
+ * found.  Errors: AH_EINVAL, AH_ENOMEM, AH_EBADTXN, AH_EFORK, or fn's
+ * value. */
+int ah_verify(ah_txn *txn, ah_problem_fn fn, void *user,
+              ah_verify_stats *st);
+
+typedef struct ah_space_info {
+	uint32_t page_size;         /* bytes */
+	uint64_t pages_used;        /* last used page + 1 (latest commit) */
+	uint64_t pages_free;        /* pages on LMDB's free list (snapshot) */
+	uint64_t pages_pinned;      /* of those, not reusable yet: freed by a
+	                             * commit the oldest reader may still see */
+	uint64_t free_runs;         /* runs of consecutive free pages */
+	uint64_t free_largest_run;  /* pages in the longest run */
+	uint64_t chunk_pages;       /* pages held by chunks */
+	uint64_t chunks;            /* chunks in the heap */
+	uint64_t tree_pages;        /* B-tree pages of every table and of the
+	                             * free list itself */
+	uint64_t last_txn_id;       /* the latest commit */
+	int64_t oldest_reader_pid;  /* the other process's reader with the
+	                             * oldest snapshot; 0 when none */
+	uint64_t oldest_reader_txn; /* its snapshot (commit id) */
+	uint64_t oldest_reader_age; /* commits made since its snapshot */
+} ah_space_info;
+
+/* Fills *si from txn's snapshot (the free list) and the reader table.
+ * Readers of the calling process are not counted as holding pages back.
+ * Cost: reads the whole free list.  Errors: AH_EINVAL, AH_ECORRUPT,
+ * AH_ENOMEM, AH_EIO, AH_EBADTXN, AH_EFORK. */
+int ah_space_get(ah_txn *txn, ah_space_info *si);
+
+typedef struct ah_reader_info {
+	int64_t pid;       /* owning process */
+	uint64_t thread;   /* pthread id, as LMDB records it */
+	uint64_t txn_id;   /* snapshot held (commit id); 0 = slot idle */
+	uint64_t age;      /* commits made since that snapshot (0 if idle) */
+	int self;          /* 1: a slot of the calling process */
+} ah_reader_info;
+
+typedef int (*ah_reader_fn)(const ah_reader_info *r, void *user);
+
+/* Calls fn for each reader slot held by a live process (mdb_reader_list).
+ * Errors: AH_EINVAL, AH_EIO, AH_EFORK, or fn's value. */
+int ah_reader_foreach(ah_heap *heap, ah_reader_fn fn, void *user);
+
+/* Writes a consistent, compacted copy of the heap's latest commit to the
+ * new file PATH (mdb_env_copyfd2 with MDB_CP_COMPACT: it runs in a read
+ * snapshot and never blocks a writer, in this or another process), then
+ * fsyncs it.  The copy is itself a heap: restoring is ah_open on it (chunk
+ * file offsets differ, contents and checksums are equal).  PATH must not
+ * exist; on failure it is removed.  Errors: AH_EINVAL, AH_EEXIST,
+ * AH_ENOTFOUND (no such directory), AH_EREADONLY (no permission), AH_EFULL,
+ * AH_EIO, AH_EFORK. */
+int ah_backup(ah_heap *heap, const char *path);
+
 #ifdef __cplusplus
 }
 #endif

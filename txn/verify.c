@@ -1,0 +1,343 @@
+/*
+ * txn/verify.c - ah_verify: checks everything a snapshot holds and names
+ * every problem (arrangement, batch, chunk) instead of stopping at the
+ * first, as a fsck would.
+ *
+ * Three passes, in this order so the heap is read from disk once, in file
+ * order, at the speed of the disk:
+ *  1. chunks: one cursor over the chunks table recomputes every XXH3 over
+ *     each chunk's whole stored bytes (heap_chunk_scan) and remembers (id,
+ *     problem) per chunk;
+ *  2. arrangements: every spine (spine_check: S1-S4) and every batch of it
+ *     (batch_check without checksums: B1-B5, from the page cache now),
+ *     collecting which batch references which chunk, and which spine which
+ *     batch;
+ *  3. references: the sorted references against the chunk list and the
+ *     batch table: every chunk and batch record referenced exactly once,
+ *     none leaked, none missing.
+ * Problems go to the caller's callback; damaged LMDB pages are problems as
+ * well (the snapshot then usually fails everything after with AH_EBADTXN,
+ * which is reported too).  Never poisons the transaction.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "txn/txn.h"
+
+typedef struct cref {
+	uint64_t chunk, batch;
+	uint32_t arr;
+} cref;
+
+typedef struct bref {
+	uint64_t batch;
+	uint32_t arr;
+} bref;
+
+typedef struct seen {
+	uint64_t id;
+	const char *problem;
+} seen;
+
+typedef struct verifier {
+	ah_txn *t;
+	ah_problem_fn fn;
+	void *user;
+	ah_verify_stats st;
+	int stop;            /* fn's non-zero value */
+	bool oom;
+	char (*names)[AH_NAME_MAX + 1];
+	uint32_t nnames;
+	cref *cr;
+	size_t ncr, ccap;
+	bref *br;
+	size_t nbr, bcap;
+	seen *ch;
+	size_t nch, chcap;
+} verifier;
+
+static void report(verifier *v, uint32_t arr, uint64_t bid, uint64_t chunk,
+                   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+/* arr == UINT32_MAX: no arrangement. */
+static void report(verifier *v, uint32_t arr, uint64_t bid, uint64_t chunk,
+                   const char *fmt, ...)
+{
+	char msg[400];
+	ah_problem p;
+	va_list ap;
+
+	v->st.problems++;
+	if (v->stop || !v->fn)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	p.arrangement = arr < v->nnames ? v->names[arr] : "";
+	p.batch = bid;
+	p.chunk = chunk;
+	p.message = msg;
+	v->stop = v->fn(&p, v->user);
+}
+
+static bool grow(void **arr, size_t *cap, size_t n, size_t elem)
+{
+	if (n < *cap)
+		return true;
+	size_t ncap = *cap ? *cap * 2 : 256;
+	void *p = realloc(*arr, ncap * elem);
+	if (!p)
+		return false;
+	*arr = p;
+	*cap = ncap;
+	return true;
+}
+
+/* ------------------------------------------------- pass 1: chunk scan */
+
+static int on_chunk(const heap_chunk_scan_entry *e, void *user)
+{
+	verifier *v = user;
+
+	if (!grow((void **)&v->ch, &v->chcap, v->nch, sizeof *v->ch))
+		return AH_ENOMEM;
+	v->ch[v->nch].id = e->ci.id;
+	v->ch[v->nch].problem = e->problem;
+	v->nch++;
+	v->st.chunks++;
+	v->st.chunk_bytes += e->stored_bytes;
+	return 0;
+}
+
+/* ------------------------------------------------ pass 2: arrangements */
+
+static int add_name(verifier *v, const void *key, size_t len)
+{
+	void *p = realloc(v->names, (v->nnames + 1) * sizeof *v->names);
+
+	if (!p)
+		return AH_ENOMEM;
+	v->names = p;
+	memcpy(v->names[v->nnames], key, len);
+	v->names[v->nnames][len] = 0;
+	v->nnames++;
+	v->st.arrangements++;
+	return 0;
+}
+
+/* batch_check's message says "batch B chunk C (#i): ..." */
+static uint64_t chunk_of(const char *msg)
+{
+	const char *p = strstr(msg, " chunk ");
+	unsigned long long c = 0;
+
+	return p && sscanf(p, " chunk %llu", &c) == 1 ? c : 0;
+}
+
+static int check_batch(verifier *v, uint32_t arr, const spine *sp,
+                       uint64_t id, bool partial)
+{
+	char msg[320];
+	batch *b;
+	int rc;
+
+	if (!grow((void **)&v->br, &v->bcap, v->nbr, sizeof *v->br))
+		return AH_ENOMEM;
+	v->br[v->nbr++] = (bref){ id, arr };
+	v->st.batches++;
+	if ((rc = batch_load(v->t->ht, id, &b))) {
+		if (rc == AH_ENOMEM)
+			return rc;
+		report(v, arr, id, 0, "cannot load batch record: %s",
+		       ah_err_name(rc));
+		return 0;
+	}
+	if (partial != ((b->rec_flags & BREC_PARTIAL) != 0))
+		report(v, arr, id, 0, partial ? "merge output not flagged partial"
+		                              : "partial batch in the chain");
+	if (!partial && b->desc.since > sp->since)
+		report(v, arr, id, 0, "batch since %llu beyond the arrangement's "
+		       "since %llu", (unsigned long long)b->desc.since,
+		       (unsigned long long)sp->since);
+	for (uint32_t i = 0; i < b->nchunks; i++) {
+		if (!grow((void **)&v->cr, &v->ccap, v->ncr, sizeof *v->cr)) {
+			batch_free(b);
+			return AH_ENOMEM;
+		}
+		v->cr[v->ncr++] = (cref){ b->chunk_ids[i], id, arr };
+	}
+	if (batch_check(v->t->ht, b, false, msg, sizeof msg))
+		report(v, arr, id, chunk_of(msg), "%s", msg);
+	batch_free(b);
+	return 0;
+}
+
+static int check_arrangement(verifier *v, uint32_t arr)
+{
+	char msg[320];
+	spine sp;
+	int rc = spine_load(v->t->ht, v->names[arr], &sp);
+
+	if (rc) {
+		if (rc == AH_ENOMEM)
+			return rc;
+		report(v, arr, 0, 0, "cannot load the arrangement record: %s",
+		       ah_err_name(rc));
+		return 0;
+	}
+	if (spine_check(v->t->ht, &sp, msg, sizeof msg))
+		report(v, arr, 0, 0, "spine: %s", msg);
+	for (uint32_t i = 0; i < sp.nbatches && !rc && !v->stop; i++)
+		rc = check_batch(v, arr, &sp, sp.batches[i].id, false);
+	for (uint32_t i = 0; i < sp.nmerges && !rc && !v->stop; i++)
+		if (sp.merges[i].partial_id)
+			rc = check_batch(v, arr, &sp, sp.merges[i].partial_id, true);
+	spine_clear(&sp);
+	return rc;
+}
+
+static int check_arrangements(verifier *v)
+{
+	const void *k = NULL, *val;
+	size_t klen = 0, vlen;
+	int rc;
+
+	while (!v->stop &&
+	       (rc = heap_next(v->t->ht, HEAP_T_ARR, k, klen, &k, &klen, &val,
+	                       &vlen)) == 0) {
+		if (klen > AH_NAME_MAX) {
+			report(v, UINT32_MAX, 0, 0, "arrangement table: key of %zu "
+			       "bytes is no name", klen);
+			continue;
+		}
+		if ((rc = add_name(v, k, klen)) ||
+		    (rc = check_arrangement(v, v->nnames - 1)))
+			return rc;
+	}
+	if (!v->stop && rc != AH_ENOTFOUND)
+		report(v, UINT32_MAX, 0, 0, "arrangement table unreadable: %s",
+		       ah_err_name(rc));
+	return 0;
+}
+
+/* -------------------------------------------------- pass 3: references */
+
+static int cmp_cref(const void *a, const void *b)
+{
+	const cref *x = a, *y = b;
+	return x->chunk < y->chunk ? -1 : x->chunk > y->chunk;
+}
+
+static int cmp_bref(const void *a, const void *b)
+{
+	const bref *x = a, *y = b;
+	return x->batch < y->batch ? -1 : x->batch > y->batch;
+}
+
+/* Each chunk against the references to it (both sorted by id). */
+static void check_chunk_refs(verifier *v)
+{
+	size_t j = 0;
+
+	for (size_t i = 0; i < v->nch && !v->stop; i++) {
+		uint64_t id = v->ch[i].id;
+		size_t n = 0;
+
+		for (; j < v->ncr && v->cr[j].chunk < id; j++)
+			report(v, v->cr[j].arr, v->cr[j].batch, v->cr[j].chunk,
+			       "chunk missing from the chunks table");
+		const cref *owner = j < v->ncr && v->cr[j].chunk == id ? &v->cr[j]
+		                                                       : NULL;
+		for (; j < v->ncr && v->cr[j].chunk == id; j++)
+			n++;
+		if (v->ch[i].problem)
+			report(v, owner ? owner->arr : UINT32_MAX,
+			       owner ? owner->batch : 0, id, "%s", v->ch[i].problem);
+		if (n == 0)
+			report(v, UINT32_MAX, 0, id, "chunk leaked: no batch "
+			       "references it");
+		else if (n > 1)
+			report(v, owner->arr, owner->batch, id, "chunk referenced %zu "
+			       "times", n);
+	}
+	for (; j < v->ncr && !v->stop; j++)
+		report(v, v->cr[j].arr, v->cr[j].batch, v->cr[j].chunk,
+		       "chunk missing from the chunks table");
+}
+
+/* Every batch record against the spines' references to it. */
+static void check_batch_refs(verifier *v)
+{
+	const void *k = NULL, *val;
+	size_t klen = 0, vlen, j = 0;
+	uint64_t id;
+	int rc;
+
+	while (!v->stop && (rc = heap_next(v->t->ht, HEAP_T_BATCH, k, klen, &k,
+	                                   &klen, &val, &vlen)) == 0) {
+		size_t n = 0;
+
+		if (klen != sizeof id) {
+			report(v, UINT32_MAX, 0, 0, "batch table: key of %zu bytes",
+			       klen);
+			continue;
+		}
+		memcpy(&id, k, sizeof id);
+		if (id == BATCH_ID_COUNTER)
+			continue;
+		for (; j < v->nbr && v->br[j].batch < id; j++)
+			report(v, v->br[j].arr, v->br[j].batch, 0,
+			       "batch record missing");
+		const bref *owner = j < v->nbr && v->br[j].batch == id ? &v->br[j]
+		                                                       : NULL;
+		for (; j < v->nbr && v->br[j].batch == id; j++)
+			n++;
+		if (n == 0)
+			report(v, UINT32_MAX, id, 0, "batch record leaked: no "
+			       "arrangement references it");
+		else if (n > 1)
+			report(v, owner->arr, id, 0, "batch referenced %zu times", n);
+	}
+	if (!v->stop && rc != AH_ENOTFOUND)
+		report(v, UINT32_MAX, 0, 0, "batch table unreadable: %s",
+		       ah_err_name(rc));
+	/* Missing records were reported by pass 2 (cannot load). */
+}
+
+int ah_verify(ah_txn *t, ah_problem_fn fn, void *user, ah_verify_stats *st)
+{
+	verifier v = { .t = t, .fn = fn, .user = user };
+	bool scan_ok;
+	int rc = txn_enter(t, false);
+
+	if (rc)
+		return rc;
+	rc = heap_chunk_scan(t->ht, true, on_chunk, &v);
+	if (rc == AH_ENOMEM)
+		goto out;
+	scan_ok = rc == 0;
+	if (rc)
+		report(&v, UINT32_MAX, 0, 0, "chunks table unreadable after %zu "
+		       "chunks: %s", v.nch, ah_err_name(rc));
+	if (!v.stop && (rc = check_arrangements(&v)))
+		goto out;
+	if (v.ncr > 0)
+		qsort(v.cr, v.ncr, sizeof *v.cr, cmp_cref);
+	if (v.nbr > 0)
+		qsort(v.br, v.nbr, sizeof *v.br, cmp_bref);
+	if (!v.stop && scan_ok) /* else every later chunk would be "missing" */
+		check_chunk_refs(&v);
+	if (!v.stop)
+		check_batch_refs(&v);
+	rc = v.stop;
+out:
+	if (st)
+		*st = v.st;
+	free(v.names);
+	free(v.cr);
+	free(v.br);
+	free(v.ch);
+	return rc;
+}
