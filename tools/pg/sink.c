@@ -1,0 +1,321 @@
+/*
+ * tools/pg/sink.c - buffers source transactions per table and commits
+ * groups of them to the heap (see sink.h).  The one place that writes the
+ * heap while streaming: one write transaction per group holds every
+ * table's batch, the advanced uppers and the new "pg.lsn", or nothing.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tools/pg/sink.h"
+
+static int oom(sink *s)
+{
+	snprintf(s->err, sizeof s->err, "out of memory");
+	return -1;
+}
+
+pg_table *sink_table(sink *s, uint32_t relid)
+{
+	for (int i = 0; i < s->nt; i++)
+		if (s->t[i].relid == relid)
+			return &s->t[i];
+	return NULL;
+}
+
+int sink_encode(sink *s, const pg_table *t, const pg_field *f, size_t *klen)
+{
+	s->kv.len = 0;
+	if (t->nkey > 0) {
+		if (row_put_fields(&s->kv, f, t->key, t->nkey) != 0)
+			return oom(s);
+		*klen = s->kv.len;
+		if (row_put_fields(&s->kv, f, NULL, t->ncols) != 0)
+			return oom(s);
+	} else {
+		if (row_put_fields(&s->kv, f, NULL, t->ncols) != 0)
+			return oom(s);
+		*klen = s->kv.len;
+	}
+	return 0;
+}
+
+static int push(sink *s, pg_table *t, const void *k, size_t kl, const void *v, size_t vl,
+                int64_t diff)
+{
+	if (t->nups == t->cap) {
+		size_t cap = t->cap ? t->cap * 2 : 256;
+		pend *q = realloc(t->ups, cap * sizeof *q);
+		if (!q)
+			return oom(s);
+		t->ups = q;
+		t->cap = cap;
+	}
+	pend *u = &t->ups[t->nups];
+	u->off = t->bytes.len;
+	u->klen = (uint32_t)kl;
+	u->vlen = (uint32_t)vl;
+	u->time = 0;
+	u->diff = diff;
+	if (pg_buf_put(&t->bytes, k, kl) || pg_buf_put(&t->bytes, v, vl))
+		return oom(s);
+	t->nups++;
+	return 0;
+}
+
+void sink_begin(sink *s)
+{
+	for (int i = 0; i < s->nt; i++) {
+		s->t[i].mark = s->t[i].nups;
+		s->t[i].bytes_mark = s->t[i].bytes.len;
+	}
+	s->in_txn = 1;
+}
+
+int sink_row(sink *s, pg_table *t, const pg_field *f, int64_t diff)
+{
+	size_t kl;
+
+	if (sink_encode(s, t, f, &kl) != 0)
+		return -1;
+	if (s->kv.len > UINT32_MAX) {
+		snprintf(s->err, sizeof s->err, "a row of %s is larger than 4 GiB", t->name);
+		return -1;
+	}
+	return push(s, t, s->kv.p, kl, s->kv.p + kl, s->kv.len - kl, diff);
+}
+
+/* ---- TRUNCATE: the table's current rows, from the heap and pending ---- */
+
+typedef struct kvref {
+	const uint8_t *k, *v;
+	size_t kl, vl;
+	int64_t diff;
+	size_t off;   /* heap rows: offset in the copy until it stops moving */
+} kvref;
+
+static int cmp_bytes(const uint8_t *a, size_t al, const uint8_t *b, size_t bl)
+{
+	int c = memcmp(a, b, al < bl ? al : bl);
+	return c ? c : (al > bl) - (al < bl);
+}
+
+static int cmp_kv(const void *x, const void *y)
+{
+	const kvref *a = x, *b = y;
+	int c = cmp_bytes(a->k, a->kl, b->k, b->kl);
+	return c ? c : cmp_bytes(a->v, a->vl, b->v, b->vl);
+}
+
+/* Appends the heap's (key, val, count) at its frontier to copy/refs. */
+static int heap_rows(sink *s, pg_table *t, pg_buf *copy, kvref **refs, size_t *n, size_t *cap)
+{
+	ah_txn *txn = NULL;
+	ah_cursor *c = NULL;
+	int rc;
+
+	if (s->pos == 0)
+		return 0;
+	if ((rc = ah_txn_begin(s->heap, AH_TXN_RDONLY, &txn)) != 0 ||
+	    (rc = ah_cursor_open(txn, t->name, &c)) != 0)
+		goto out;
+	for (; ah_cursor_key_valid(c); ah_cursor_step_key(c)) {
+		for (; ah_cursor_val_valid(c); ah_cursor_step_val(c)) {
+			const void *k, *v;
+			size_t kl, vl;
+			int64_t sum;
+			if ((rc = ah_cursor_key(c, &k, &kl)) || (rc = ah_cursor_val(c, &v, &vl)) ||
+			    (rc = ah_cursor_accumulate(c, s->pos, &sum)))
+				goto out;
+			if (sum == 0)
+				continue;
+			if (*n == *cap) {
+				kvref *q = realloc(*refs, (*cap = *cap ? *cap * 2 : 1024) * sizeof *q);
+				if (!q) {
+					rc = AH_ENOMEM;
+					goto out;
+				}
+				*refs = q;
+			}
+			/* offsets now, pointers once copy stops moving */
+			(*refs)[*n] = (kvref){ NULL, NULL, kl, vl, sum, copy->len };
+			(*n)++;
+			if (pg_buf_put(copy, k, kl) || pg_buf_put(copy, v, vl)) {
+				rc = AH_ENOMEM;
+				goto out;
+			}
+		}
+	}
+out:
+	ah_cursor_close(c);
+	ah_txn_abort(txn);
+	if (rc)
+		snprintf(s->err, sizeof s->err, "reading %s for TRUNCATE: %s", t->name, ah_strerror(rc));
+	return rc ? -1 : 0;
+}
+
+int sink_truncate(sink *s, pg_table *t)
+{
+	pg_buf copy = { 0 };
+	kvref *r = NULL;
+	size_t n = 0, cap = 0, nh;
+	int rc = -1;
+
+	if (heap_rows(s, t, &copy, &r, &n, &cap) != 0)
+		goto out;
+	nh = n;
+	if (cap < n + t->nups) {
+		kvref *q = realloc(r, (n + t->nups + 1) * sizeof *q);
+		if (!q) {
+			oom(s);
+			goto out;
+		}
+		r = q;
+	}
+	for (size_t i = 0; i < nh; i++) {
+		r[i].k = copy.p + r[i].off;
+		r[i].v = r[i].k + r[i].kl;
+	}
+	for (size_t i = 0; i < t->nups; i++) {
+		const pend *u = &t->ups[i];
+		r[n++] = (kvref){ t->bytes.p + u->off, t->bytes.p + u->off + u->klen,
+		                  u->klen, u->vlen, u->diff, 0 };
+	}
+	qsort(r, n, sizeof *r, cmp_kv);
+	/* The retractions go after the pending entries they were computed
+	 * from; t->bytes may move, so gather them in copy first. */
+	pg_buf out = { 0 };
+	kvref *res = NULL;
+	size_t nres = 0;
+	for (size_t i = 0; i < n;) {
+		size_t j = i;
+		int64_t sum = 0;
+		while (j < n && cmp_kv(&r[i], &r[j]) == 0)
+			sum += r[j++].diff;
+		if (sum != 0) {
+			kvref *q = realloc(res, (nres + 1) * sizeof *q);
+			if (!q || pg_buf_put(&out, r[i].k, r[i].kl) || pg_buf_put(&out, r[i].v, r[i].vl)) {
+				free(q ? q : res);
+				pg_buf_free(&out);
+				oom(s);
+				goto out;
+			}
+			res = q;
+			res[nres++] = (kvref){ NULL, NULL, r[i].kl, r[i].vl, -sum, 0 };
+		}
+		i = j;
+	}
+	rc = 0;
+	for (size_t i = 0, off = 0; i < nres && rc == 0; i++) {
+		rc = push(s, t, out.p + off, res[i].kl, out.p + off + res[i].kl, res[i].vl, res[i].diff);
+		off += res[i].kl + res[i].vl;
+	}
+	free(res);
+	pg_buf_free(&out);
+out:
+	free(r);
+	pg_buf_free(&copy);
+	return rc;
+}
+
+int sink_commit(sink *s, uint64_t end_lsn, int *skipped)
+{
+	*skipped = end_lsn <= s->group_pos;
+	if (*skipped) {
+		sink_rollback(s);
+		s->skipped++;
+		return 0;
+	}
+	for (int i = 0; i < s->nt; i++) {
+		pg_table *t = &s->t[i];
+		for (size_t j = t->mark; j < t->nups; j++)
+			t->ups[j].time = end_lsn;
+		s->group_updates += t->nups - t->mark;
+		s->updates += t->nups - t->mark;
+	}
+	s->group_pos = end_lsn;
+	s->group_txns++;
+	s->txns++;
+	s->in_txn = 0;
+	return 0;
+}
+
+void sink_rollback(sink *s)
+{
+	for (int i = 0; i < s->nt; i++) {
+		s->t[i].nups = s->t[i].mark;
+		s->t[i].bytes.len = s->t[i].bytes_mark;
+	}
+	s->in_txn = 0;
+}
+
+void sink_idle(sink *s, uint64_t wal_end)
+{
+	if (!s->in_txn && wal_end > s->group_pos)
+		s->group_pos = wal_end;
+}
+
+static int append_table(sink *s, ah_txn *txn, pg_table *t, uint64_t lower, uint64_t upper)
+{
+	ah_update *u;
+	int rc;
+
+	if (t->nups == 0)
+		return ah_advance(txn, t->name, lower, upper);
+	if (!(u = malloc(t->nups * sizeof *u)))
+		return AH_ENOMEM;
+	for (size_t i = 0; i < t->nups; i++) {
+		const pend *p = &t->ups[i];
+		u[i] = (ah_update){ t->bytes.p + p->off, p->klen, t->bytes.p + p->off + p->klen,
+		                    p->vlen, p->time, p->diff };
+	}
+	rc = ah_append(txn, t->name, lower, upper, u, t->nups);
+	free(u);
+	return rc;
+}
+
+int sink_flush(sink *s)
+{
+	ah_txn *txn = NULL;
+	char lsn[32];
+	int rc, i = -1;
+
+	if (s->in_txn || s->group_pos == s->pos)
+		return 0;
+	if ((rc = ah_txn_begin(s->heap, 0, &txn)) != 0)
+		goto out;
+	for (i = 0; i < s->nt; i++)
+		if ((rc = append_table(s, txn, &s->t[i], s->pos + 1, s->group_pos + 1)) != 0)
+			goto out;
+	lsn_fmt(s->group_pos, lsn, sizeof lsn);
+	i = -1;
+	if ((rc = ah_source_put(txn, "pg.lsn", lsn, strlen(lsn))) != 0)
+		goto out;
+	rc = ah_txn_commit(txn);
+	txn = NULL;
+	if (rc)
+		goto out;
+	s->pos = s->group_pos;
+	s->group_txns = 0;
+	s->group_updates = 0;
+	for (i = 0; i < s->nt; i++) {
+		s->t[i].nups = s->t[i].mark = 0;
+		s->t[i].bytes.len = s->t[i].bytes_mark = 0;
+	}
+	return 0;
+out:
+	snprintf(s->err, sizeof s->err, "heap commit%s%s: %s", i >= 0 ? " of " : "",
+	         i >= 0 ? s->t[i].name : "",
+	         txn && *ah_txn_errmsg(txn) ? ah_txn_errmsg(txn) : ah_strerror(rc));
+	ah_txn_abort(txn);
+	return -1;
+}
+
+void sink_free(sink *s)
+{
+	tables_free(s->t, s->nt);
+	s->t = NULL;
+	s->nt = 0;
+	pg_buf_free(&s->kv);
+}

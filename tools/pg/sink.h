@@ -1,0 +1,102 @@
+/*
+ * tools/pg/sink.h - the heap side of ah-pgsync: one arrangement per source
+ * table, source transactions buffered until their commit, groups of them
+ * committed to the heap in one write transaction with the stream position.
+ *
+ * Heap contents (docs/pgsync.md has the whole contract):
+ *   arrangement per table  key = primary key fields, val = all fields
+ *                          (row.h encoding); no primary key: key = all
+ *                          fields, val empty.  time = the transaction's
+ *                          commit end LSN; the first copy is at the slot's
+ *                          consistent point.
+ *   source "pg.lsn"        text "X/Y": every source transaction whose
+ *                          commit end LSN is <= it is in the heap, none
+ *                          after; every arrangement's upper is it + 1.
+ *   source "pg.identity"   text lines system=, database=, slot=,
+ *                          publication=: whose stream this heap follows.
+ *   source "pg.tables"     one line per table: relid, arrangement, schema,
+ *                          table, key column indices, column names
+ *                          (tab-separated, names escaped as escape.h).
+ * It never confirms anything to the server: the caller does, with
+ * sink_committed() after sink_flush() returned 0.
+ */
+#ifndef TOOLS_PG_SINK_H
+#define TOOLS_PG_SINK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "arrheap.h"
+#include "tools/pg/row.h"
+
+typedef struct pend {
+	size_t off;        /* into the table's bytes: key then val */
+	uint32_t klen, vlen;
+	uint64_t time;     /* 0 until the source transaction commits */
+	int64_t diff;
+} pend;
+
+typedef struct pg_table {
+	uint32_t relid;
+	char name[AH_NAME_MAX + 1];
+	char *nsp, *rel;
+	int ncols;
+	char **cols;
+	int nkey;
+	int *key;          /* column indices of the primary key, in its order */
+	/* pending updates of the current group */
+	pg_buf bytes;
+	pend *ups;
+	size_t nups, cap;
+	size_t mark, bytes_mark;  /* where the open source txn began */
+} pg_table;
+
+typedef struct sink {
+	ah_heap *heap;
+	pg_table *t;
+	int nt;
+	uint64_t pos;        /* committed in the heap */
+	uint64_t group_pos;  /* after the buffered group */
+	int in_txn;
+	size_t group_txns;
+	uint64_t group_updates;
+	uint64_t txns, skipped, updates;  /* totals */
+	pg_buf kv;           /* scratch for one row's key and val */
+	char err[1024];
+} sink;
+
+/* LSN text forms "X/Y". */
+void lsn_fmt(uint64_t lsn, char *buf, size_t len);
+int lsn_parse(const char *s, size_t len, uint64_t *out);
+
+/* Arrangement name for a table: "schema.table" when it fits the name rules,
+ * else "rel.<relid>". */
+void table_name_for(pg_table *t);
+pg_table *sink_table(sink *s, uint32_t relid);
+
+/* The stored table list, serialised and parsed (see above). */
+int tables_format(const pg_table *t, int nt, pg_buf *out);
+int tables_parse(const char *p, size_t len, pg_table **out, int *nt, char *err, size_t errlen);
+void tables_free(pg_table *t, int nt);
+
+/* Encodes a row (ncols fields) as key and val into s->kv: key is
+ * s->kv.p[0..*klen), val follows. */
+int sink_encode(sink *s, const pg_table *t, const pg_field *f, size_t *klen);
+
+void sink_begin(sink *s);
+/* One change of the open source txn: diff +1 (new row) or -1 (old row). */
+int sink_row(sink *s, pg_table *t, const pg_field *f, int64_t diff);
+/* Retracts every current row of t (heap at its frontier + pending). */
+int sink_truncate(sink *s, pg_table *t);
+/* Ends the open source txn at end_lsn; drops it if end_lsn <= group_pos
+ * (already applied: the server resent it).  *skipped set to 1 then. */
+int sink_commit(sink *s, uint64_t end_lsn, int *skipped);
+/* Drops the open source txn (connection lost mid-transaction). */
+void sink_rollback(sink *s);
+/* The stream is idle up to wal_end: nothing before it is missing. */
+void sink_idle(sink *s, uint64_t wal_end);
+/* Commits the buffered group to the heap (no-op when nothing new). */
+int sink_flush(sink *s);
+void sink_free(sink *s);
+
+#endif /* TOOLS_PG_SINK_H */
