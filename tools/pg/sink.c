@@ -256,7 +256,7 @@ void sink_idle(sink *s, uint64_t wal_end)
 		s->group_pos = wal_end;
 }
 
-static int append_table(sink *s, ah_txn *txn, pg_table *t, uint64_t lower, uint64_t upper)
+static int append_table(ah_txn *txn, pg_table *t, uint64_t lower, uint64_t upper)
 {
 	ah_update *u;
 	int rc;
@@ -286,7 +286,7 @@ int sink_flush(sink *s)
 	if ((rc = ah_txn_begin(s->heap, 0, &txn)) != 0)
 		goto out;
 	for (i = 0; i < s->nt; i++)
-		if ((rc = append_table(s, txn, &s->t[i], s->pos + 1, s->group_pos + 1)) != 0)
+		if ((rc = append_table(txn, &s->t[i], s->pos + 1, s->group_pos + 1)) != 0)
 			goto out;
 	lsn_fmt(s->group_pos, lsn, sizeof lsn);
 	i = -1;
