@@ -1,0 +1,454 @@
+/*
+ * tools/pg/source.c - libpq connections, catalog queries, the snapshot COPY
+ * and the replication stream of ah-pgsync (see source.h).  It never writes
+ * the heap and never parses pgoutput: it hands the bytes on.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include "tools/pg/source.h"
+
+#define TEXT_SETTINGS "-c DateStyle=ISO -c TimeZone=UTC -c IntervalStyle=postgres " \
+	"-c extra_float_digits=3 -c bytea_output=hex"
+
+static int fail(pg_src *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(pg_src *s, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(s->err, sizeof s->err, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+/* libpq's message, first line, without "ERROR:  " and newline. */
+static const char *first_line(const char *m, char *buf, size_t len)
+{
+	size_t n;
+
+	if (!strncmp(m, "ERROR:  ", 8))
+		m += 8;
+	if (!strncmp(m, "FATAL:  ", 8))
+		m += 8;
+	n = strcspn(m, "\n");
+	if (n >= len)
+		n = len - 1;
+	memcpy(buf, m, n);
+	buf[n] = 0;
+	return buf;
+}
+
+static int pq_fail(pg_src *s, PGconn *c, const char *what)
+{
+	char line[600];
+	const char *m = first_line(PQerrorMessage(c), line, sizeof line);
+
+	if (strstr(m, "permission denied") || strstr(m, "must be superuser") ||
+	    strstr(m, "must have replication"))
+		return fail(s, "%s: %s: grant the role REPLICATION and SELECT on the published tables",
+		            what, m);
+	if (strstr(m, "wal_level"))
+		return fail(s, "%s: %s: set wal_level = logical in postgresql.conf and restart the server",
+		            what, m);
+	return fail(s, "%s: %s", what, m);
+}
+
+static PGconn *open_conn(pg_src *s, int replication)
+{
+	const char *keys[] = { "dbname", "replication", "options", "fallback_application_name", NULL };
+	const char *vals[] = { s->conninfo, replication ? "database" : NULL, TEXT_SETTINGS,
+	                       "ah-pgsync", NULL };
+	char line[600];
+	PGconn *c;
+
+	if (!replication) {
+		keys[1] = "options";
+		vals[1] = TEXT_SETTINGS;
+		keys[2] = "fallback_application_name";
+		vals[2] = "ah-pgsync";
+		keys[3] = NULL;
+	}
+	c = PQconnectdbParams(keys, vals, 1);
+	if (c && PQstatus(c) == CONNECTION_OK)
+		return c;
+	const char *m = first_line(c ? PQerrorMessage(c) : "out of memory", line, sizeof line);
+	if (strstr(m, "replication") && (strstr(m, "pg_hba") || strstr(m, "permission") ||
+	                                 strstr(m, "must be")))
+		fail(s, "the server refuses a replication connection (%s): grant the role "
+		     "REPLICATION and allow replication connections in pg_hba.conf", m);
+	else if (strstr(m, "does not exist"))
+		fail(s, "cannot connect: %s: check --dbname", m);
+	else
+		fail(s, "cannot connect to the server (%s): is it running, and is --dbname right?", m);
+	PQfinish(c);
+	return NULL;
+}
+
+int src_connect(pg_src *s)
+{
+	PGresult *r = NULL;
+	int rc = -1;
+
+	if (!(s->repl = open_conn(s, 1)) || !(s->sql = open_conn(s, 0)))
+		goto out;
+	PQsetClientEncoding(s->sql, PQparameterStatus(s->sql, "server_encoding"));
+	r = PQexec(s->repl, "IDENTIFY_SYSTEM");
+	if (PQresultStatus(r) != PGRES_TUPLES_OK || PQnfields(r) < 4 || PQntuples(r) != 1) {
+		pq_fail(s, s->repl, "IDENTIFY_SYSTEM");
+		goto out;
+	}
+	snprintf(s->sysid, sizeof s->sysid, "%s", PQgetvalue(r, 0, 0));
+	snprintf(s->dbname, sizeof s->dbname, "%s", PQgetvalue(r, 0, 3));
+	PQclear(r);
+	const char *pv[1] = { s->pub };
+	r = PQexecParams(s->sql, "SELECT 1 FROM pg_publication WHERE pubname = $1", 1, NULL, pv,
+	                 NULL, NULL, 0);
+	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+		pq_fail(s, s->sql, "looking up the publication");
+		goto out;
+	}
+	if (PQntuples(r) != 1) {
+		fail(s, "publication \"%s\" does not exist in database %s: CREATE PUBLICATION %s "
+		     "FOR ALL TABLES (or FOR TABLE ...), or pass --publication", s->pub, s->dbname, s->pub);
+		goto out;
+	}
+	rc = 0;
+out:
+	PQclear(r);
+	if (rc)
+		src_close(s);
+	return rc;
+}
+
+void src_close(pg_src *s)
+{
+	PQfreemem(s->msg);
+	s->msg = NULL;
+	PQfinish(s->repl);
+	PQfinish(s->sql);
+	s->repl = s->sql = NULL;
+}
+
+static int parse_lsn_str(const char *v, uint64_t *out)
+{
+	return lsn_parse(v, strlen(v), out);
+}
+
+int src_slot(pg_src *s, pg_slot *o)
+{
+	const char *pv[1] = { s->slot };
+	PGresult *r = PQexecParams(s->sql,
+		"SELECT coalesce(plugin, ''), coalesce(database::text, ''), coalesce(active_pid, 0), "
+		"coalesce(confirmed_flush_lsn, '0/0'), coalesce(restart_lsn, '0/0') "
+		"FROM pg_replication_slots WHERE slot_name = $1", 1, NULL, pv, NULL, NULL, 0);
+	int rc = 0;
+
+	memset(o, 0, sizeof *o);
+	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+		rc = pq_fail(s, s->sql, "looking up the replication slot");
+	} else if (PQntuples(r) == 1) {
+		o->exists = 1;
+		snprintf(o->plugin, sizeof o->plugin, "%s", PQgetvalue(r, 0, 0));
+		snprintf(o->database, sizeof o->database, "%s", PQgetvalue(r, 0, 1));
+		o->active_pid = atoi(PQgetvalue(r, 0, 2));
+		if (parse_lsn_str(PQgetvalue(r, 0, 3), &o->confirmed) ||
+		    parse_lsn_str(PQgetvalue(r, 0, 4), &o->restart))
+			rc = fail(s, "bad LSN in pg_replication_slots");
+	}
+	PQclear(r);
+	return rc;
+}
+
+int src_create_slot(pg_src *s, uint64_t *consistent, char *snapshot, size_t len)
+{
+	char q[300];
+	PGresult *r;
+	int rc = 0;
+
+	snprintf(q, sizeof q, "CREATE_REPLICATION_SLOT \"%s\" LOGICAL pgoutput EXPORT_SNAPSHOT",
+	         s->slot);
+	r = PQexec(s->repl, q);
+	if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1 || PQnfields(r) < 3)
+		rc = pq_fail(s, s->repl, "creating the replication slot");
+	else if (parse_lsn_str(PQgetvalue(r, 0, 1), consistent))
+		rc = fail(s, "creating the replication slot: bad consistent point");
+	else
+		snprintf(snapshot, len, "%s", PQgetvalue(r, 0, 2));
+	PQclear(r);
+	return rc;
+}
+
+static int table_columns(pg_src *s, pg_table *t, const char *oid)
+{
+	const char *pv[1] = { oid };
+	PGresult *r = PQexecParams(s->sql,
+		"SELECT attname FROM pg_attribute WHERE attrelid = $1::oid AND attnum > 0 "
+		"AND NOT attisdropped AND attgenerated = '' ORDER BY attnum", 1, NULL, pv, NULL, NULL, 0);
+	PGresult *k = NULL;
+	int rc = -1;
+
+	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+		pq_fail(s, s->sql, "reading the columns");
+		goto out;
+	}
+	t->ncols = PQntuples(r);
+	if (t->ncols == 0) {
+		fail(s, "table %s.%s has no columns", t->nsp, t->rel);
+		goto out;
+	}
+	t->cols = calloc((size_t)t->ncols, sizeof(char *));
+	t->key = calloc((size_t)t->ncols, sizeof(int));
+	if (!t->cols || !t->key)
+		goto oom;
+	for (int i = 0; i < t->ncols; i++)
+		if (!(t->cols[i] = strdup(PQgetvalue(r, i, 0))))
+			goto oom;
+	k = PQexecParams(s->sql,
+		"SELECT a.attname FROM pg_index i, unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord), "
+		"pg_attribute a WHERE i.indrelid = $1::oid AND i.indisprimary AND a.attrelid = i.indrelid "
+		"AND a.attnum = k.attnum ORDER BY k.ord", 1, NULL, pv, NULL, NULL, 0);
+	if (PQresultStatus(k) != PGRES_TUPLES_OK) {
+		pq_fail(s, s->sql, "reading the primary key");
+		goto out;
+	}
+	for (int i = 0; i < PQntuples(k) && i < t->ncols; i++)
+		for (int c = 0; c < t->ncols; c++)
+			if (!strcmp(t->cols[c], PQgetvalue(k, i, 0)))
+				t->key[t->nkey++] = c;
+	rc = 0;
+	goto out;
+oom:
+	fail(s, "out of memory");
+out:
+	PQclear(r);
+	PQclear(k);
+	return rc;
+}
+
+int src_tables(pg_src *s, pg_table **out, int *nt)
+{
+	const char *pv[1] = { s->pub };
+	PGresult *r = PQexecParams(s->sql,
+		"SELECT c.oid, n.nspname, c.relname, c.relreplident FROM pg_publication_tables p "
+		"JOIN pg_namespace n ON n.nspname = p.schemaname "
+		"JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = p.tablename "
+		"WHERE p.pubname = $1 ORDER BY 2, 3", 1, NULL, pv, NULL, NULL, 0);
+	pg_table *t = NULL;
+	int n = 0, rc = -1;
+
+	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+		pq_fail(s, s->sql, "listing the publication's tables");
+		goto out;
+	}
+	if (PQntuples(r) == 0) {
+		fail(s, "publication \"%s\" has no tables: ALTER PUBLICATION %s ADD TABLE ...", s->pub, s->pub);
+		goto out;
+	}
+	if (!(t = calloc((size_t)PQntuples(r), sizeof *t))) {
+		fail(s, "out of memory");
+		goto out;
+	}
+	for (n = 0; n < PQntuples(r);) {
+		pg_table *x = &t[n++];
+		x->relid = (uint32_t)strtoul(PQgetvalue(r, n - 1, 0), NULL, 10);
+		x->nsp = strdup(PQgetvalue(r, n - 1, 1));
+		x->rel = strdup(PQgetvalue(r, n - 1, 2));
+		if (!x->nsp || !x->rel) {
+			fail(s, "out of memory");
+			goto out;
+		}
+		if (PQgetvalue(r, n - 1, 3)[0] != 'f') {
+			fail(s, "table %s.%s lacks REPLICA IDENTITY FULL, so its updates and deletes "
+			     "would not carry the old row: ALTER TABLE %s.%s REPLICA IDENTITY FULL",
+			     x->nsp, x->rel, x->nsp, x->rel);
+			goto out;
+		}
+		if (table_columns(s, x, PQgetvalue(r, n - 1, 0)) != 0)
+			goto out;
+		table_name_for(x);
+	}
+	rc = 0;
+out:
+	PQclear(r);
+	if (rc) {
+		tables_free(t, n);
+		t = NULL;
+		n = 0;
+	}
+	*out = t;
+	*nt = n;
+	return rc;
+}
+
+static int exec_ok(pg_src *s, const char *q, const char *what)
+{
+	PGresult *r = PQexec(s->sql, q);
+	int rc = PQresultStatus(r) == PGRES_COMMAND_OK ? 0 : pq_fail(s, s->sql, what);
+
+	PQclear(r);
+	return rc;
+}
+
+int src_copy_begin(pg_src *s, const char *snapshot)
+{
+	char q[200];
+
+	if (exec_ok(s, "BEGIN ISOLATION LEVEL REPEATABLE READ", "starting the snapshot"))
+		return -1;
+	snprintf(q, sizeof q, "SET TRANSACTION SNAPSHOT '%s'", snapshot);
+	return exec_ok(s, q, "importing the slot's snapshot");
+}
+
+int src_copy_end(pg_src *s)
+{
+	return exec_ok(s, "COMMIT", "ending the snapshot");
+}
+
+static int put_id(pg_src *s, pg_buf *q, const char *str)
+{
+	char *id = PQescapeIdentifier(s->sql, str, strlen(str));
+	int rc = !id || pg_buf_put(q, id, strlen(id)) ? -1 : 0;
+
+	PQfreemem(id);
+	return rc;
+}
+
+int src_copy(pg_src *s, const pg_table *t, int (*row)(void *, char *, size_t), void *ctx)
+{
+	pg_buf q = { 0 };
+	PGresult *r = NULL;
+	char *line;
+	int rc = -1, n, bad;
+
+	bad = pg_buf_put(&q, "COPY ", 5) || put_id(s, &q, t->nsp) || pg_buf_put(&q, ".", 1) ||
+	      put_id(s, &q, t->rel) || pg_buf_put(&q, " (", 2);
+	for (int c = 0; c < t->ncols && !bad; c++)
+		bad = (c && pg_buf_put(&q, ", ", 2)) || put_id(s, &q, t->cols[c]);
+	if (bad || pg_buf_put(&q, ") TO STDOUT", 12))
+		goto oom;
+	r = PQexec(s->sql, (char *)q.p);
+	if (PQresultStatus(r) != PGRES_COPY_OUT) {
+		pq_fail(s, s->sql, "COPY");
+		goto out;
+	}
+	while ((n = PQgetCopyData(s->sql, &line, 0)) > 0) {
+		bad = row(ctx, line, n > 0 && line[n - 1] == '\n' ? (size_t)n - 1 : (size_t)n);
+		PQfreemem(line);
+		if (bad)
+			goto out;
+	}
+	PQclear(r);
+	r = PQgetResult(s->sql);
+	if (n == -2 || PQresultStatus(r) != PGRES_COMMAND_OK) {
+		pq_fail(s, s->sql, "COPY");
+		goto out;
+	}
+	rc = 0;
+	goto out;
+oom:
+	fail(s, "out of memory");
+out:
+	PQclear(r);
+	while ((r = PQgetResult(s->sql)))
+		PQclear(r);
+	pg_buf_free(&q);
+	return rc;
+}
+
+int src_start(pg_src *s, uint64_t lsn)
+{
+	char q[400], l[32];
+	PGresult *r;
+	int rc = 0;
+
+	lsn_fmt(lsn, l, sizeof l);
+	snprintf(q, sizeof q, "START_REPLICATION SLOT \"%s\" LOGICAL %s "
+	         "(proto_version '1', publication_names '\"%s\"')", s->slot, l, s->pub);
+	r = PQexec(s->repl, q);
+	if (PQresultStatus(r) != PGRES_COPY_BOTH)
+		rc = pq_fail(s, s->repl, "START_REPLICATION");
+	PQclear(r);
+	return rc;
+}
+
+static uint64_t be64(const uint8_t *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 0; i < 8; i++)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+	for (int i = 7; i >= 0; i--, v >>= 8)
+		p[i] = (uint8_t)v;
+}
+
+int src_recv(pg_src *s, int timeout_ms, const uint8_t **data, size_t *len)
+{
+	int n;
+
+	PQfreemem(s->msg);
+	s->msg = NULL;
+	for (int waited = 0;; waited = 1) {
+		n = PQgetCopyData(s->repl, &s->msg, 1);
+		if (n != 0)
+			break;
+		if (waited)
+			return 0;
+		struct pollfd p = { .fd = PQsocket(s->repl), .events = POLLIN };
+		if (poll(&p, 1, timeout_ms) < 0 && errno != EINTR)
+			return fail(s, "waiting for the server: %s", strerror(errno));
+		if (!PQconsumeInput(s->repl))
+			return pq_fail(s, s->repl, "replication stream lost");
+	}
+	if (n == -1)
+		return fail(s, "the server ended the replication stream");
+	if (n < 0)
+		return pq_fail(s, s->repl, "replication stream lost");
+	s->bytes += (uint64_t)n;
+	const uint8_t *m = (const uint8_t *)s->msg;
+	if (m[0] == 'w' && n >= 25) {
+		uint64_t end = be64(m + 9);
+		if (end > s->wal_end)
+			s->wal_end = end;
+		*data = m + 25;
+		*len = (size_t)n - 25;
+		return 1;
+	}
+	if (m[0] == 'k' && n >= 18) {
+		uint64_t end = be64(m + 1);
+		if (end > s->wal_end)
+			s->wal_end = end;
+		s->reply_requested = m[17];
+		return 2;
+	}
+	return fail(s, "unexpected replication message '%c'", m[0]);
+}
+
+int src_status(pg_src *s, uint64_t written, uint64_t flush)
+{
+	uint8_t m[34];
+	struct timeval tv;
+
+	gettimeofday(&tv, NULL);
+	m[0] = 'r';
+	put64(m + 1, written);
+	put64(m + 9, flush);
+	put64(m + 17, flush);
+	put64(m + 25, ((uint64_t)tv.tv_sec - 946684800u) * 1000000u + (uint64_t)tv.tv_usec);
+	m[33] = 0;
+	s->reply_requested = 0;
+	if (PQputCopyData(s->repl, (const char *)m, sizeof m) != 1 || PQflush(s->repl) != 0)
+		return pq_fail(s, s->repl, "sending the standby status update");
+	return 0;
+}

@@ -1,0 +1,61 @@
+/*
+ * tools/pg/source.h - the PostgreSQL side of ah-pgsync, over libpq only:
+ * a replication connection (replication=database) for IDENTIFY_SYSTEM,
+ * CREATE_REPLICATION_SLOT ... EXPORT_SNAPSHOT, START_REPLICATION with
+ * pgoutput and standby status updates, and a normal connection for catalog
+ * queries and the COPY of the first snapshot.
+ *
+ * Both connections fix the settings that shape a value's text form
+ * (DateStyle, TimeZone, IntervalStyle, extra_float_digits, bytea_output),
+ * so COPY and pgoutput print every value alike.  Every failure leaves one
+ * line naming the cause and the fix in src->err.
+ */
+#ifndef TOOLS_PG_SOURCE_H
+#define TOOLS_PG_SOURCE_H
+
+#include <libpq-fe.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tools/pg/sink.h"
+
+typedef struct pg_src {
+	const char *conninfo, *slot, *pub;
+	PGconn *repl, *sql;
+	char sysid[32];
+	char dbname[256];
+	char *msg;             /* the last CopyData, freed on the next receive */
+	uint64_t wal_end;      /* the server's WAL end, from 'w' and 'k' */
+	int reply_requested;   /* the last keepalive asked for a reply */
+	uint64_t bytes;        /* CopyData bytes received */
+	char err[1024];
+} pg_src;
+
+typedef struct pg_slot {
+	int exists;
+	int active_pid;
+	char plugin[64], database[256];
+	uint64_t confirmed, restart;
+} pg_slot;
+
+int src_connect(pg_src *s);
+void src_close(pg_src *s);
+int src_slot(pg_src *s, pg_slot *out);
+int src_create_slot(pg_src *s, uint64_t *consistent, char *snapshot, size_t len);
+/* The publication's tables with their columns and primary keys; fails when
+ * one lacks REPLICA IDENTITY FULL. */
+int src_tables(pg_src *s, pg_table **out, int *nt);
+/* COPY of table t inside the exported snapshot: row(ctx, line, len) per
+ * line (without its newline; the line may be modified). */
+int src_copy_begin(pg_src *s, const char *snapshot);
+int src_copy(pg_src *s, const pg_table *t, int (*row)(void *, char *, size_t), void *ctx);
+int src_copy_end(pg_src *s);
+int src_start(pg_src *s, uint64_t lsn);
+/* Waits up to timeout_ms for a message: 1 with pgoutput bytes in *data,
+ * 2 for a keepalive (wal_end, reply_requested updated), 0 timed out,
+ * -1 error (connection lost or the server ended the stream). */
+int src_recv(pg_src *s, int timeout_ms, const uint8_t **data, size_t *len);
+/* Standby status update: written = received, flushed = applied = flush. */
+int src_status(pg_src *s, uint64_t written, uint64_t flush);
+
+#endif /* TOOLS_PG_SOURCE_H */
