@@ -1,72 +1,114 @@
 /*
- * tools/ah-dump.c - prints what a heap holds, read only.
- *
- *   ah-dump HEAP                       summary: arrangements and sources
- *   ah-dump HEAP arrangements          arrangement names, one per line
- *   ah-dump HEAP read NAME [--as-of T] the accumulated collection as of T
+ * tools/ah-dump.c - looks inside a heap, read only: the way mdb_stat,
+ * pg_waldump or sqlite3_analyzer do for theirs (`ah-dump --help` and
+ * tools/ah-dump.1 document every command and field).
  *
  * Every command runs in one read transaction of a heap opened with
- * AH_OPEN_RDONLY, so it sees one commit and never blocks a writer.  Commands
- * live in a table (name, usage, handler): adding one is adding a row.
- * Keys and vals print in the canonical escape of tools/common/escape.h.
+ * AH_OPEN_RDONLY, so it sees one commit and never blocks or disturbs a
+ * writer, also one in another process.  Commands live in a table (name,
+ * usage, handler; the handlers in tools/dump/): adding one is adding a row.
  *
  * A thin program over include/arrheap.h.  Bad input (a missing file, a
- * directory, a file that is no heap) is a one-line error and exit 1; a usage
- * error exits 2.  Never crashes on what it reads.
+ * directory, a file that is no heap, a damaged heap) is a one-line error
+ * and exit 1; a usage error exits 2.  Never crashes on what it reads.
  */
 #include <errno.h>
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-#include "arrheap.h"
 #include "tools/common/escape.h"
 #include "tools/common/parse.h"
-
-typedef struct dump {
-	const char *heap_path;
-	ah_heap *heap;
-	ah_txn *txn;
-	char *buf;       /* escape output */
-	size_t buf_cap;
-} dump;
+#include "tools/dump/dump.h"
 
 typedef struct command {
 	const char *name;
 	const char *usage;
-	const char *help;
-	int (*run)(dump *d, int argc, char **argv); /* 0, 1 failure, 2 usage */
+	int (*run)(dump *d, int argc, char **argv);
 } command;
 
-static int cmd_summary(dump *d, int argc, char **argv);
-static int cmd_arrangements(dump *d, int argc, char **argv);
-static int cmd_read(dump *d, int argc, char **argv);
-
 static const command commands[] = {
-	{ "", "", "summary: every arrangement's frontiers and size, every "
-	  "source's position", cmd_summary },
-	{ "arrangements", "arrangements", "arrangement names, one per line",
-	  cmd_arrangements },
-	{ "read", "read NAME [--as-of T]", "KEY<TAB>VAL<TAB>DIFF per (key, val) "
-	  "with a non-zero sum as of T\n      (default: upper - 1), sorted by key "
-	  "then val, bytes escaped",
-	  cmd_read },
+	{ "", "", cmd_summary },
+	{ "arrangements", "arrangements", cmd_arrangements },
+	{ "batches", "batches NAME", cmd_batches },
+	{ "chunks", "chunks NAME", cmd_chunks },
+	{ "read", "read NAME [--as-of T]", cmd_read },
+	{ "keys", "keys NAME [--prefix P] [--limit N]", cmd_keys },
+	{ "get", "get NAME KEY [--as-of T]", cmd_get },
+	{ "verify", "verify", cmd_verify },
+	{ "space", "space", cmd_space },
+	{ "backup", "backup OUT", cmd_backup },
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
+static const char help_text[] =
+"usage: ah-dump HEAP [COMMAND [ARGS]] [--json]\n"
+"Looks inside an arrheap heap, read only, in one snapshot; never blocks a\n"
+"writer.  Exit 0 on success, 1 on an error (one line on stderr) or when\n"
+"verify finds a problem, 2 on a usage error.  Sizes: B/KiB/MiB/GiB.\n"
+"KEY, P and printed keys/vals use the changelog escape: \\\\ \\t \\n \\xHH.\n"
+"--json prints one JSON document; its field names are listed below.\n"
+"\n"
+"ah-dump HEAP\n"
+"    summary.  Lines \"arrangement NAME: upper, since, batches, updates, keys\n"
+"    (summed over batches), bytes\" and \"source NAME: position P\" (as text\n"
+"    when printable, else hex:...), then the heap: format version, uuid,\n"
+"    apparent/allocated file size, map size, pages used/free, last commit,\n"
+"    reader slots in use.\n"
+"    json: heap format_version uuid page_size file_bytes file_alloc_bytes\n"
+"      map_bytes pages_used pages_free last_txn_id readers_used readers_max\n"
+"      arrangements[]{name upper since batches merging updates keys chunks\n"
+"      bytes chunk_bytes} sources[]{name position(null if not text)\n"
+"      position_hex}\n"
+"ah-dump HEAP arrangements\n"
+"    arrangement names, one per line.   json: arrangements[] (names)\n"
+"ah-dump HEAP batches NAME\n"
+"    each batch, oldest first, then merges in progress (marked *): id,\n"
+"    Description lower/upper/since, updates, keys, vals, chunks, bytes used.\n"
+"    json: arrangement batches[]{id lower upper since updates keys vals\n"
+"      chunks bytes chunk_bytes partial}\n"
+"ah-dump HEAP chunks NAME\n"
+"    every chunk of NAME: id, batch, size class (pages), body bytes used,\n"
+"    file offset of its first byte, stored xxh3 (hex).\n"
+"    json: arrangement chunks[]{id batch class_pages bytes stored_bytes\n"
+"      file_offset xxh3}   (stored_bytes: the checksummed span in the file)\n"
+"ah-dump HEAP read NAME [--as-of T]\n"
+"    KEY<TAB>VAL<TAB>DIFF per (key, val) with a non-zero sum as of T\n"
+"    (default: upper - 1), sorted by key then val.\n"
+"    json: arrangement as_of rows[]{key val diff}\n"
+"ah-dump HEAP keys NAME [--prefix P] [--limit N]\n"
+"    keys stored in some batch (their sum may be zero), sorted, one per\n"
+"    line; only those starting with P; at most N.\n"
+"    json: arrangement keys[] truncated (true: --limit cut the list)\n"
+"ah-dump HEAP get NAME KEY [--as-of T]\n"
+"    VAL<TAB>DIFF per val of KEY with a non-zero sum as of T.\n"
+"    json: arrangement key as_of vals[]{val diff}\n"
+"ah-dump HEAP verify\n"
+"    recomputes every chunk checksum and checks every invariant (sorted,\n"
+"    consolidated, no zero diff, offsets in bounds, contiguous batches,\n"
+"    upper/since, each chunk and batch referenced once, none leaked).\n"
+"    Prints each problem naming arrangement, batch and chunk; exit 1 if any.\n"
+"    json: problems[]{arrangement batch chunk message} (0/\"\": none) ok\n"
+"      arrangements batches chunks chunk_bytes seconds\n"
+"ah-dump HEAP space\n"
+"    where the pages go: chunks, B-trees, free list (runs, largest run),\n"
+"    pages pinned by the oldest other reader; per arrangement; readers.\n"
+"    json: page_size file_bytes pages_used chunk_pages chunks tree_pages\n"
+"      pages_free pages_pinned free_runs free_largest_run last_txn_id\n"
+"      oldest_reader{pid txn_id age}|null arrangements[]{name batches\n"
+"      chunks bytes chunk_bytes} readers[]{pid thread txn_id age self}\n"
+"      (age: commits since the reader's snapshot; txn_id 0: idle slot)\n"
+"ah-dump HEAP backup OUT\n"
+"    writes a compacted hot copy of the latest commit to the new file OUT;\n"
+"    the copy is a heap (restore: open it).   json: backup bytes\n";
+
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: ah-dump HEAP [COMMAND [ARGS]]\n");
-	for (size_t i = 0; i < NCOMMANDS; i++)
-		fprintf(f, "  ah-dump HEAP %s\n      %s\n", commands[i].usage,
-		        commands[i].help);
+	fputs(help_text, f);
 }
 
-/* One line for a library error: the txn's detail (it names the frontiers)
- * or, when there is none, the code's message. */
-static int lib_error(dump *d, int rc, const char *what)
+int dump_lib_error(dump *d, int rc, const char *what)
 {
 	const char *detail = d->txn ? ah_txn_errmsg(d->txn) : "";
 
@@ -75,160 +117,30 @@ static int lib_error(dump *d, int rc, const char *what)
 	return 1;
 }
 
-static int put_escaped(dump *d, const void *p, size_t len)
+const char *dump_escape(dump *d, const void *p, size_t len)
 {
-	size_t need = TOOL_ESCAPE_MAX(len);
+	size_t need = TOOL_ESCAPE_MAX(len) + 1;
 
 	if (need > d->buf_cap) {
 		char *b = realloc(d->buf, need);
 
 		if (!b) {
 			fprintf(stderr, "ah-dump: out of memory\n");
-			return -1;
+			return NULL;
 		}
 		d->buf = b;
 		d->buf_cap = need;
 	}
-	fwrite(d->buf, 1, tool_escape(p, len, d->buf), stdout);
-	return 0;
+	d->buf[tool_escape(p, len, d->buf)] = '\0';
+	return d->buf;
 }
 
-static int cmd_read(dump *d, int argc, char **argv)
+int dump_parse_u64(const char *opt, const char *s, uint64_t *out)
 {
-	const char *name = NULL;
-	uint64_t as_of = 0;
-	int have_as_of = 0, rc, status = 1;
-	ah_arrangement_info info;
-	ah_cursor *c = NULL;
-	char what[128];
-
-	for (int i = 0; i < argc; i++) {
-		if (!strcmp(argv[i], "--as-of") && i + 1 < argc) {
-			i++;
-			if (tool_parse_u64(argv[i], strlen(argv[i]), &as_of) < 0) {
-				fprintf(stderr, "ah-dump: bad --as-of \"%s\": a decimal "
-				        "uint64\n", argv[i]);
-				return 2;
-			}
-			have_as_of = 1;
-		} else if (!name && argv[i][0] != '-') {
-			name = argv[i];
-		} else {
-			return 2;
-		}
-	}
-	if (!name)
-		return 2;
-	rc = ah_arrangement_info_get(d->txn, name, &info);
-	if (rc == AH_ENOTFOUND || rc == AH_EINVAL) {
-		fprintf(stderr, "ah-dump: %s: unknown arrangement %s\n", d->heap_path,
-		        name);
-		return 1;
-	}
-	if (rc < 0)
-		return lib_error(d, rc, name);
-	/* upper = 0: nothing sealed; as_of 0 then fails as "not complete". */
-	if (!have_as_of)
-		as_of = info.upper ? info.upper - 1 : 0;
-	snprintf(what, sizeof(what), "read %s as of %" PRIu64, name, as_of);
-	rc = ah_check_as_of(d->txn, name, as_of);
-	if (rc < 0)
-		return lib_error(d, rc, what);
-	rc = ah_cursor_open(d->txn, name, &c);
-	if (rc < 0)
-		return lib_error(d, rc, what);
-	for (; ah_cursor_key_valid(c); rc = ah_cursor_step_key(c)) {
-		const void *k, *v;
-		size_t kl, vl;
-		int64_t sum;
-
-		if (rc < 0 || (rc = ah_cursor_key(c, &k, &kl)) < 0)
-			goto out;
-		for (; ah_cursor_val_valid(c); rc = ah_cursor_step_val(c)) {
-			if (rc < 0 || (rc = ah_cursor_val(c, &v, &vl)) < 0 ||
-			    (rc = ah_cursor_accumulate(c, as_of, &sum)) < 0)
-				goto out;
-			if (sum == 0)
-				continue;
-			if (put_escaped(d, k, kl) < 0)
-				goto out_quiet;
-			putchar('\t');
-			if (put_escaped(d, v, vl) < 0)
-				goto out_quiet;
-			printf("\t%" PRId64 "\n", sum);
-		}
-		if (rc < 0)
-			goto out;
-	}
-out:
-	if (rc < 0)
-		lib_error(d, rc, what);
-	else
-		status = 0;
-out_quiet:
-	ah_cursor_close(c);
-	return status;
-}
-
-static int cmd_arrangements(dump *d, int argc, char **argv)
-{
-	char name[AH_NAME_MAX + 1];
-	int rc;
-
-	(void)argv;
-	if (argc != 0)
-		return 2;
-	for (rc = ah_arrangement_next(d->txn, NULL, name); rc == 0;
-	     rc = ah_arrangement_next(d->txn, name, name))
-		printf("%s\n", name);
-	return rc == AH_ENOTFOUND ? 0 : lib_error(d, rc, "list arrangements");
-}
-
-static void print_position(const unsigned char *p, size_t len)
-{
-	int printable = len > 0;
-
-	for (size_t i = 0; i < len; i++)
-		printable &= p[i] >= 0x20 && p[i] < 0x7f;
-	if (printable) {
-		fwrite(p, 1, len, stdout);
-		return;
-	}
-	fputs("hex:", stdout);
-	for (size_t i = 0; i < len; i++)
-		printf("%02x", p[i]);
-}
-
-static int cmd_summary(dump *d, int argc, char **argv)
-{
-	char name[AH_NAME_MAX + 1];
-	ah_arrangement_info info;
-	const void *pos;
-	size_t len;
-	int rc;
-
-	(void)argv;
-	if (argc != 0)
-		return 2;
-	for (rc = ah_arrangement_next(d->txn, NULL, name); rc == 0;
-	     rc = ah_arrangement_next(d->txn, name, name)) {
-		if ((rc = ah_arrangement_info_get(d->txn, name, &info)) < 0)
-			return lib_error(d, rc, name);
-		printf("arrangement %s: upper %" PRIu64 ", since %" PRIu64
-		       ", batches %" PRIu64 ", updates %" PRIu64 "\n", name,
-		       info.upper, info.since, info.batches, info.updates);
-	}
-	if (rc != AH_ENOTFOUND)
-		return lib_error(d, rc, "list arrangements");
-	for (rc = ah_source_next(d->txn, NULL, name); rc == 0;
-	     rc = ah_source_next(d->txn, name, name)) {
-		if ((rc = ah_source_get(d->txn, name, &pos, &len)) < 0)
-			return lib_error(d, rc, name);
-		printf("source %s: position ", name);
-		print_position(pos, len);
-		putchar('\n');
-	}
-	return rc == AH_ENOTFOUND ? 0 : lib_error(d, rc, "list sources");
+	if (tool_parse_u64(s, strlen(s), out) == 0)
+		return 0;
+	fprintf(stderr, "ah-dump: bad %s \"%s\": a decimal uint64\n", opt, s);
+	return -1;
 }
 
 /* A clear message for the common mistakes before LMDB sees the path. */
@@ -248,6 +160,20 @@ static int check_path(const char *path)
 	return 0;
 }
 
+/* Removes --json from argv (anywhere after HEAP); returns the new argc. */
+static int take_json(int argc, char **argv, bool *json)
+{
+	int n = 1;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--json") && i > 1)
+			*json = true;
+		else
+			argv[n++] = argv[i];
+	}
+	return n;
+}
+
 int main(int argc, char **argv)
 {
 	ah_open_opts opts = { .size = sizeof(opts), .flags = AH_OPEN_RDONLY };
@@ -261,6 +187,7 @@ int main(int argc, char **argv)
 			usage(stdout);
 			return 0;
 		}
+	argc = take_json(argc, argv, &d.json);
 	if (argc < 2) {
 		usage(stderr);
 		return 2;
@@ -271,8 +198,8 @@ int main(int argc, char **argv)
 		if (!strcmp(commands[i].name, cname))
 			cmd = &commands[i];
 	if (!cmd) {
-		fprintf(stderr, "ah-dump: unknown command \"%s\"\n", cname);
-		usage(stderr);
+		fprintf(stderr, "ah-dump: unknown command \"%s\" (see ah-dump "
+		        "--help)\n", cname);
 		return 2;
 	}
 	if (check_path(d.heap_path) < 0)
@@ -282,14 +209,15 @@ int main(int argc, char **argv)
 		fprintf(stderr, "ah-dump: %s: %s\n", d.heap_path, ah_strerror(rc));
 		return 1;
 	}
+	tj_init(&d.j, stdout);
 	rc = ah_txn_begin(d.heap, AH_TXN_RDONLY, &d.txn);
 	if (rc < 0) {
-		lib_error(&d, rc, "begin read transaction");
+		dump_lib_error(&d, rc, "begin read transaction");
 		goto out;
 	}
 	status = cmd->run(&d, argc > 2 ? argc - 3 : 0, argv + 3);
 	if (status == 2) {
-		fprintf(stderr, "usage: ah-dump HEAP %s\n", cmd->usage);
+		fprintf(stderr, "usage: ah-dump HEAP %s [--json]\n", cmd->usage);
 		goto out;
 	}
 	if (fflush(stdout) != 0 || ferror(stdout)) {

@@ -1,0 +1,50 @@
+/*
+ * tools/dump/dump.h - what the files of ah-dump share: the run's state and
+ * the command handlers (tools/ah-dump.c dispatches, tools/dump/ hold the
+ * commands).  Only the public API (arrheap.h) and tools/common are used.
+ *
+ * A handler returns 0 (success), 1 (a failure it has reported on stderr in
+ * one line, or a heap problem verify found) or 2 (usage error: main prints
+ * the usage).  With --json every handler prints exactly one JSON document
+ * on stdout when it succeeds; failures still go to stderr.
+ */
+#ifndef TOOLS_DUMP_DUMP_H
+#define TOOLS_DUMP_DUMP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "arrheap.h"
+#include "tools/common/json.h"
+
+typedef struct dump {
+	const char *heap_path;
+	ah_heap *heap;
+	ah_txn *txn;       /* the one read snapshot of this run */
+	bool json;
+	tool_json j;
+	char *buf;         /* escape output, NUL-terminated */
+	size_t buf_cap;
+} dump;
+
+/* One line on stderr for a library error (the txn's detail when it has
+ * one); returns 1. */
+int dump_lib_error(dump *d, int rc, const char *what);
+/* The canonical escape (tools/common/escape.h) of p[0..len) as a C string
+ * owned by d, valid until the next call; NULL (reported) on no memory. */
+const char *dump_escape(dump *d, const void *p, size_t len);
+/* Parses a decimal uint64 option value; reports and returns -1 if bad. */
+int dump_parse_u64(const char *opt, const char *s, uint64_t *out);
+
+int cmd_summary(dump *d, int argc, char **argv);
+int cmd_arrangements(dump *d, int argc, char **argv);
+int cmd_batches(dump *d, int argc, char **argv);
+int cmd_chunks(dump *d, int argc, char **argv);
+int cmd_read(dump *d, int argc, char **argv);
+int cmd_keys(dump *d, int argc, char **argv);
+int cmd_get(dump *d, int argc, char **argv);
+int cmd_verify(dump *d, int argc, char **argv);
+int cmd_space(dump *d, int argc, char **argv);
+int cmd_backup(dump *d, int argc, char **argv);
+
+#endif /* TOOLS_DUMP_DUMP_H */

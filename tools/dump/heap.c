@@ -1,0 +1,265 @@
+/*
+ * tools/dump/heap.c - ah-dump's whole-heap commands: the summary, verify,
+ * space and backup.
+ *
+ * The summary starts with one "arrangement NAME: ..." line per arrangement
+ * and one "source NAME: position P" line per source (scripts and tests grep
+ * these), then the heap's own figures as aligned "label  value" lines.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "tools/common/fmt.h"
+#include "tools/dump/dump.h"
+
+/* ------------------------------------------------------------ summary */
+
+static bool printable(const unsigned char *p, size_t len)
+{
+	for (size_t i = 0; i < len; i++)
+		if (p[i] < 0x20 || p[i] >= 0x7f)
+			return false;
+	return len > 0;
+}
+
+static void hex(const unsigned char *p, size_t len, char *out)
+{
+	for (size_t i = 0; i < len; i++)
+		sprintf(out + 2 * i, "%02x", p[i]);
+	out[2 * len] = 0;
+}
+
+static int summary_arrangements(dump *d)
+{
+	char name[AH_NAME_MAX + 1], by[TOOL_FMT_LEN], u[TOOL_FMT_LEN],
+		k[TOOL_FMT_LEN];
+	ah_arrangement_info in;
+	int rc;
+
+	if (d->json) {
+		tj_key(&d->j, "arrangements");
+		tj_arr(&d->j);
+	}
+	for (rc = ah_arrangement_next(d->txn, NULL, name); rc == 0;
+	     rc = ah_arrangement_next(d->txn, name, name)) {
+		if ((rc = ah_arrangement_info_get(d->txn, name, &in)) < 0)
+			return dump_lib_error(d, rc, name);
+		if (!d->json) {
+			printf("arrangement %s: upper %" PRIu64 ", since %" PRIu64
+			       ", batches %" PRIu64 ", updates %s, keys %s, bytes %s\n",
+			       name, in.upper, in.since, in.batches,
+			       tool_fmt_count(u, in.updates), tool_fmt_count(k, in.keys),
+			       tool_fmt_bytes(by, in.bytes));
+			continue;
+		}
+		tj_obj(&d->j);
+		tj_kstr(&d->j, "name", name);
+		tj_ku64(&d->j, "upper", in.upper);
+		tj_ku64(&d->j, "since", in.since);
+		tj_ku64(&d->j, "batches", in.batches);
+		tj_ku64(&d->j, "merging", in.merging);
+		tj_ku64(&d->j, "updates", in.updates);
+		tj_ku64(&d->j, "keys", in.keys);
+		tj_ku64(&d->j, "chunks", in.chunks);
+		tj_ku64(&d->j, "bytes", in.bytes);
+		tj_ku64(&d->j, "chunk_bytes", in.chunk_bytes);
+		tj_obj_end(&d->j);
+	}
+	if (rc != AH_ENOTFOUND)
+		return dump_lib_error(d, rc, "list arrangements");
+	if (d->json)
+		tj_arr_end(&d->j);
+	return 0;
+}
+
+static int summary_sources(dump *d)
+{
+	char name[AH_NAME_MAX + 1], hx[2 * 65536 + 1];
+	const void *pos;
+	size_t len;
+	int rc;
+
+	if (d->json) {
+		tj_key(&d->j, "sources");
+		tj_arr(&d->j);
+	}
+	for (rc = ah_source_next(d->txn, NULL, name); rc == 0;
+	     rc = ah_source_next(d->txn, name, name)) {
+		if ((rc = ah_source_get(d->txn, name, &pos, &len)) < 0)
+			return dump_lib_error(d, rc, name);
+		if (len > 65536)
+			len = 65536;
+		hex(pos, len, hx);
+		if (!d->json) {
+			if (printable(pos, len))
+				printf("source %s: position %.*s\n", name, (int)len,
+				       (const char *)pos);
+			else
+				printf("source %s: position hex:%s\n", name, hx);
+			continue;
+		}
+		tj_obj(&d->j);
+		tj_kstr(&d->j, "name", name);
+		tj_key(&d->j, "position");
+		if (printable(pos, len))
+			tj_strn(&d->j, pos, len);
+		else
+			tj_null(&d->j);
+		tj_kstr(&d->j, "position_hex", hx);
+		tj_obj_end(&d->j);
+	}
+	if (rc != AH_ENOTFOUND)
+		return dump_lib_error(d, rc, "list sources");
+	if (d->json)
+		tj_arr_end(&d->j);
+	return 0;
+}
+
+static void uuid_text(const uint8_t u[16], char out[37])
+{
+	char *p = out;
+
+	for (int i = 0; i < 16; i++) {
+		p += sprintf(p, "%02x", u[i]);
+		if (i == 3 || i == 5 || i == 7 || i == 9)
+			*p++ = '-';
+	}
+	*p = 0;
+}
+
+static void summary_heap(dump *d, const ah_heap_stat *st)
+{
+	char uuid[37], a[TOOL_FMT_LEN], b[TOOL_FMT_LEN], c[TOOL_FMT_LEN];
+
+	uuid_text(st->uuid, uuid);
+	if (d->json) {
+		tj_kstr(&d->j, "heap", d->heap_path);
+		tj_ku64(&d->j, "format_version", st->format_version);
+		tj_kstr(&d->j, "uuid", uuid);
+		tj_ku64(&d->j, "page_size", st->page_size);
+		tj_ku64(&d->j, "file_bytes", st->file_bytes);
+		tj_ku64(&d->j, "file_alloc_bytes", st->file_alloc_bytes);
+		tj_ku64(&d->j, "map_bytes", st->map_bytes);
+		tj_ku64(&d->j, "pages_used", st->pages_used);
+		tj_ku64(&d->j, "pages_free", st->pages_free);
+		tj_ku64(&d->j, "last_txn_id", st->last_txn_id);
+		tj_ku64(&d->j, "readers_used", st->readers_used);
+		tj_ku64(&d->j, "readers_max", st->readers_max);
+		return;
+	}
+	printf("\n%-14s %s\n", "heap", d->heap_path);
+	printf("%-14s %" PRIu32 "\n", "format", st->format_version);
+	printf("%-14s %s\n", "uuid", uuid);
+	printf("%-14s %s apparent, %s allocated\n", "file size",
+	       tool_fmt_bytes(a, st->file_bytes), tool_fmt_bytes(b, st->file_alloc_bytes));
+	printf("%-14s %s\n", "map size", tool_fmt_bytes(a, st->map_bytes));
+	printf("%-14s %s used, %s free (%s pages)\n", "pages",
+	       tool_fmt_count(a, st->pages_used), tool_fmt_count(b, st->pages_free),
+	       tool_fmt_bytes(c, st->page_size));
+	printf("%-14s %" PRIu64 "\n", "last commit", st->last_txn_id);
+	printf("%-14s %" PRIu32 " of %" PRIu32 " slots in use\n", "readers",
+	       st->readers_used, st->readers_max);
+}
+
+int cmd_summary(dump *d, int argc, char **argv)
+{
+	ah_heap_stat st;
+	int rc;
+
+	(void)argv;
+	if (argc != 0)
+		return 2;
+	if ((rc = ah_heap_stat_get(d->heap, &st)) < 0)
+		return dump_lib_error(d, rc, "heap statistics");
+	if (d->json) {
+		tj_obj(&d->j);
+		summary_heap(d, &st);
+	}
+	if ((rc = summary_arrangements(d)) || (rc = summary_sources(d)))
+		return rc;
+	if (d->json)
+		tj_obj_end(&d->j);
+	else
+		summary_heap(d, &st);
+	return 0;
+}
+
+/* ------------------------------------------------------------- verify */
+
+static int on_problem(const ah_problem *p, void *user)
+{
+	dump *d = user;
+
+	if (d->json) {
+		tj_obj(&d->j);
+		tj_kstr(&d->j, "arrangement", p->arrangement);
+		tj_ku64(&d->j, "batch", p->batch);
+		tj_ku64(&d->j, "chunk", p->chunk);
+		tj_kstr(&d->j, "message", p->message);
+		tj_obj_end(&d->j);
+		return 0;
+	}
+	printf("problem:");
+	if (*p->arrangement)
+		printf(" arrangement %s", p->arrangement);
+	if (p->batch)
+		printf("%s batch %" PRIu64, *p->arrangement ? "," : "", p->batch);
+	if (p->chunk)
+		printf("%s chunk %" PRIu64, *p->arrangement || p->batch ? "," : "",
+		       p->chunk);
+	printf("%s %s\n", *p->arrangement || p->batch || p->chunk ? ":" : "",
+	       p->message);
+	return 0;
+}
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int cmd_verify(dump *d, int argc, char **argv)
+{
+	ah_verify_stats st;
+	char a[TOOL_FMT_LEN], b[TOOL_FMT_LEN], c[TOOL_FMT_LEN], by[TOOL_FMT_LEN];
+	double t0 = now(), secs;
+	int rc;
+
+	(void)argv;
+	if (argc != 0)
+		return 2;
+	if (d->json) {
+		tj_obj(&d->j);
+		tj_key(&d->j, "problems");
+		tj_arr(&d->j);
+	}
+	rc = ah_verify(d->txn, on_problem, d, &st);
+	if (rc < 0)
+		return dump_lib_error(d, rc, "verify");
+	secs = now() - t0;
+	if (d->json) {
+		tj_arr_end(&d->j);
+		tj_kbool(&d->j, "ok", st.problems == 0);
+		tj_ku64(&d->j, "arrangements", st.arrangements);
+		tj_ku64(&d->j, "batches", st.batches);
+		tj_ku64(&d->j, "chunks", st.chunks);
+		tj_ku64(&d->j, "chunk_bytes", st.chunk_bytes);
+		tj_key(&d->j, "seconds");
+		tj_f64(&d->j, secs, 3);
+		tj_obj_end(&d->j);
+	} else {
+		printf("%s: %s arrangements, %s batches, %s chunks (%s) in %.2f s, "
+		       "%.0f MB/s\n", st.problems ? "FAILED" : "ok",
+		       tool_fmt_count(a, st.arrangements), tool_fmt_count(b, st.batches),
+		       tool_fmt_count(c, st.chunks), tool_fmt_bytes(by, st.chunk_bytes),
+		       secs, secs > 0 ? (double)st.chunk_bytes / 1e6 / secs : 0.0);
+		if (st.problems)
+			printf("%s problems\n", tool_fmt_count(a, st.problems));
+	}
+	return st.problems ? 1 : 0;
+}
