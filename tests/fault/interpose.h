@@ -1,0 +1,27 @@
+/*
+ * tests/fault/interpose.h - write and sync faults for the test binary:
+ * tests/fault/interpose.c defines msync, fdatasync, fsync, pwrite,
+ * posix_fallocate and fallocate in the executable, which preempts libc's
+ * for liblmdb.so's calls and for heap/space.c's.  Disarmed they forward to
+ * the next definition (libc, or a sanitizer's interceptor) and only count.
+ * Test-only.
+ */
+#ifndef TESTS_FAULT_INTERPOSE_H
+#define TESTS_FAULT_INTERPOSE_H
+
+#include <stdint.h>
+
+enum io_kind { IO_MSYNC, IO_FDATASYNC, IO_FSYNC, IO_PWRITE, IO_FALLOCATE,
+               IO__COUNT };
+
+/* The nth counted call from now on (of kinds in mask, 1 << IO_*) fails with
+ * errno err (EIO or ENOSPC); nth = 0 disarms. */
+void io_fault_arm(uint64_t nth, unsigned mask, int err);
+/* Calls of kind k since the process started (counted always). */
+uint64_t io_calls(enum io_kind k);
+/* Calls matching the armed mask since io_fault_arm. */
+uint64_t io_fault_seen(void);
+/* Faults injected since the process started. */
+uint64_t io_fault_injected(void);
+
+#endif
