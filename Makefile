@@ -42,6 +42,8 @@ $(BUILD)/ah-pgsync: $(BUILD)/obj/tools/ah-pgsync.o $(PG_OBJ) $(TOOL_COMMON_OBJ) 
 # ---- end ah-pgsync ----------------------------------------------------------
 
 .PHONY: all deps test asan ubsan tsan clean install demo torture cases
+# Keep object files make considers intermediate (tools), so nothing rebuilds twice.
+.SECONDARY:
 all: deps $(BUILD)/libarrheap.a $(BUILD)/libarrheap.so $(BUILD)/arrheap.pc $(TOOLS)
 
 deps:
@@ -77,7 +79,9 @@ $(BUILD)/tests/suite: $(TEST_OBJ) $(TOOL_COMMON_OBJ) $(BUILD)/libarrheap.a
 	$(CC) $(SAN) -o $@ $^ $(LDLIBS_ALL) -lcriterion
 
 # The suite finds the tools and the cases through these variables.
-TEST_ENV = AH_BUILD=$(abspath $(BUILD)) AH_SRC=$(abspath .)
+TEST_ENV = AH_BUILD=$(abspath $(BUILD)) AH_SRC=$(abspath .) \
+	LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp):print_suppressions=0 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 CRITERION_FLAGS ?= -j2
 
 test: all $(BUILD)/tests/suite
@@ -90,7 +94,7 @@ cases: all
 	bash tests/cases/run.sh tests/cases $(BUILD)
 
 asan:
-	$(MAKE) BUILD=build-asan SAN='-fsanitize=address,undefined -fno-omit-frame-pointer -DAH_POOL_SYSTEM_MALLOC' test
+	$(MAKE) BUILD=build-asan SAN='-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -DAH_POOL_SYSTEM_MALLOC' test
 ubsan:
 	$(MAKE) BUILD=build-ubsan SAN='-fsanitize=undefined -fno-sanitize-recover=undefined -DAH_POOL_SYSTEM_MALLOC' test
 tsan:

@@ -62,7 +62,8 @@ static void model_copy(model *dst, const model *src)
 		free(dst->a[i].u);
 		dst->a[i] = src->a[i];
 		dst->a[i].u = malloc((src->a[i].cap + 1) * sizeof(mupd));
-		memcpy(dst->a[i].u, src->a[i].u, src->a[i].n * sizeof(mupd));
+		if (src->a[i].n)
+			memcpy(dst->a[i].u, src->a[i].u, src->a[i].n * sizeof(mupd));
 	}
 }
 
