@@ -1,11 +1,553 @@
 /*
- * tools/ah-pgsync.c - keeps a PostgreSQL database's published tables as
- * arrangements in a heap through logical replication (work in progress).
+ * tools/ah-pgsync.c - keeps the tables of a PostgreSQL publication as
+ * arrangements in a heap, through logical replication (pgoutput), and
+ * resumes from the heap's stored LSN after any stop or crash.
+ *
+ *   ah-pgsync [-d CONNINFO] [--slot S] [--publication P] HEAP   sync
+ *   ah-pgsync verify [-d CONNINFO] HEAP    heap at its frontier == tables
+ *   ah-pgsync status HEAP                  stored LSN, identity, tables
+ *   ah-pgsync wait HEAP LSN [SECONDS]      until the heap reaches LSN
+ *
+ * First run: creates slot S with an exported snapshot, COPYs every
+ * published table inside it as each arrangement's first batch at the
+ * slot's consistent point, then streams.  Later runs start replication at
+ * the stored LSN.  Groups of source transactions are committed to the heap
+ * with the LSN (tools/pg/sink.h); only then is the LSN confirmed to the
+ * server as flushed.  docs/pgsync.md has the contract.
+ *
+ * A thin program over include/arrheap.h and libpq.  Exit status: 0 stopped
+ * by SIGTERM/SIGINT after its last commit, 1 an error (one line on stderr
+ * naming the cause and the fix), 2 a usage error.
  */
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
-int main(void)
+#include "arrheap.h"
+#include "tools/pg/engine.h"
+#include "tools/pg/pgoutput.h"
+#include "tools/pg/source.h"
+
+typedef struct engine {
+	const char *heap_path;
+	int group_ms, group_txns, retry_s;
+	pg_src src;
+	sink snk;
+	po_decoder dec;
+	pg_stored st;
+	uint64_t start_lsn;
+	struct timespec t0, last_flush, last_status, last_progress;
+	uint64_t prog_txns, prog_updates;
+	int tty, progress_shown;
+	char err[1200];
+} engine;
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_signal(int sig)
 {
-	fputs("ah-pgsync: not built yet\n", stderr);
-	return 2;
+	(void)sig;
+	stop_requested = 1;
+}
+
+static double ms_since(const struct timespec *a)
+{
+	struct timespec b;
+
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	return (double)(b.tv_sec - a->tv_sec) * 1e3 + (double)(b.tv_nsec - a->tv_nsec) / 1e6;
+}
+
+static int efail(engine *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int efail(engine *e, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(e->err, sizeof e->err, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+static void usage(FILE *f)
+{
+	fputs("usage: ah-pgsync [-d CONNINFO] [--slot NAME] [--publication NAME]\n"
+	      "                 [--group-ms N] [--group-txns N] [--retry-secs N] HEAP\n"
+	      "       ah-pgsync verify [-d CONNINFO] HEAP\n"
+	      "       ah-pgsync status HEAP\n"
+	      "       ah-pgsync wait HEAP LSN [SECONDS]\n"
+	      "Keeps the tables of publication NAME (default ah_pgsync) as arrangements in HEAP\n"
+	      "through logical replication slot NAME (default ah_pgsync; pgoutput), resuming from\n"
+	      "the heap's stored LSN.  Tables need REPLICA IDENTITY FULL.  SIGTERM/SIGINT stop it\n"
+	      "after its current commit.\n", f);
+}
+
+
+/* ---- the heap ---------------------------------------------------------- */
+
+/* Resume: the stored records, and the time to the first answered query
+ * (a lookup of the first key of the first arrangement at the frontier). */
+static int open_existing(engine *e)
+{
+	ah_open_opts o = { .size = sizeof o };
+	ah_txn *txn = NULL;
+	ah_cursor *c = NULL;
+	char name[AH_NAME_MAX + 1], l[32];
+	int64_t sum = 0;
+	int rc;
+
+	if ((rc = ah_open(e->heap_path, &o, &e->snk.heap)) != 0)
+		return efail(e, "cannot open heap %s: %s", e->heap_path, ah_strerror(rc));
+	if (stored_read(e->snk.heap, &e->st, e->err, sizeof e->err) != 0)
+		return -1;
+	if (!e->st.have_lsn)
+		return efail(e, "heap %s holds no ah-pgsync stream: give a new file name", e->heap_path);
+	if ((rc = ah_txn_begin(e->snk.heap, AH_TXN_RDONLY, &txn)) == 0 &&
+	    (rc = ah_arrangement_next(txn, NULL, name)) == 0 &&
+	    (rc = ah_cursor_open(txn, name, &c)) == 0 && ah_cursor_key_valid(c))
+		rc = ah_cursor_accumulate(c, e->st.lsn, &sum);
+	ah_cursor_close(c);
+	ah_txn_abort(txn);
+	if (rc != 0 && rc != AH_ENOTFOUND)
+		return efail(e, "reading heap %s: %s", e->heap_path, ah_strerror(rc));
+	lsn_fmt(e->st.lsn, l, sizeof l);
+	fprintf(stderr, "ah-pgsync: heap %s at LSN %s, %d tables: first query answered %.1f ms "
+	        "after start\n", e->heap_path, l, e->st.nt, ms_since(&e->t0));
+	e->snk.t = e->st.t;
+	e->snk.nt = e->st.nt;
+	e->st.t = NULL;
+	e->snk.pos = e->snk.group_pos = e->st.lsn;
+	return 0;
+}
+
+/* Checks that the heap follows this server's database, slot and
+ * publication, and that the slot still has what the heap needs. */
+static int check_source(engine *e)
+{
+	char id[1024], want[300], have[300], l1[32], l2[32];
+	pg_slot sl;
+
+	identity_fmt(id, sizeof id, e->src.sysid, e->src.dbname, e->src.slot, e->src.pub);
+	if (strcmp(id, e->st.identity) != 0) {
+		identity_get(e->st.identity, "system", want, 64);
+		identity_get(e->st.identity, "database", want + 64, 200);
+		if (strcmp(want, e->src.sysid) || strcmp(want + 64, e->src.dbname))
+			return efail(e, "heap %s belongs to database %s of system %s, not %s of system %s: "
+			             "give another heap file or --dbname", e->heap_path, want + 64, want,
+			             e->src.dbname, e->src.sysid);
+		identity_get(e->st.identity, "slot", want, 100);
+		identity_get(e->st.identity, "publication", want + 100, 100);
+		snprintf(have, sizeof have, "%s", e->src.slot);
+		return efail(e, "heap %s follows slot %s and publication %s, not %s and %s: pass "
+		             "--slot %s --publication %s", e->heap_path, want, want + 100, have,
+		             e->src.pub, want, want + 100);
+	}
+	if (src_slot(&e->src, &sl) != 0)
+		return efail(e, "%s", e->src.err);
+	lsn_fmt(e->snk.pos, l1, sizeof l1);
+	if (!sl.exists)
+		return efail(e, "replication slot %s does not exist, so the WAL after the heap's LSN %s "
+		             "is gone: make a new heap (delete %s) to start over", e->src.slot, l1,
+		             e->heap_path);
+	if (strcmp(sl.plugin, "pgoutput") || strcmp(sl.database, e->src.dbname))
+		return efail(e, "replication slot %s is for plugin %s in database %s, not pgoutput in %s: "
+		             "use another --slot", e->src.slot, sl.plugin, sl.database, e->src.dbname);
+	if (sl.active_pid)
+		return efail(e, "replication slot %s is in use by process %d: stop the other consumer",
+		             e->src.slot, sl.active_pid);
+	lsn_fmt(sl.confirmed, l2, sizeof l2);
+	if (sl.confirmed > e->snk.pos)
+		return efail(e, "replication slot %s is at LSN %s, ahead of heap %s at %s: the "
+		             "transactions in between are lost to this heap; make a new heap and slot",
+		             e->src.slot, l2, e->heap_path, l1);
+	return 0;
+}
+
+static int copy_row(void *ctx, char *line, size_t len);
+
+typedef struct copy_ctx {
+	engine *e;
+	pg_table *t;
+	ah_builder *b;
+	pg_field *f;
+	uint64_t time, rows;
+	int rc;
+} copy_ctx;
+
+static int copy_row(void *ctx, char *line, size_t len)
+{
+	copy_ctx *c = ctx;
+	size_t kl;
+	ah_update u;
+
+	if (row_copy_split(line, len, c->f, c->t->ncols) != 0) {
+		snprintf(c->e->src.err, sizeof c->e->src.err, "COPY of %s: a line with another number "
+		         "of columns", c->t->name);
+		return -1;
+	}
+	if (sink_encode(&c->e->snk, c->t, c->f, &kl) != 0)
+		return -1;
+	u = (ah_update){ c->e->snk.kv.p, kl, c->e->snk.kv.p + kl, c->e->snk.kv.len - kl, c->time, 1 };
+	if ((c->rc = ah_builder_push(c->b, &u, 1)) != 0) {
+		snprintf(c->e->src.err, sizeof c->e->src.err, "copying %s into the heap: %s",
+		         c->t->name, ah_strerror(c->rc));
+		return -1;
+	}
+	c->rows++;
+	return 0;
+}
+
+/* Fills the new heap at path with the snapshot's tables at time lsn. */
+static int fill_heap(engine *e, const char *path, const char *snapshot, uint64_t lsn)
+{
+	ah_open_opts o = { .size = sizeof o, .flags = AH_OPEN_CREATE };
+	ah_heap *h = NULL;
+	ah_txn *txn = NULL;
+	copy_ctx c = { .e = e, .time = lsn };
+	pg_buf tabs = { 0 };
+	char id[1024], l[32];
+	int rc, status = -1;
+
+	if ((rc = ah_open(path, &o, &h)) != 0 || (rc = ah_txn_begin(h, 0, &txn)) != 0) {
+		efail(e, "cannot create heap %s: %s", path, ah_strerror(rc));
+		goto out;
+	}
+	if (src_copy_begin(&e->src, snapshot) != 0)
+		goto src_err;
+	for (int i = 0; i < e->snk.nt; i++) {
+		c.t = &e->snk.t[i];
+		c.rows = 0;
+		if (!(c.f = calloc((size_t)c.t->ncols, sizeof *c.f))) {
+			efail(e, "out of memory");
+			goto out;
+		}
+		if ((rc = ah_arrangement_create(txn, c.t->name)) != 0 ||
+		    (rc = ah_builder_begin(txn, c.t->name, 0, lsn + 1, &c.b)) != 0) {
+			efail(e, "creating arrangement %s: %s", c.t->name, ah_strerror(rc));
+			goto out;
+		}
+		rc = src_copy(&e->src, c.t, copy_row, &c);
+		free(c.f);
+		c.f = NULL;
+		if (rc != 0) {
+			ah_builder_abandon(c.b);
+			goto src_err;
+		}
+		if ((rc = ah_builder_finish(c.b)) != 0) {
+			efail(e, "sealing %s: %s", c.t->name, ah_strerror(rc));
+			goto out;
+		}
+		fprintf(stderr, "ah-pgsync: copied %s: %" PRIu64 " rows\n", c.t->name, c.rows);
+	}
+	if (src_copy_end(&e->src) != 0)
+		goto src_err;
+	identity_fmt(id, sizeof id, e->src.sysid, e->src.dbname, e->src.slot, e->src.pub);
+	lsn_fmt(lsn, l, sizeof l);
+	if (tables_format(e->snk.t, e->snk.nt, &tabs) != 0) {
+		efail(e, "out of memory");
+		goto out;
+	}
+	if ((rc = ah_source_put(txn, "pg.identity", id, strlen(id))) != 0 ||
+	    (rc = ah_source_put(txn, "pg.tables", tabs.p, tabs.len)) != 0 ||
+	    (rc = ah_source_put(txn, "pg.lsn", l, strlen(l))) != 0) {
+		efail(e, "recording the source in the heap: %s", ah_strerror(rc));
+		goto out;
+	}
+	rc = ah_txn_commit(txn);
+	txn = NULL;
+	if (rc != 0) {
+		efail(e, "committing the first copy: %s", ah_strerror(rc));
+		goto out;
+	}
+	status = 0;
+	goto out;
+src_err:
+	efail(e, "%s", e->src.err);
+out:
+	free(c.f);
+	ah_txn_abort(txn);
+	if (h && ah_close(h) != 0 && status == 0)
+		status = efail(e, "closing heap %s", path);
+	pg_buf_free(&tabs);
+	return status;
+}
+
+/* First run: slot with exported snapshot, COPY, heap made under a
+ * temporary name and renamed into place once the copy is committed. */
+static int first_run(engine *e)
+{
+	char snapshot[128], tmp[4096], tmp_lock[4200], l[32];
+	ah_open_opts o = { .size = sizeof o };
+	pg_slot sl;
+	uint64_t lsn;
+	int rc;
+
+	if (src_slot(&e->src, &sl) != 0)
+		return efail(e, "%s", e->src.err);
+	if (sl.exists)
+		return efail(e, "replication slot %s already exists but heap %s does not: if a first "
+		             "copy was interrupted, drop it (SELECT pg_drop_replication_slot('%s')); "
+		             "else give the heap that follows it, or another --slot",
+		             e->src.slot, e->heap_path, e->src.slot);
+	if (src_tables(&e->src, &e->snk.t, &e->snk.nt) != 0)
+		return efail(e, "%s", e->src.err);
+	snprintf(tmp, sizeof tmp, "%s.creating", e->heap_path);
+	snprintf(tmp_lock, sizeof tmp_lock, "%s-lock", tmp);
+	unlink(tmp);
+	unlink(tmp_lock);
+	if (src_create_slot(&e->src, &lsn, snapshot, sizeof snapshot) != 0)
+		return efail(e, "%s", e->src.err);
+	lsn_fmt(lsn, l, sizeof l);
+	fprintf(stderr, "ah-pgsync: created slot %s at LSN %s; copying %d tables\n", e->src.slot, l,
+	        e->snk.nt);
+	if (fill_heap(e, tmp, snapshot, lsn) != 0) {
+		unlink(tmp);
+		unlink(tmp_lock);
+		return -1;
+	}
+	if (rename(tmp, e->heap_path) != 0) {
+		unlink(tmp_lock);
+		return efail(e, "cannot rename %s to %s: %s", tmp, e->heap_path, strerror(errno));
+	}
+	unlink(tmp_lock);
+	if ((rc = ah_open(e->heap_path, &o, &e->snk.heap)) != 0)
+		return efail(e, "cannot open heap %s: %s", e->heap_path, ah_strerror(rc));
+	e->snk.pos = e->snk.group_pos = lsn;
+	return 0;
+}
+
+/* ---- streaming ---------------------------------------------------------- */
+
+static void progress(engine *e, int final)
+{
+	double el = ms_since(&e->last_progress);
+	char l[32];
+
+	if (!e->tty || (!final && el < 1000.0) || (final && !e->progress_shown))
+		return;
+	if (!final) {
+		uint64_t lag = e->src.wal_end > e->snk.pos ? e->src.wal_end - e->snk.pos : 0;
+		lsn_fmt(e->snk.pos, l, sizeof l);
+		fprintf(stderr, "\rLSN %s, lag %.1f KiB, %.0f txn/s, %.0f updates/s\033[K", l,
+		        (double)lag / 1024.0, (double)(e->snk.txns - e->prog_txns) * 1e3 / el,
+		        (double)(e->snk.updates - e->prog_updates) * 1e3 / el);
+		e->prog_txns = e->snk.txns;
+		e->prog_updates = e->snk.updates;
+		clock_gettime(CLOCK_MONOTONIC, &e->last_progress);
+		e->progress_shown = 1;
+	} else {
+		fputc('\n', stderr);
+	}
+}
+
+/* Commits the group, then (only then) confirms its LSN to the server. */
+static int flush(engine *e)
+{
+	if (sink_flush(&e->snk) != 0)
+		return efail(e, "%s", e->snk.err);
+	clock_gettime(CLOCK_MONOTONIC, &e->last_flush);
+	if (e->src.repl && src_status(&e->src, e->snk.pos, e->snk.pos) != 0)
+		return -2;
+	clock_gettime(CLOCK_MONOTONIC, &e->last_status);
+	return 0;
+}
+
+/* Streams until a stop request (returns 0) or an error: -1 fatal, -2 the
+ * connection was lost (the caller reconnects). */
+static int stream(engine *e)
+{
+	const uint8_t *data;
+	const char *why;
+	size_t len;
+	int r, committed;
+
+	for (;;) {
+		if (stop_requested && !e->snk.in_txn)
+			return flush(e) == -1 ? -1 : 0;
+		r = src_recv(&e->src, 100, &data, &len);
+		if (r < 0) {
+			sink_rollback(&e->snk);
+			return -2;
+		}
+		if (r == 1) {
+			int d = po_decode(&e->dec, data, len, &why);
+			if (d != 0)
+				return efail(e, "%s", d == -2 ? "out of memory" : why);
+			if (apply_msg(&e->snk, &e->dec.m, &committed) != 0)
+				return efail(e, "%s", e->snk.err);
+		} else if (r == 2) {
+			sink_idle(&e->snk, e->src.wal_end);
+			if (e->src.reply_requested && src_status(&e->src, e->snk.pos, e->snk.pos) != 0)
+				return -2;
+		}
+		if (!e->snk.in_txn && e->snk.group_pos > e->snk.pos &&
+		    ((int)e->snk.group_txns >= e->group_txns || ms_since(&e->last_flush) >= e->group_ms)) {
+			if ((r = flush(e)) != 0)
+				return r;
+		}
+		if (ms_since(&e->last_status) >= 10000 && src_status(&e->src, e->snk.pos, e->snk.pos))
+			return -2;
+		progress(e, 0);
+	}
+}
+
+static int connect_and_check(engine *e)
+{
+	if (src_connect(&e->src) != 0)
+		return efail(e, "%s", e->src.err);
+	if (check_source(e) != 0)
+		return -1;
+	if (src_start(&e->src, e->snk.pos) != 0)
+		return efail(e, "%s", e->src.err);
+	return 0;
+}
+
+/* After a lost connection: commit what was complete, then retry. */
+static int reconnect(engine *e)
+{
+	struct timespec t;
+	char l[32];
+
+	fprintf(stderr, "%sah-pgsync: %s; reconnecting\n", e->progress_shown ? "\n" : "", e->src.err);
+	src_close(&e->src);
+	if (flush(e) == -1)
+		return -1;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	while (!stop_requested) {
+		if (connect_and_check(e) == 0) {
+			lsn_fmt(e->snk.pos, l, sizeof l);
+			fprintf(stderr, "ah-pgsync: reconnected, streaming from LSN %s\n", l);
+			return 0;
+		}
+		src_close(&e->src);
+		if (ms_since(&t) > e->retry_s * 1000.0)
+			return -1;
+		usleep(500000);
+	}
+	return 1;
+}
+
+static int run(engine *e)
+{
+	struct stat sb;
+	char l1[32], l2[32];
+	int rc;
+
+	if (stat(e->heap_path, &sb) == 0) {
+		if (open_existing(e) != 0 || connect_and_check(e) != 0)
+			return 1;
+	} else {
+		if (errno != ENOENT)
+			return efail(e, "cannot use heap %s: %s", e->heap_path, strerror(errno)), 1;
+		if (src_connect(&e->src) != 0)
+			return efail(e, "%s", e->src.err), 1;
+		if (first_run(e) != 0)
+			return 1;
+		if (src_start(&e->src, e->snk.pos) != 0)
+			return efail(e, "%s", e->src.err), 1;
+	}
+	e->start_lsn = e->snk.pos;
+	clock_gettime(CLOCK_MONOTONIC, &e->last_flush);
+	e->last_status = e->last_progress = e->last_flush;
+	while ((rc = stream(e)) == -2)
+		if ((rc = reconnect(e)) != 0)
+			break;
+	if (rc < 0) {
+		/* Keep the complete transactions already received. */
+		sink_rollback(&e->snk);
+		if (sink_flush(&e->snk) == 0)
+			src_status(&e->src, e->snk.pos, e->snk.pos);
+	}
+	progress(e, 1);
+	lsn_fmt(e->start_lsn, l1, sizeof l1);
+	lsn_fmt(e->snk.pos, l2, sizeof l2);
+	fprintf(stderr, "ah-pgsync: %s at LSN %s: %" PRIu64 " transactions applied (%" PRIu64
+	        " already in the heap, skipped), %" PRIu64 " updates; streamed %" PRIu64
+	        " bytes, WAL %" PRIu64 " bytes since LSN %s\n", rc ? "stopped by an error" : "stopped",
+	        l2, e->snk.txns, e->snk.skipped, e->snk.updates, e->src.bytes,
+	        e->snk.pos - e->start_lsn, l1);
+	return rc < 0 ? 1 : 0;
+}
+
+static int valid_name(const char *s, int upper_ok)
+{
+	if (!*s || strlen(s) > 63)
+		return 0;
+	for (; *s; s++)
+		if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '_' ||
+		      (upper_ok && *s >= 'A' && *s <= 'Z')))
+			return 0;
+	return 1;
+}
+
+int main(int argc, char **argv)
+{
+	static engine e = { .group_ms = 200, .group_txns = 1000, .retry_s = 60 };
+	struct sigaction sa = { .sa_handler = on_signal };
+	int st;
+
+	clock_gettime(CLOCK_MONOTONIC, &e.t0);
+	e.src.conninfo = "";
+	e.src.slot = e.src.pub = "ah_pgsync";
+	if (argc > 1 && !strcmp(argv[1], "verify"))
+		return cmd_verify(argc - 1, argv + 1);
+	if (argc > 1 && !strcmp(argv[1], "status"))
+		return cmd_status(argc - 1, argv + 1);
+	if (argc > 1 && !strcmp(argv[1], "wait"))
+		return cmd_wait(argc - 1, argv + 1);
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			usage(stdout);
+			return 0;
+		} else if ((!strcmp(a, "-d") || !strcmp(a, "--dbname")) && v) {
+			e.src.conninfo = argv[++i];
+		} else if (!strcmp(a, "--slot") && v) {
+			e.src.slot = argv[++i];
+		} else if (!strcmp(a, "--publication") && v) {
+			e.src.pub = argv[++i];
+		} else if (!strcmp(a, "--group-ms") && v) {
+			e.group_ms = atoi(argv[++i]);
+		} else if (!strcmp(a, "--group-txns") && v) {
+			e.group_txns = atoi(argv[++i]);
+		} else if (!strcmp(a, "--retry-secs") && v) {
+			e.retry_s = atoi(argv[++i]);
+		} else if (a[0] == '-' || e.heap_path) {
+			usage(stderr);
+			return 2;
+		} else {
+			e.heap_path = a;
+		}
+	}
+	if (!e.heap_path || e.group_ms < 0 || e.group_txns < 1 || e.retry_s < 0) {
+		usage(stderr);
+		return 2;
+	}
+	if (!valid_name(e.src.slot, 0) || !valid_name(e.src.pub, 1)) {
+		fputs("ah-pgsync: slot names are [a-z0-9_], publication names [A-Za-z0-9_], "
+		      "1 to 63 characters\n", stderr);
+		return 2;
+	}
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	e.tty = isatty(2);
+	st = run(&e);
+	if (st)
+		fprintf(stderr, "ah-pgsync: %s\n", e.err);
+	src_close(&e.src);
+	po_free(&e.dec);
+	if (e.snk.heap && ah_close(e.snk.heap) != 0 && st == 0) {
+		fprintf(stderr, "ah-pgsync: closing the heap failed\n");
+		st = 1;
+	}
+	sink_free(&e.snk);
+	tables_free(e.st.t, e.st.nt);
+	return st;
 }

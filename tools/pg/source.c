@@ -127,6 +127,14 @@ out:
 	return rc;
 }
 
+int src_connect_sql(pg_src *s)
+{
+	if (!(s->sql = open_conn(s, 0)))
+		return -1;
+	PQsetClientEncoding(s->sql, PQparameterStatus(s->sql, "server_encoding"));
+	return 0;
+}
+
 void src_close(pg_src *s)
 {
 	PQfreemem(s->msg);
@@ -302,6 +310,8 @@ int src_copy_begin(pg_src *s, const char *snapshot)
 
 	if (exec_ok(s, "BEGIN ISOLATION LEVEL REPEATABLE READ", "starting the snapshot"))
 		return -1;
+	if (!snapshot)
+		return 0;
 	snprintf(q, sizeof q, "SET TRANSACTION SNAPSHOT '%s'", snapshot);
 	return exec_ok(s, q, "importing the slot's snapshot");
 }

@@ -39,6 +39,8 @@ typedef struct pg_slot {
 } pg_slot;
 
 int src_connect(pg_src *s);
+/* Only the normal connection (for `verify`). */
+int src_connect_sql(pg_src *s);
 void src_close(pg_src *s);
 int src_slot(pg_src *s, pg_slot *out);
 int src_create_slot(pg_src *s, uint64_t *consistent, char *snapshot, size_t len);

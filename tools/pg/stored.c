@@ -1,0 +1,67 @@
+/*
+ * tools/pg/stored.c - reads what a heap records about its PostgreSQL source
+ * (see engine.h and sink.h).  Read-only: one read transaction.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "tools/pg/engine.h"
+
+void identity_fmt(char *buf, size_t len, const char *sysid, const char *db, const char *slot,
+                  const char *pub)
+{
+	snprintf(buf, len, "system=%s\ndatabase=%s\nslot=%s\npublication=%s\n", sysid, db, slot, pub);
+}
+
+void identity_get(const char *id, const char *key, char *buf, size_t len)
+{
+	size_t kl = strlen(key);
+
+	buf[0] = 0;
+	for (const char *p = id; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+		if (!strncmp(p, key, kl) && p[kl] == '=') {
+			size_t n = strcspn(p + kl + 1, "\n");
+			if (n >= len)
+				n = len - 1;
+			memcpy(buf, p + kl + 1, n);
+			buf[n] = 0;
+			return;
+		}
+	}
+}
+
+int stored_read(ah_heap *h, pg_stored *st, char *err, size_t errlen)
+{
+	ah_txn *txn = NULL;
+	const void *p;
+	size_t len;
+	int rc;
+
+	memset(st, 0, sizeof *st);
+	if ((rc = ah_txn_begin(h, AH_TXN_RDONLY, &txn)) != 0) {
+		snprintf(err, errlen, "reading the heap: %s", ah_strerror(rc));
+		return -1;
+	}
+	rc = ah_source_get(txn, "pg.lsn", &p, &len);
+	if (rc == AH_ENOTFOUND) {
+		ah_txn_abort(txn);
+		return 0;
+	}
+	if (rc != 0 || lsn_parse(p, len, &st->lsn) != 0)
+		goto bad;
+	st->have_lsn = 1;
+	if (ah_source_get(txn, "pg.identity", &p, &len) != 0 || len >= sizeof st->identity)
+		goto bad;
+	memcpy(st->identity, p, len);
+	st->identity[len] = 0;
+	if (ah_source_get(txn, "pg.tables", &p, &len) != 0 ||
+	    tables_parse(p, len, &st->t, &st->nt, err, errlen) != 0)
+		goto bad;
+	ah_txn_abort(txn);
+	return 0;
+bad:
+	ah_txn_abort(txn);
+	snprintf(err, errlen, "the heap has no valid pg.lsn, pg.identity and pg.tables records: "
+	         "it was not made by ah-pgsync");
+	return -1;
+}

@@ -1,0 +1,223 @@
+/*
+ * tools/pg/verify.c - the read-only commands of ah-pgsync:
+ *   verify: every table equals its arrangement at the heap's frontier,
+ *           compared as multisets of (key, val) through two 64-bit sums of
+ *           XXH3 hashes (order-free, so neither side is sorted) plus counts;
+ *   status: the stored LSN, identity and arrangements;
+ *   wait:   polls the stored LSN until it reaches a target.
+ * They open the heap read-only, so they may run beside the engine.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "tools/pg/engine.h"
+#include "tools/pg/source.h"
+
+typedef struct digest {
+	uint64_t a, b;
+	int64_t rows;
+} digest;
+
+static void digest_add(digest *d, const void *k, size_t kl, const void *v, size_t vl, int64_t m)
+{
+	uint64_t ha = XXH3_64bits_withSeed(v, vl, XXH3_64bits_withSeed(k, kl, 0x9e3779b97f4a7c15u));
+	uint64_t hb = XXH3_64bits_withSeed(v, vl, XXH3_64bits_withSeed(k, kl, 0x2545f4914f6cdd1du) ^ kl);
+
+	d->a += ha * (uint64_t)m;
+	d->b += hb * (uint64_t)m;
+	d->rows += m;
+}
+
+static int open_ro(const char *path, ah_heap **h)
+{
+	ah_open_opts o = { .size = sizeof o, .flags = AH_OPEN_RDONLY };
+	int rc = ah_open(path, &o, h);
+
+	if (rc)
+		fprintf(stderr, "ah-pgsync: cannot open heap %s: %s\n", path, ah_strerror(rc));
+	return rc;
+}
+
+static int heap_digest(ah_heap *h, const char *name, uint64_t as_of, digest *d)
+{
+	ah_txn *txn = NULL;
+	ah_cursor *c = NULL;
+	int rc;
+
+	if ((rc = ah_txn_begin(h, AH_TXN_RDONLY, &txn)) || (rc = ah_cursor_open(txn, name, &c)))
+		goto out;
+	for (; ah_cursor_key_valid(c); ah_cursor_step_key(c))
+		for (; ah_cursor_val_valid(c); ah_cursor_step_val(c)) {
+			const void *k, *v;
+			size_t kl, vl;
+			int64_t sum;
+			if ((rc = ah_cursor_key(c, &k, &kl)) || (rc = ah_cursor_val(c, &v, &vl)) ||
+			    (rc = ah_cursor_accumulate(c, as_of, &sum)))
+				goto out;
+			if (sum)
+				digest_add(d, k, kl, v, vl, sum);
+		}
+out:
+	ah_cursor_close(c);
+	ah_txn_abort(txn);
+	return rc;
+}
+
+typedef struct vctx {
+	sink s;
+	pg_table *t;
+	pg_field *f;
+	digest d;
+} vctx;
+
+static int verify_row(void *ctx, char *line, size_t len)
+{
+	vctx *v = ctx;
+	size_t kl;
+
+	if (row_copy_split(line, len, v->f, v->t->ncols) != 0 || sink_encode(&v->s, v->t, v->f, &kl))
+		return -1;
+	digest_add(&v->d, v->s.kv.p, kl, v->s.kv.p + kl, v->s.kv.len - kl, 1);
+	return 0;
+}
+
+int cmd_verify(int argc, char **argv)
+{
+	pg_src src = { .conninfo = "" };
+	const char *path = NULL;
+	ah_heap *h = NULL;
+	pg_stored st = { 0 };
+	vctx v = { 0 };
+	char err[1024], l[32];
+	int64_t total = 0;
+	int status = 1, rc;
+
+	for (int i = 1; i < argc; i++) {
+		if ((!strcmp(argv[i], "-d") || !strcmp(argv[i], "--dbname")) && i + 1 < argc)
+			src.conninfo = argv[++i];
+		else if (!path && argv[i][0] != '-')
+			path = argv[i];
+		else
+			return fputs("usage: ah-pgsync verify [-d CONNINFO] HEAP\n", stderr), 2;
+	}
+	if (!path)
+		return fputs("usage: ah-pgsync verify [-d CONNINFO] HEAP\n", stderr), 2;
+	if (open_ro(path, &h))
+		return 1;
+	if (stored_read(h, &st, err, sizeof err) || !st.have_lsn) {
+		fprintf(stderr, "ah-pgsync verify: %s\n", st.have_lsn ? err : "the heap is empty");
+		goto out;
+	}
+	if (src_connect_sql(&src) || src_copy_begin(&src, NULL)) {
+		fprintf(stderr, "ah-pgsync verify: %s\n", src.err);
+		goto out;
+	}
+	lsn_fmt(st.lsn, l, sizeof l);
+	for (int i = 0; i < st.nt; i++) {
+		digest hd = { 0 };
+		v.t = &st.t[i];
+		memset(&v.d, 0, sizeof v.d);
+		if (!(v.f = calloc((size_t)v.t->ncols, sizeof *v.f)))
+			goto out;
+		rc = src_copy(&src, v.t, verify_row, &v);
+		free(v.f);
+		if (rc) {
+			fprintf(stderr, "ah-pgsync verify: %s\n", src.err);
+			goto out;
+		}
+		if ((rc = heap_digest(h, v.t->name, st.lsn, &hd))) {
+			fprintf(stderr, "ah-pgsync verify: reading %s: %s\n", v.t->name, ah_strerror(rc));
+			goto out;
+		}
+		int same = hd.a == v.d.a && hd.b == v.d.b && hd.rows == v.d.rows;
+		printf("%s: table %" PRId64 " rows, heap %" PRId64 " rows at LSN %s: %s\n", v.t->name,
+		       v.d.rows, hd.rows, l, same ? "equal" : "DIFFERENT");
+		if (!same)
+			goto out;
+		total += v.d.rows;
+	}
+	src_copy_end(&src);
+	printf("verified: %d tables, %" PRId64 " rows equal to the database at LSN %s\n", st.nt,
+	       total, l);
+	status = 0;
+out:
+	pg_buf_free(&v.s.kv);
+	src_close(&src);
+	tables_free(st.t, st.nt);
+	if (h)
+		ah_close(h);
+	return status;
+}
+
+int cmd_status(int argc, char **argv)
+{
+	ah_heap *h = NULL;
+	ah_txn *txn = NULL;
+	pg_stored st;
+	char err[1024], l[32];
+
+	if (argc != 2)
+		return fputs("usage: ah-pgsync status HEAP\n", stderr), 2;
+	if (open_ro(argv[1], &h))
+		return 1;
+	if (stored_read(h, &st, err, sizeof err) || !st.have_lsn) {
+		fprintf(stderr, "ah-pgsync status: %s\n", st.have_lsn ? err : "the heap is empty");
+		ah_close(h);
+		return 1;
+	}
+	lsn_fmt(st.lsn, l, sizeof l);
+	printf("lsn %s\n%s", l, st.identity);
+	ah_txn_begin(h, AH_TXN_RDONLY, &txn);
+	for (int i = 0; txn && i < st.nt; i++) {
+		ah_arrangement_info in;
+		if (ah_arrangement_info_get(txn, st.t[i].name, &in) == 0)
+			printf("table %s.%s: arrangement %s, upper %" PRIu64 ", %" PRIu64 " updates in %"
+			       PRIu64 " batches\n", st.t[i].nsp, st.t[i].rel, st.t[i].name, in.upper,
+			       in.updates, in.batches);
+	}
+	ah_txn_abort(txn);
+	tables_free(st.t, st.nt);
+	ah_close(h);
+	return 0;
+}
+
+int cmd_wait(int argc, char **argv)
+{
+	ah_heap *h = NULL;
+	uint64_t target;
+	double secs = argc > 3 ? atof(argv[3]) : 60;
+	struct timespec t0, t;
+	char err[1024], l[32];
+
+	if (argc < 3 || argc > 4 || lsn_parse(argv[2], strlen(argv[2]), &target))
+		return fputs("usage: ah-pgsync wait HEAP LSN [SECONDS]\n", stderr), 2;
+	if (open_ro(argv[1], &h))
+		return 1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		pg_stored st;
+		int rc = stored_read(h, &st, err, sizeof err);
+		tables_free(st.t, st.nt);
+		if (rc == 0 && st.have_lsn && st.lsn >= target) {
+			lsn_fmt(st.lsn, l, sizeof l);
+			printf("%s\n", l);
+			ah_close(h);
+			return 0;
+		}
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if ((double)(t.tv_sec - t0.tv_sec) + (double)(t.tv_nsec - t0.tv_nsec) / 1e9 > secs) {
+			fprintf(stderr, "ah-pgsync wait: the heap did not reach LSN %s in %.0f s\n",
+			        argv[2], secs);
+			ah_close(h);
+			return 1;
+		}
+		usleep(50000);
+	}
+}
