@@ -138,3 +138,35 @@ fuzz: fuzz-build
 	@mkdir -p build-fuzz/corpus tests/fuzz/crashers
 	build-fuzz/fuzz_heap -max_total_time=$(FUZZ_TIME) -rss_limit_mb=4096 -timeout=20 \
 	  -artifact_prefix=tests/fuzz/crashers/ build-fuzz/corpus tests/fuzz/corpus
+
+# ---- benchmarks (bench/, BENCHMARKS.md) --------------------------------------
+# `make bench-quick`: 1M and 10M updates (a few minutes); `make bench`: 1M, 10M
+# and 100M (needs ~20 GB free under build/bench/data, removed at the end) plus
+# the perf/callgrind profiles of arrheap's ingest and merge.  Output in
+# build/bench/: the table (stdout, table.md), results.json, startup.png.
+# BENCH_PKGS are installed by these targets only, never by `make deps`, so
+# `make test` does not pull RocksDB or gnuplot.  (gnuplot-nox: Debian's gnuplot
+# without X, whose png terminal draws the plot.)
+BENCH_PKGS := librocksdb-dev gnuplot-nox
+BENCH_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard bench/*.c))
+BENCH_BINS := $(addprefix $(BUILD)/bench/,ah-bench ah-bench-arrheap ah-bench-rocksdb ah-bench-lmdb)
+BENCH_ARGS ?=
+.PHONY: bench bench-quick bench-deps bench-build
+$(BENCH_OBJ): bench/bench.h bench/driver.h | bench-deps
+bench-deps:
+	@$(MAKE) --no-print-directory deps PKGS='$(BENCH_PKGS)'
+bench-build: $(BENCH_BINS)
+$(BUILD)/bench/ah-bench: $(BUILD)/obj/bench/driver.o $(BUILD)/obj/bench/report.o $(BUILD)/obj/bench/common.o
+	@mkdir -p $(dir $@); $(CC) -o $@ $^ -lm
+$(BUILD)/bench/ah-bench-arrheap: $(BUILD)/obj/bench/arrheap.o $(BUILD)/obj/bench/common.o $(BUILD)/libarrheap.a
+	@mkdir -p $(dir $@); $(CC) -o $@ $^ $(LDLIBS_ALL)
+$(BUILD)/bench/ah-bench-rocksdb: $(BUILD)/obj/bench/rocksdb.o $(BUILD)/obj/bench/common.o
+	@mkdir -p $(dir $@); $(CC) -o $@ $^ -lrocksdb
+$(BUILD)/bench/ah-bench-lmdb: $(BUILD)/obj/bench/lmdb.o $(BUILD)/obj/bench/common.o
+	@mkdir -p $(dir $@); $(CC) -o $@ $^ -llmdb
+bench-quick: bench-deps bench-build
+	bash bench/bench.sh $(BUILD) --sizes 1000000,10000000 $(BENCH_ARGS)
+bench: bench-deps bench-build
+	bash bench/bench.sh $(BUILD) --sizes 1000000,10000000,100000000 $(BENCH_ARGS)
+	bash bench/profile.sh $(BUILD)
+# ---- end benchmarks ----------------------------------------------------------

@@ -1,0 +1,403 @@
+/*
+ * bench/driver.c - ah-bench: runs every system on every size, each
+ * measurement in a fresh process, and writes the table, results.json and
+ * the data of the start-up plot.
+ *
+ *   ah-bench [--sizes N,N,...] [--runs R] [--out DIR] [--data DIR]
+ *            [--bin DIR] [--keep]
+ *
+ * Per size: generate the flat log of N updates (bench/common.c), measure
+ * rebuild (R runs), then arrheap, rocksdb and lmdb: load once (ingest),
+ * one discarded warm-up start, R warm starts, a warm scan, R cold starts
+ * (each after evicting the system's files from the page cache, confirmed
+ * with mincore), a cold scan; then rocksdb's reopen after kill -9 and
+ * arrheap's full merge.  Start-up figures are medians of R runs with min
+ * and max.  The answers of all systems are compared run by run.
+ *
+ * The driver only measures: it asserts nothing about speed.  It links no
+ * system library (bench/common.c only).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <dirent.h>
+
+#include "bench/bench.h"
+#include "bench/driver.h"
+
+static drv_opts O = { .runs = 5, .out = "build/bench", .data = NULL,
+                      .bin = "build/bench" };
+
+/* ---------------------------------------------------------- children */
+
+/* Runs BIN ARGS..., with "T0" in args replaced by the clock just before
+ * fork; parses "name value" lines into f.  Returns the exit status (or
+ * 128 + signal). */
+static int run_child(const char *bin, figs *f, const char *const *args)
+{
+	char path[4096], t0[32];
+	const char *argv[16];
+	int fd[2], st, n = 0, t0_at = -1;
+
+	snprintf(path, sizeof path, "%s/%s", O.bin, bin);
+	argv[n++] = path;
+	for (; *args && n < 15; args++, n++) {
+		if (strcmp(*args, "T0") == 0)
+			t0_at = n;
+		argv[n] = *args;
+	}
+	argv[n] = NULL;
+	if (pipe(fd) != 0)
+		bench_die("pipe: %s", strerror(errno));
+	fflush(NULL);
+	uint64_t now = bench_now_ns();
+	snprintf(t0, sizeof t0, "%llu", (unsigned long long)now);
+	if (t0_at >= 0)
+		argv[t0_at] = t0;
+	pid_t pid = fork();
+	if (pid < 0)
+		bench_die("fork: %s", strerror(errno));
+	if (pid == 0) {
+		dup2(fd[1], 1);
+		close(fd[0]);
+		close(fd[1]);
+		execv(path, (char *const *)argv);
+		_exit(127);
+	}
+	close(fd[1]);
+	FILE *in = fdopen(fd[0], "r");
+	char line[256], name[128];
+	double v;
+	while (in && fgets(line, sizeof line, in))
+		if (sscanf(line, "%127s %lf", name, &v) == 2)
+			figs_set(f, name, v);
+	if (in)
+		fclose(in);
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static void must(int rc, const char *what)
+{
+	if (rc != 0)
+		bench_die("%s failed (status %d)", what, rc);
+}
+
+/* ---------------------------------------------------------- eviction */
+
+static void evict_file(const char *path, uint64_t *resident, uint64_t *pages)
+{
+	int fd = open(path, O_RDONLY);
+	struct stat st;
+
+	if (fd < 0 || fstat(fd, &st) != 0)
+		bench_die("%s: %s", path, strerror(errno));
+	if (fsync(fd) != 0)
+		bench_die("fsync %s: %s", path, strerror(errno));
+	posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+	*pages += ((uint64_t)st.st_blocks * 512 + 4095) / 4096;
+	if (st.st_size > 0) {
+		size_t len = (size_t)st.st_size;
+		size_t np = (len + 4095) / 4096;
+		void *m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+		unsigned char *vec = malloc(np);
+		if (m == MAP_FAILED || !vec || mincore(m, len, vec) != 0)
+			bench_die("mincore %s: %s", path, strerror(errno));
+		for (size_t i = 0; i < np; i++)
+			*resident += vec[i] & 1;
+		free(vec);
+		munmap(m, len);
+	}
+	close(fd);
+}
+
+/* Evicts PATH (a file, or every file of a directory); returns the pages
+ * still resident afterwards, and the allocated pages in *pages. */
+static uint64_t evict(const char *path, uint64_t *pages)
+{
+	struct stat st;
+	uint64_t res = 0;
+
+	*pages = 0;
+	sync();
+	if (stat(path, &st) != 0)
+		bench_die("%s: %s", path, strerror(errno));
+	if (!S_ISDIR(st.st_mode)) {
+		evict_file(path, &res, pages);
+		return res;
+	}
+	DIR *d = opendir(path);
+	struct dirent *e;
+	char p[4096];
+	while (d && (e = readdir(d)) != NULL) {
+		snprintf(p, sizeof p, "%s/%s", path, e->d_name);
+		if (e->d_name[0] != '.' && stat(p, &st) == 0 && S_ISREG(st.st_mode))
+			evict_file(p, &res, pages);
+	}
+	if (d)
+		closedir(d);
+	return res;
+}
+
+/* ---------------------------------------------------------- systems */
+
+typedef struct sysdef {
+	const char *name;     /* "arrheap", "rocksdb", "lmdb-kv" */
+	const char *bin;
+	const char *files;    /* under the size's data dir */
+} sysdef;
+
+static const sysdef SYS[] = {
+	{ "arrheap", "ah-bench-arrheap", "heap" },
+	{ "rocksdb", "ah-bench-rocksdb", "rocks" },
+	{ "lmdb-kv", "ah-bench-lmdb", "lmdb.mdb" },
+};
+
+static void gen_log(const char *path, uint64_t n)
+{
+	bench_rec *r = malloc(BENCH_APPEND * sizeof *r);
+	FILE *f = fopen(path, "wb");
+
+	if (!r || !f)
+		bench_die("%s: %s", path, strerror(errno));
+	for (uint64_t j = 0; j < n;) {
+		size_t k = 0;
+		for (; k < BENCH_APPEND && j < n; k++, j++)
+			bench_gen(BENCH_SEED, n, j, &r[k]);
+		if (fwrite(r, sizeof *r, k, f) != k)
+			bench_die("write %s: %s", path, strerror(errno));
+	}
+	if (fflush(f) != 0 || fsync(fileno(f)) != 0 || fclose(f) != 0)
+		bench_die("write %s: %s", path, strerror(errno));
+	free(r);
+}
+
+/* R start runs of one system; warm or cold (evicting FILES first). */
+static void starts(const sysdef *s, const char *dir, uint64_t n, int cold,
+                   row *w, figs *answers)
+{
+	char ns[32], rs[32], fpath[4096];
+	figs f[DRV_MAX_RUNS];
+
+	snprintf(ns, sizeof ns, "%llu", (unsigned long long)n);
+	snprintf(fpath, sizeof fpath, "%s/%s", dir, s->files);
+	for (int r = 0; r < O.runs; r++) {
+		uint64_t pages = 0, res = 0;
+		figs_clear(&f[r]);
+		if (cold)
+			res = evict(fpath, &pages);
+		snprintf(rs, sizeof rs, "%d", r);
+		const char *a[] = { "start", dir, ns, rs, "T0", NULL };
+		must(run_child(s->bin, &f[r], a), s->bin);
+		if (cold) {
+			figs_set(&f[r], "resident_pages_after_evict", (double)res);
+			figs_set(&f[r], "evicted_pages", (double)pages);
+		}
+		drv_check_answer(answers, s->name, r, &f[r]);
+		fprintf(stderr, "  %s-%s n=%llu run %d: first answer %.3f ms\n",
+		        s->name, cold ? "cold" : "warm", (unsigned long long)n, r,
+		        figs_get(&f[r], "first_answer_ms"));
+	}
+	row_from_runs(w, f, O.runs);
+}
+
+static void scan(const sysdef *s, const char *dir, uint64_t n, int cold, row *w,
+                 figs *answers)
+{
+	char ns[32], fpath[4096];
+	figs f;
+	uint64_t pages;
+
+	figs_clear(&f);
+	snprintf(ns, sizeof ns, "%llu", (unsigned long long)n);
+	snprintf(fpath, sizeof fpath, "%s/%s", dir, s->files);
+	if (cold)
+		evict(fpath, &pages);
+	const char *a[] = { "scan", dir, ns, NULL };
+	must(run_child(s->bin, &f, a), s->bin);
+	row_set(w, "scan_ms", figs_get(&f, "scan_ms"));
+	drv_check_scan(answers, s->name, &f);
+}
+
+static void measure_system(const sysdef *s, const char *dir, const char *log,
+                           uint64_t n, figs *answers)
+{
+	char ns[32];
+	figs load, f;
+	row *warm = rows_add(s->name, "-warm", n), *cold;
+
+	snprintf(ns, sizeof ns, "%llu", (unsigned long long)n);
+	figs_clear(&load);
+	fprintf(stderr, "%s: loading %llu updates\n", s->name, (unsigned long long)n);
+	const char *a[] = { "load", dir, log, ns, NULL };
+	must(run_child(s->bin, &load, a), s->bin);
+	fprintf(stderr, "  ingest %.0f updates/s\n", figs_get(&load, "ingest_ups"));
+
+	figs_clear(&f);
+	const char *st[] = { "start", dir, ns, "0", "T0", NULL };
+	must(run_child(s->bin, &f, st), s->bin); /* warm-up, not counted */
+	row_set(warm, "first_open_after_load_ms", figs_get(&f, "open_ms"));
+	starts(s, dir, n, 0, warm, answers);
+	scan(s, dir, n, 0, warm, answers);
+
+	cold = rows_add(s->name, "-cold", n);
+	row_set(cold, "first_open_after_load_ms", figs_get(&f, "open_ms"));
+	starts(s, dir, n, 1, cold, answers);
+	scan(s, dir, n, 1, cold, answers);
+
+	for (row *w = warm; w; w = w == warm ? cold : NULL) {
+		row_copy_load(w, &load, n);
+		if (strcmp(s->name, "arrheap") == 0)
+			row_set(w, "page_reads_estimate",
+			        drv_page_reads_estimate(dir, &load));
+	}
+	if (strcmp(s->name, "rocksdb") == 0) {
+		const char *k[] = { "kill", dir, ns, NULL };
+		figs_clear(&f);
+		int rc = run_child(s->bin, &f, k);
+		if (rc != 128 + 9)
+			bench_die("rocksdb kill: status %d", rc);
+		figs_clear(&f);
+		must(run_child(s->bin, &f, st), s->bin);
+		row_set(warm, "reopen_after_kill_ms", figs_get(&f, "open_ms"));
+		row_set(cold, "reopen_after_kill_ms", figs_get(&f, "open_ms"));
+	}
+	if (strcmp(s->name, "arrheap") == 0) {
+		const char *m[] = { "merge", dir, ns, NULL };
+		figs_clear(&f);
+		must(run_child(s->bin, &f, m), s->bin);
+		for (row *w = warm; w; w = w == warm ? cold : NULL) {
+			row_set(w, "merge_mbps", figs_get(&f, "merge_mbps"));
+			row_set(w, "merge_ups", figs_get(&f, "merge_ups"));
+			row_set(w, "file_bytes_after_merge",
+			        figs_get(&f, "file_bytes_after_merge"));
+			row_set(w, "bytes_after_merge", figs_get(&f, "after_chunk_bytes"));
+		}
+	}
+}
+
+static void measure_rebuild(const char *log, uint64_t n, figs *answers)
+{
+	char ns[32], rs[32];
+	figs f[DRV_MAX_RUNS];
+	row *w = rows_add("rebuild", "", n);
+
+	snprintf(ns, sizeof ns, "%llu", (unsigned long long)n);
+	for (int r = 0; r < O.runs; r++) {
+		figs_clear(&f[r]);
+		snprintf(rs, sizeof rs, "%d", r);
+		const char *a[] = { "rebuild", log, ns, rs, "T0", NULL };
+		must(run_child("ah-bench-arrheap", &f[r], a), "rebuild");
+		drv_check_answer(answers, "rebuild", r, &f[r]);
+		drv_check_scan(answers, "rebuild", &f[r]);
+		fprintf(stderr, "  rebuild n=%llu run %d: first answer %.1f ms\n",
+		        (unsigned long long)n, r, figs_get(&f[r], "first_answer_ms"));
+	}
+	row_from_runs(w, f, O.runs);
+	row_set(w, "ingest_ups", figs_median(f, O.runs, "ingest_ups", NULL, NULL));
+	row_set(w, "scan_ms", figs_median(f, O.runs, "scan_ms", NULL, NULL));
+	row_set(w, "peak_rss_steady_bytes",
+	        figs_median(f, O.runs, "peak_rss_steady_bytes", NULL, NULL));
+	row_set(w, "file_bytes", figs_get(&f[0], "file_bytes"));
+	row_set(w, "raw_bytes", (double)n * 40);
+}
+
+static void rm_rf(const char *path)
+{
+	char cmd[4200];
+
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+	if (system(cmd) != 0)
+		fprintf(stderr, "ah-bench: could not remove %s\n", path);
+}
+
+static void measure_size(uint64_t n)
+{
+	char dir[4096], log[4200];
+	figs answers;
+
+	figs_clear(&answers);
+	snprintf(dir, sizeof dir, "%s/%llu", O.data, (unsigned long long)n);
+	rm_rf(dir);
+	if (mkdir(dir, 0755) != 0)
+		bench_die("mkdir %s: %s", dir, strerror(errno));
+	snprintf(log, sizeof log, "%s/log.bin", dir);
+	fprintf(stderr, "== %llu updates: generating %s\n", (unsigned long long)n, log);
+	gen_log(log, n);
+	measure_rebuild(log, n, &answers);
+	for (size_t i = 0; i < sizeof SYS / sizeof SYS[0]; i++) {
+		measure_system(&SYS[i], dir, log, n, &answers);
+		drv_write_outputs(&O);
+	}
+	if (!O.keep)
+		rm_rf(dir);
+}
+
+static void usage(void)
+{
+	fprintf(stderr, "usage: ah-bench [--sizes N,N,...] [--runs R] [--out DIR] "
+	        "[--data DIR] [--bin DIR] [--keep]\n");
+	exit(2);
+}
+
+int main(int argc, char **argv)
+{
+	uint64_t sizes[8] = { 1000000, 10000000, 100000000 };
+	int nsizes = 3;
+	char data[4200];
+
+	for (int i = 1; i < argc; i++) {
+		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (strcmp(argv[i], "--keep") == 0) {
+			O.keep = 1;
+			continue;
+		}
+		if (!v)
+			usage();
+		i++;
+		if (strcmp(argv[i - 1], "--sizes") == 0) {
+			char *s = strdup(v), *tok, *save = NULL;
+			nsizes = 0;
+			for (tok = strtok_r(s, ",", &save); tok && nsizes < 8;
+			     tok = strtok_r(NULL, ",", &save))
+				sizes[nsizes++] = bench_arg_u64(tok);
+			free(s);
+		} else if (strcmp(argv[i - 1], "--runs") == 0) {
+			O.runs = (int)bench_arg_u64(v);
+			if (O.runs < 1 || O.runs > DRV_MAX_RUNS)
+				usage();
+		} else if (strcmp(argv[i - 1], "--out") == 0) {
+			O.out = v;
+		} else if (strcmp(argv[i - 1], "--data") == 0) {
+			O.data = v;
+		} else if (strcmp(argv[i - 1], "--bin") == 0) {
+			O.bin = v;
+		} else {
+			usage();
+		}
+	}
+	if (!O.data) {
+		snprintf(data, sizeof data, "%s/data", O.out);
+		O.data = data;
+	}
+	mkdir(O.out, 0755);
+	mkdir(O.data, 0755);
+	drv_machine(&O);
+	for (int i = 0; i < nsizes; i++)
+		measure_size(sizes[i]);
+	drv_write_outputs(&O);
+	drv_print_table(stdout);
+	if (!O.keep)
+		rmdir(O.data);
+	return 0;
+}
