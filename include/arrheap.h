@@ -55,7 +55,8 @@ extern "C" {
 #define AH_VERSION_STRING "0.1.0"
 
 /* The library's run-time version.  Any out pointer may be NULL.  Returns the
- * static string "MAJOR.MINOR.PATCH" (owned by the library, lives forever). */
+ * static string "MAJOR.MINOR.PATCH" (owned by the library, lives forever).
+ * Source: SQLite's sqlite3_libversion. */
 const char *ah_version(int *major, int *minor, int *patch);
 
 /* Error codes: name, value, message.  One list makes the constants,
@@ -88,7 +89,8 @@ enum {
 };
 
 /* A static message for an error code (any int; unknown codes get "unknown
- * error").  Never NULL; owned by the library. */
+ * error").  Never NULL; owned by the library.  Source: LMDB mdb_strerror,
+ * libuv UV_ERRNO_MAP. */
 const char *ah_strerror(int err);
 /* The constant's name, "AH_EFULL" for AH_EFULL, "AH_OK" for 0, NULL for a
  * code that is not an arrheap code.  Owned by the library. */
@@ -138,7 +140,8 @@ int ah_open(const char *path, const ah_open_opts *opts, ah_heap **out);
 
 /* Closes the heap and frees it.  Every transaction must have ended; if one
  * has not, returns AH_ESTATE and closes nothing.  Errors: AH_ESTATE,
- * AH_EFORK (called in a forked child: the handle is only forgotten). */
+ * AH_EFORK (called in a forked child: the handle is only forgotten).
+ * Source: mdb_env_close. */
 int ah_close(ah_heap *heap);
 
 /* Flushes every commit to disk (for AH_OPEN_NOSYNC/NOMETASYNC heaps; a no-op
@@ -165,7 +168,9 @@ typedef struct ah_heap_stat {
 	uint32_t readers_max;
 } ah_heap_stat;
 
-/* Fills *st.  Errors: AH_EINVAL, AH_EIO, AH_EFORK. */
+/* Fills *st (sizes in bytes, counts in pages of page_size).  Errors:
+ * AH_EINVAL, AH_EIO, AH_EFORK.  Source: mdb_env_info, mdb_stat on the free
+ * DB, fstat. */
 int ah_heap_stat_get(ah_heap *heap, ah_heap_stat *st);
 
 typedef struct ah_pool_stats {
@@ -175,8 +180,9 @@ typedef struct ah_pool_stats {
 	uint64_t peak_active_bytes; /* highest active_bytes since open */
 } ah_pool_stats;
 
-/* Statistics of the heap's transient-memory pool (a dedicated jemalloc
- * arena: stats.arenas.<i>.*).  Errors: AH_EINVAL, AH_EIO. */
+/* Statistics of the heap's transient-memory pool in bytes (a dedicated
+ * jemalloc arena).  Errors: AH_EINVAL, AH_EIO, AH_EFORK.  Source: jemalloc
+ * mallctl "epoch", "stats.arenas.<i>.*". */
 int ah_pool_stats_get(ah_heap *heap, ah_pool_stats *st);
 
 /* --------------------------------------------------------- transactions */
@@ -201,12 +207,14 @@ int ah_txn_begin(ah_heap *heap, unsigned flags, ah_txn **out);
  * written), AH_EFULL, AH_EIO, AH_EFORK.  Source: mdb_txn_commit. */
 int ah_txn_commit(ah_txn *txn);
 
-/* Discards every change and frees the transaction.  NULL is a no-op. */
+/* Discards every change and frees the transaction; open cursors are
+ * detached.  NULL is a no-op.  Source: mdb_txn_abort. */
 void ah_txn_abort(ah_txn *txn);
 
 /* The detailed message of the last error in this transaction (it names the
  * frontiers for AH_EUPPER, AH_EFRONTIER, AH_ECOMPACTED, AH_ENOTREADY), or ""
- * when none.  Owned by the txn; valid until it ends or the next call on it. */
+ * when none.  Owned by the txn; valid until it ends or the next call on it.
+ * Never NULL.  Source: SQLite's sqlite3_errmsg. */
 const char *ah_txn_errmsg(const ah_txn *txn);
 
 /* ------------------------------------------------------- arrangements */
@@ -216,7 +224,8 @@ const char *ah_txn_errmsg(const ah_txn *txn);
 
 /* Creates an empty arrangement NAME with upper = since = 0.
  * Errors: AH_EINVAL (bad name), AH_EEXIST, AH_EREADONLY, AH_EBADTXN, AH_EFULL,
- * AH_EIO. */
+ * AH_EIO.  Each poisons the txn.  Source: differential dataflow's arrange
+ * (a trace starts with empty frontiers at the minimum time). */
 int ah_arrangement_create(ah_txn *txn, const char *name);
 
 typedef struct ah_arrangement_info {
@@ -231,15 +240,17 @@ typedef struct ah_arrangement_info {
 	uint64_t chunk_bytes; /* chunk bytes reserved (size classes) */
 } ah_arrangement_info;
 
-/* Fills *info for NAME.  Errors: AH_EINVAL, AH_ENOTFOUND, AH_EBADTXN,
- * AH_ECORRUPT. */
+/* Fills *info for NAME (counts in updates, keys, chunks; sizes in bytes).
+ * Reads only; does not poison.  Errors: AH_EINVAL, AH_ENOTFOUND, AH_EBADTXN,
+ * AH_ECORRUPT.  Source: differential dataflow's TraceReader (upper, since). */
 int ah_arrangement_info_get(ah_txn *txn, const char *name,
                             ah_arrangement_info *info);
 
 /* Iterates arrangement names in bytewise order: pass after = NULL for the
- * first; the name is copied to buf (at least AH_NAME_MAX + 1 bytes).
- * Returns 0 and fills buf, or AH_ENOTFOUND past the last.
- * Errors: AH_EINVAL, AH_EBADTXN, AH_ECORRUPT. */
+ * first; the name is copied to buf (caller's, at least AH_NAME_MAX + 1
+ * bytes).  Returns 0 and fills buf, or AH_ENOTFOUND past the last.
+ * Errors: AH_EINVAL, AH_EBADTXN, AH_ECORRUPT.  Source: mdb_cursor_get
+ * MDB_SET_RANGE. */
 int ah_arrangement_next(ah_txn *txn, const char *after, char *buf);
 
 /* One update.  key and val are byte strings of any length (len 0 allowed,
@@ -261,7 +272,9 @@ typedef struct ah_update {
  * [expected_upper, new_upper)), AH_ELIMIT (a diff sum overflows int64),
  * AH_ENOTFOUND, AH_EINVAL, AH_EREADONLY, AH_EBADTXN, AH_EFULL, AH_ENOMEM,
  * AH_EIO.  On any error the transaction is poisoned.
- * Appending also spends merge fuel proportional to n (spine_fueled). */
+ * Appending also spends merge fuel proportional to n (spine_fueled).
+ * Source: Materialize persist's compare_and_append; differential
+ * dataflow's Batcher (sort + consolidate) and trace::Description. */
 int ah_append(ah_txn *txn, const char *name, uint64_t expected_upper,
               uint64_t new_upper, const ah_update *ups, size_t n);
 
@@ -269,7 +282,10 @@ int ah_append(ah_txn *txn, const char *name, uint64_t expected_upper,
  * The builder sorts and consolidates in the pool in bounded memory (runs of
  * at most 64 MiB, merged).  Same checks and errors as ah_append: AH_EUPPER at
  * begin, AH_EFRONTIER at push.  *out is owned by the caller until finish or
- * abandon; the txn must not end before.  Only one builder per txn. */
+ * abandon; the txn must not end before (commit with an open builder fails
+ * with AH_ESTATE).  Only one builder per txn; other mutations of the txn
+ * fail with AH_ESTATE while it is open.  Source: differential dataflow's
+ * trace::Builder, external merge sort. */
 int ah_builder_begin(ah_txn *txn, const char *name, uint64_t expected_upper,
                      uint64_t new_upper, ah_builder **out);
 int ah_builder_push(ah_builder *b, const ah_update *ups, size_t n);
@@ -280,37 +296,44 @@ void ah_builder_abandon(ah_builder *b);
 
 /* Advances NAME's upper to new_upper with no data (an empty batch costs no
  * chunk and no batch record).  Errors: AH_EUPPER, AH_EFRONTIER (new_upper <
- * expected_upper), AH_ENOTFOUND, AH_EINVAL, AH_EREADONLY, AH_EBADTXN. */
+ * expected_upper), AH_ENOTFOUND, AH_EINVAL, AH_EREADONLY, AH_EBADTXN; each
+ * poisons the txn.  Source: persist's compare_and_append of an empty batch. */
 int ah_advance(ah_txn *txn, const char *name, uint64_t expected_upper,
                uint64_t new_upper);
 
 /* Logical compaction: sets NAME's since.  since never goes backwards and
  * never beyond upper: AH_EFRONTIER otherwise (message names both).  Reads at
  * as_of < since fail afterwards.  Errors: AH_EFRONTIER, AH_ENOTFOUND,
- * AH_EINVAL, AH_EREADONLY, AH_EBADTXN. */
+ * AH_EINVAL, AH_EREADONLY, AH_EBADTXN; each poisons the txn.  Source:
+ * differential dataflow's TraceReader::set_logical_compaction. */
 int ah_set_since(ah_txn *txn, const char *name, uint64_t since);
 
 /* Spends up to fuel units of merge work (one unit = one input update read;
  * 0 = no limit) on NAME: in-progress merges first, then merges that an idle
  * arrangement still deserves (batches behind since, or more than one batch),
  * so that retracted and compacted data gives its space back.  *idle (may be
- * NULL) is set to 1 when nothing is left to do.  Errors: as ah_append. */
+ * NULL) is set to 1 when nothing is left to do.  Errors: as ah_append.
+ * Source: differential dataflow's Spine::exert (spine_fueled). */
 int ah_maintain(ah_txn *txn, const char *name, uint64_t fuel, int *idle);
 
 /* ------------------------------------------------------------- sources */
 
 /* Records POS (len bytes, opaque: a Kafka offset, an LSN, a file offset) as
- * source SOURCE's position, committed atomically with the data.
- * Errors: AH_EINVAL (bad name, len > 65536), AH_EREADONLY, AH_EBADTXN,
- * AH_EFULL, AH_EIO. */
+ * source SOURCE's position, committed atomically with the data.  The bytes
+ * are copied.  Errors: AH_EINVAL (bad name, len > 65536), AH_EREADONLY,
+ * AH_EBADTXN, AH_EFULL, AH_EIO; each poisons the txn.  Source: the source
+ * contract in ARCHITECTURE.md (Kafka consumer offsets committed with the
+ * results; PostgreSQL confirmed_flush_lsn). */
 int ah_source_put(ah_txn *txn, const char *source, const void *pos, size_t len);
 
 /* Looks up SOURCE's position: *pos points into the map, valid until the txn
- * ends (in a write txn: until its next mutation).  Errors: AH_ENOTFOUND, AH_EINVAL, AH_EBADTXN. */
+ * ends (in a write txn: until its next mutation).  Does not poison.
+ * Errors: AH_ENOTFOUND, AH_EINVAL, AH_EBADTXN.  Source: as ah_source_put. */
 int ah_source_get(ah_txn *txn, const char *source, const void **pos,
                   size_t *len);
 
-/* Iterates source names in bytewise order, as ah_arrangement_next. */
+/* Iterates source names in bytewise order, as ah_arrangement_next (same
+ * buffer rule, same errors). */
 int ah_source_next(ah_txn *txn, const char *after, char *buf);
 
 /* ------------------------------------------------------------- cursors */
@@ -321,7 +344,9 @@ int ah_source_next(ah_txn *txn, const char *after, char *buf);
  * first val.  *out is owned by the caller; close it with ah_cursor_close
  * (also after its txn ended).  Once the txn ends, or a mutation runs in the
  * same write txn, the cursor is detached and every call on it returns
- * AH_ESTATE.  Errors: AH_EINVAL, AH_ENOTFOUND, AH_EBADTXN, AH_ENOMEM, AH_ECORRUPT. */
+ * AH_ESTATE.  Errors: AH_EINVAL, AH_ENOTFOUND, AH_EBADTXN, AH_ENOMEM,
+ * AH_ECORRUPT.  Source: differential dataflow's trace::cursor::Cursor and
+ * CursorList. */
 int ah_cursor_open(ah_txn *txn, const char *name, ah_cursor **out);
 void ah_cursor_close(ah_cursor *c);
 
@@ -357,12 +382,15 @@ int ah_cursor_times_rewind(ah_cursor *c);
 /* Sums the diffs of the current (key, val) with time <= as_of.  as_of must
  * lie in [since, upper): AH_ECOMPACTED (as_of < since) or AH_ENOTREADY
  * (as_of >= upper) otherwise, never an empty success.  Errors also
- * AH_ESTATE, AH_ELIMIT (sum overflows int64), AH_ECORRUPT. */
+ * AH_ESTATE, AH_ELIMIT (sum overflows int64), AH_ECORRUPT.  Source:
+ * differential dataflow's accumulation in consolidation; persist's
+ * snapshot(as_of) frontier rules. */
 int ah_cursor_accumulate(ah_cursor *c, uint64_t as_of, int64_t *sum);
 
 /* Checks as_of against NAME's [since, upper) as ah_cursor_accumulate does;
  * the txn's message names the frontier.  Does not poison the txn.
- * Errors: AH_ECOMPACTED, AH_ENOTREADY, AH_ENOTFOUND, AH_EINVAL. */
+ * Errors: AH_ECOMPACTED, AH_ENOTREADY, AH_ENOTFOUND, AH_EINVAL.  Source:
+ * persist's snapshot(as_of): since <= as_of < upper. */
 int ah_check_as_of(ah_txn *txn, const char *name, uint64_t as_of);
 
 /* ---------------------------------------------------------- inspection */
