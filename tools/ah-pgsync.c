@@ -123,7 +123,10 @@ static int open_existing(engine *e)
 	e->snk.t = e->st.t;
 	e->snk.nt = e->st.nt;
 	e->st.t = NULL;
+	e->st.nt = 0;
 	e->snk.pos = e->snk.group_pos = e->st.lsn;
+	e->snk.total_txns = e->st.txns;
+	e->snk.total_updates = e->st.updates;
 	return 0;
 }
 

@@ -15,6 +15,7 @@
 typedef struct pg_stored {
 	int have_lsn;
 	uint64_t lsn;
+	uint64_t txns, updates;  /* pg.stats */
 	char identity[1024];
 	pg_table *t;
 	int nt;

@@ -4,6 +4,7 @@
  * heap while streaming: one write transaction per group holds every
  * table's batch, the advanced uppers and the new "pg.lsn", or nothing.
  */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -278,7 +279,7 @@ static int append_table(ah_txn *txn, pg_table *t, uint64_t lower, uint64_t upper
 int sink_flush(sink *s)
 {
 	ah_txn *txn = NULL;
-	char lsn[32];
+	char lsn[32], stats[100];
 	int rc, i = -1;
 
 	if (s->in_txn || s->group_pos == s->pos)
@@ -291,6 +292,10 @@ int sink_flush(sink *s)
 	lsn_fmt(s->group_pos, lsn, sizeof lsn);
 	i = -1;
 	if ((rc = ah_source_put(txn, "pg.lsn", lsn, strlen(lsn))) != 0)
+		goto out;
+	snprintf(stats, sizeof stats, "txns=%" PRIu64 " updates=%" PRIu64 "\n", s->total_txns + s->txns,
+	         s->total_updates + s->updates);
+	if ((rc = ah_source_put(txn, "pg.stats", stats, strlen(stats))) != 0)
 		goto out;
 	rc = ah_txn_commit(txn);
 	txn = NULL;

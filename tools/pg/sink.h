@@ -14,6 +14,7 @@
  *                          after; every arrangement's upper is it + 1.
  *   source "pg.identity"   text lines system=, database=, slot=,
  *                          publication=: whose stream this heap follows.
+ *   source "pg.stats"      text "txns=N updates=M": totals applied so far.
  *   source "pg.tables"     one line per table: relid, arrangement, schema,
  *                          table, key column indices, column names
  *                          (tab-separated, names escaped as escape.h).
@@ -60,7 +61,8 @@ typedef struct sink {
 	int in_txn;
 	size_t group_txns;
 	uint64_t group_updates;
-	uint64_t txns, skipped, updates;  /* totals */
+	uint64_t txns, skipped, updates;  /* totals of this run */
+	uint64_t total_txns, total_updates; /* of earlier runs (pg.stats) */
 	pg_buf kv;           /* scratch for one row's key and val */
 	char err[1024];
 } sink;

@@ -2,6 +2,7 @@
  * tools/pg/stored.c - reads what a heap records about its PostgreSQL source
  * (see engine.h and sink.h).  Read-only: one read transaction.
  */
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -57,6 +58,12 @@ int stored_read(ah_heap *h, pg_stored *st, char *err, size_t errlen)
 	if (ah_source_get(txn, "pg.tables", &p, &len) != 0 ||
 	    tables_parse(p, len, &st->t, &st->nt, err, errlen) != 0)
 		goto bad;
+	if (ah_source_get(txn, "pg.stats", &p, &len) == 0 && len < 100) {
+		char tmp[100];
+		memcpy(tmp, p, len);
+		tmp[len] = 0;
+		sscanf(tmp, "txns=%" SCNu64 " updates=%" SCNu64, &st->txns, &st->updates);
+	}
 	ah_txn_abort(txn);
 	return 0;
 bad:

@@ -179,6 +179,8 @@ bad:
 
 void tables_free(pg_table *t, int nt)
 {
+	if (!t)
+		return;
 	for (int i = 0; i < nt; i++) {
 		for (int c = 0; t[i].cols && c < t[i].ncols; c++)
 			free(t[i].cols[c]);

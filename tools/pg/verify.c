@@ -173,7 +173,8 @@ int cmd_status(int argc, char **argv)
 		return 1;
 	}
 	lsn_fmt(st.lsn, l, sizeof l);
-	printf("lsn %s\n%s", l, st.identity);
+	printf("lsn %s\ntxns %" PRIu64 "\nupdates %" PRIu64 "\n%s", l, st.txns, st.updates,
+	       st.identity);
 	ah_txn_begin(h, AH_TXN_RDONLY, &txn);
 	for (int i = 0; txn && i < st.nt; i++) {
 		ah_arrangement_info in;

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# tools/demo.sh - `make demo`: arrangements of a live PostgreSQL database,
+# killed and resumed.
+#   demo.sh BUILD_DIR [SCALE] [SECONDS]      (defaults: 10, 30)
+# Makes a throwaway PostgreSQL cluster in a temp dir on a free loopback port
+# (as the postgres user when run as root), runs `pgbench -i -s SCALE`, sets
+# REPLICA IDENTITY FULL and a publication, starts build/ah-pgsync, runs
+# pgbench for SECONDS with 4 clients, kill -9s the engine half way, restarts
+# it, waits until the heap has caught up with pg_current_wal_lsn(), verifies
+# every table against its arrangement and prints a report ending in
+# "verified".  The cluster and the temp dir go away on exit, failure or ^C.
+set -euo pipefail
+build=${1:-build}; scale=${2:-10}; secs=${3:-30}
+sync=$build/ah-pgsync
+[ -x "$sync" ] || { echo "demo: build $sync first (make)" >&2; exit 2; }
+pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+[ -x "$pgbin/initdb" ] || { echo "demo: PostgreSQL server not installed (make deps)" >&2; exit 2; }
+ms() { date +%s%3N; }
+t_start=$(ms)
+work=$(mktemp -d /tmp/ah-pgdemo-XXXXXX); chmod 755 "$work"
+as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+[ "$(id -u)" = 0 ] && chown postgres "$work"
+engine=""; pgbench_pid=""
+cleanup() {
+  [ -n "$engine" ] && kill -9 "$engine" 2>/dev/null || true
+  [ -n "$pgbench_pid" ] && kill "$pgbench_pid" 2>/dev/null || true
+  [ -f "$work/data/postmaster.pid" ] && as_pg "$pgbin/pg_ctl" -D "$work/data" -m immediate stop >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+port=54321
+while (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null; do port=$((port + 1)); done
+as_pg "$pgbin/initdb" -N -A trust -U postgres -D "$work/data" >/dev/null
+as_pg "$pgbin/pg_ctl" -D "$work/data" -l "$work/pg.log" -w -o "-c listen_addresses=127.0.0.1 -p $port \
+  -c unix_socket_directories=$work -c wal_level=logical -c max_replication_slots=8 \
+  -c max_wal_senders=8 -c synchronous_commit=off" start >/dev/null
+export PGHOST=127.0.0.1 PGPORT=$port PGUSER=postgres PGDATABASE=postgres
+sql() { psql -X -A -t -q -v ON_ERROR_STOP=1 -c "$1"; }
+echo "cluster: PostgreSQL $(sql 'SHOW server_version') on 127.0.0.1:$port in $work"
+
+t=$(ms); "$pgbin/pgbench" -i -q -s "$scale" 2>&1 | tail -1
+echo "pgbench -i -s $scale: $(( $(ms) - t )) ms"
+for tb in accounts branches tellers history; do sql "ALTER TABLE pgbench_$tb REPLICA IDENTITY FULL"; done
+sql "CREATE PUBLICATION ah_pgsync FOR ALL TABLES"
+
+heap=$work/heap
+t=$(ms); "$sync" "$heap" 2>"$work/sync1.log" & engine=$!
+until [ -e "$heap" ]; do kill -0 "$engine" 2>/dev/null || { cat "$work/sync1.log" >&2; exit 1; }; sleep 0.1; done
+echo "first copy (slot, snapshot, COPY of 4 tables into the heap): $(( $(ms) - t )) ms"
+grep '^ah-pgsync: copied' "$work/sync1.log" | sed 's/^ah-pgsync: /  /'
+
+"$pgbin/pgbench" -c 4 -j 2 -T "$secs" -n >"$work/pgbench.log" 2>&1 & pgbench_pid=$!
+sleep $((secs / 2))
+kill -9 "$engine"; wait "$engine" 2>/dev/null || true; engine=""
+killed_at=$("$sync" status "$heap" | sed -n 's/^lsn //p')
+restart_lsn=$(sql "SELECT restart_lsn FROM pg_replication_slots WHERE slot_name = 'ah_pgsync'")
+echo "engine killed with SIGKILL after $((secs / 2)) s of pgbench; heap at LSN $killed_at, slot restart_lsn $restart_lsn"
+sleep 2
+"$sync" "$heap" 2>"$work/sync2.log" & engine=$!
+wait "$pgbench_pid"; pgbench_pid=""
+tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$work/pgbench.log" | head -1)
+target=$(sql "SELECT pg_current_wal_lsn()")
+t=$(ms)
+"$sync" wait "$heap" "$target" 120 >/dev/null || { cat "$work/sync2.log" >&2; exit 1; }
+echo "pgbench done ($tps tps); heap caught up with pg_current_wal_lsn() $target $(( $(ms) - t )) ms after pgbench ended"
+kill -TERM "$engine"; wait "$engine" || { cat "$work/sync2.log" >&2; exit 1; }; engine=""
+
+first_ms=$(sed -n 's/.*first query answered \([0-9.]*\) ms.*/\1/p' "$work/sync2.log")
+final=$("$sync" status "$heap" | sed -n 's/^lsn //p')
+wal=$(sql "SELECT pg_wal_lsn_diff('$final', '$restart_lsn')::bigint")
+streamed=$(sed -n 's/.*streamed \([0-9]*\) bytes.*/\1/p' "$work/sync2.log")
+tables=$(sql "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c WHERE relname LIKE 'pgbench_%' AND relkind = 'r'")
+updates=$("$sync" status "$heap" | sed -n 's/^updates //p')
+txns=$("$sync" status "$heap" | sed -n 's/^txns //p')
+"$sync" verify "$heap" >"$work/verify.log" || { cat "$work/verify.log" >&2; exit 1; }
+rows=$(sed -n 's/^verified: [0-9]* tables, \([0-9]*\) rows.*/\1/p' "$work/verify.log")
+echo
+echo "report"
+sed 's/^/  /' "$work/verify.log" | grep -v '^  verified'
+echo "  rows arranged:                 $rows (4 tables)"
+echo "  updates arranged:              $updates from $txns source transactions (after the first copy)"
+echo "  restart to first answered query: $first_ms ms (heap opened, a key read at the frontier)"
+echo "  WAL read after the restart:    $wal bytes (slot restart_lsn $restart_lsn to $final; $streamed bytes of pgoutput)"
+echo "  a full re-snapshot would read: $tables bytes (pg_total_relation_size of the tables)"
+echo "  total demo time:               $(( ($(ms) - t_start) / 1000 )) s"
+echo "verified: every arrangement at LSN $final equals SELECT * FROM its table"
