@@ -5,6 +5,7 @@
  *
  *   ah-bench [--sizes N,N,...] [--runs R] [--out DIR] [--data DIR]
  *            [--bin DIR] [--keep]
+ *   ah-bench gen N LOG        only writes the log of N updates
  *
  * Per size: generate the flat log of N updates (bench/common.c), measure
  * rebuild (R runs), then arrheap, rocksdb and lmdb: load once (ingest),
@@ -346,7 +347,7 @@ static void measure_size(uint64_t n)
 static void usage(void)
 {
 	fprintf(stderr, "usage: ah-bench [--sizes N,N,...] [--runs R] [--out DIR] "
-	        "[--data DIR] [--bin DIR] [--keep]\n");
+	        "[--data DIR] [--bin DIR] [--keep]\n       ah-bench gen N LOG\n");
 	exit(2);
 }
 
@@ -356,6 +357,10 @@ int main(int argc, char **argv)
 	int nsizes = 3;
 	char data[4200];
 
+	if (argc == 4 && strcmp(argv[1], "gen") == 0) { /* for bench/profile.sh */
+		gen_log(argv[3], bench_arg_u64(argv[2]));
+		return 0;
+	}
 	for (int i = 1; i < argc; i++) {
 		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (strcmp(argv[i], "--keep") == 0) {
