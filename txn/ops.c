@@ -153,6 +153,19 @@ int ah_source_next(ah_txn *t, const char *after, char *buf)
 	return name_next(t, HEAP_T_SOURCE, after, buf);
 }
 
+/* Stores sp as NAME's spine; in debug mode (AH_DEBUG) checks S1-S4 first. */
+static int store(ah_txn *t, const char *name, const spine *sp)
+{
+	if (ah_config_debug) {
+		char msg[256];
+		int rc = spine_check(t->ht, sp, msg, sizeof msg);
+		if (rc)
+			return txn_poison(t, rc, "arrangement '%s': spine check: %s", name, msg);
+	}
+	int rc = spine_store(t->ht, name, sp);
+	return rc ? txn_poison(t, rc, "arrangement '%s': %s", name, ah_strerror(rc)) : 0;
+}
+
 /* Adds the built batch id (n updates) to NAME's spine with upper new_upper. */
 static int seal(ah_txn *t, const char *name, spine *sp, uint64_t id,
                 uint64_t n, uint64_t new_upper)
@@ -161,11 +174,10 @@ static int seal(ah_txn *t, const char *name, spine *sp, uint64_t id,
 	if (id)
 		rc = spine_push(t->ht, heap_pool(t->heap->h), sp, id, n,
 		                t->heap->merge_quantum);
-	if (!rc) {
-		sp->upper = new_upper;
-		rc = spine_store(t->ht, name, sp);
-	}
-	return rc ? txn_poison(t, rc, "arrangement '%s': %s", name, ah_strerror(rc)) : 0;
+	if (rc)
+		return txn_poison(t, rc, "arrangement '%s': %s", name, ah_strerror(rc));
+	sp->upper = new_upper;
+	return store(t, name, sp);
 }
 
 int ah_builder_begin(ah_txn *t, const char *name, uint64_t expected_upper,
@@ -327,8 +339,7 @@ int ah_set_since(ah_txn *t, const char *name, uint64_t since)
 		                name, since, sp.upper);
 	else {
 		sp.since = since;
-		if ((rc = spine_store(t->ht, name, &sp)))
-			txn_poison(t, rc, NULL);
+		rc = store(t, name, &sp);
 	}
 	spine_clear(&sp);
 	return rc;
@@ -345,11 +356,13 @@ int ah_maintain(ah_txn *t, const char *name, uint64_t fuel, int *idle)
 	bool is_idle = false;
 	rc = spine_maintain(t->ht, heap_pool(t->heap->h), &sp, fuel,
 	                    t->heap->merge_quantum, &is_idle);
-	if (!rc)
-		rc = spine_store(t->ht, name, &sp);
+	if (rc)
+		txn_poison(t, rc, "arrangement '%s': %s", name, ah_strerror(rc));
+	else
+		rc = store(t, name, &sp);
 	spine_clear(&sp);
 	if (rc)
-		return txn_poison(t, rc, "arrangement '%s': %s", name, ah_strerror(rc));
+		return rc;
 	if (idle)
 		*idle = is_idle;
 	return 0;

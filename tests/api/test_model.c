@@ -128,6 +128,7 @@ static void run(uint64_t seed, long steps, uint64_t quantum)
 {
 	cr_log_info("model test seed %" PRIu64 ", %ld steps, quantum %" PRIu64, seed, steps, quantum);
 	rng_state = seed;
+	setenv("AH_DEBUG", "1", 1); /* spine_check after every mutation */
 	char *dir = tu_tmpdir();
 	ah_heap *h = tu_open(dir, "heap", AH_OPEN_NOSYNC, quantum);
 	model committed = { 0 }, cur = { 0 };
