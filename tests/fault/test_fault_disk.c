@@ -1,0 +1,141 @@
+/*
+ * tests/fault/test_fault_disk.c - a really full disk (issue 7): the heap on
+ * a 24 MiB tmpfs (root only; skipped with a message otherwise), written
+ * through the public API (appends to two arrangements, merges, maintenance)
+ * until AH_EFULL, in durable and relaxed (AH_OPEN_NOSYNC) modes.  No
+ * SIGBUS; the failed txn is poisoned; the heap reopens on the full disk
+ * with exactly the last commit; after space is freed writing continues.
+ */
+#include <criterion/criterion.h>
+#include <sys/mount.h>
+
+#include "rel.h"
+
+#define NUPD 4000
+
+static int write_filler(const char *path, uint64_t bytes)
+{
+	static char buf[1 << 16];
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+	if (fd < 0)
+		return -1;
+	memset(buf, 0x5a, sizeof buf);
+	for (uint64_t done = 0; done < bytes; done += sizeof buf)
+		if (write(fd, buf, sizeof buf) != (ssize_t)sizeof buf)
+			break;
+	close(fd);
+	return 0;
+}
+
+/* One commit: NUPD updates to a0 and a1, maintenance, model k. */
+static int commit_step(ah_heap *h, uint64_t k, int *stage, ah_txn **left)
+{
+	static ah_update ups[NUPD];
+	static char keys[NUPD][16], val[48];
+	uint64_t s = k * 7919;
+	ah_txn *t;
+	int rc, idle;
+
+	*left = NULL;
+	*stage = 0;
+	if ((rc = ah_txn_begin(h, 0, &t)) != 0)
+		return rc;
+	*stage = 1;
+	memset(val, 'x', sizeof val);
+	for (int i = 0; i < NUPD; i++) {
+		snprintf(keys[i], sizeof keys[i], "%012" PRIu64,
+		         rel_rand(&s) % 1000000);
+		ups[i] = (ah_update){ keys[i], 12, val, sizeof val, k - 1, 1 };
+	}
+	if (k == 1 && ((rc = ah_arrangement_create(t, "a0")) != 0 ||
+	               (rc = ah_arrangement_create(t, "a1")) != 0))
+		goto fail;
+	if ((rc = ah_append(t, "a0", k - 1, k, ups, NUPD)) != 0 ||
+	    (rc = ah_append(t, "a1", k - 1, k, ups, NUPD / 2)) != 0 ||
+	    (rc = ah_maintain(t, "a1", 1000, &idle)) != 0 ||
+	    (rc = ah_source_put(t, "model", &k, sizeof k)) != 0)
+		goto fail;
+	*stage = 2;
+	return ah_txn_commit(t);
+fail:
+	*left = t;
+	return rc;
+}
+
+static void full_disk(unsigned flags)
+{
+	rel_dir d;
+	char filler[160];
+	ah_open_opts o = rel_opts(AH_OPEN_CREATE | flags, 0, 4096);
+	ah_heap *h;
+	ah_txn *left;
+	rel_state last = { 0 }, st;
+	uint64_t k;
+	int rc = 0, stage = 0;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to mount a tmpfs");
+	cr_assert_eq(rel_mkdir(&d), 0);
+	if (mount("tmpfs", d.dir, "tmpfs", 0, "size=24m") != 0) {
+		int e = errno;
+
+		rel_rmdir(&d);
+		cr_skip_test("cannot mount a tmpfs: %s", strerror(e));
+	}
+	snprintf(filler, sizeof filler, "%s/filler", d.dir);
+	cr_assert_eq(write_filler(filler, 6 * REL_MiB), 0);
+	cr_assert_eq(ah_open(d.path, &o, &h), 0);
+	for (k = 1; k < 1000; k++) {
+		rc = commit_step(h, k, &stage, &left);
+		if (rc != 0)
+			break;
+		cr_assert_eq(rel_state_get(h, 1, &last), 0);
+		cr_assert_eq(last.model, k);
+	}
+	cr_assert_eq(rc, AH_EFULL, "commit %" PRIu64 ": %s", k,
+	             ah_err_name(rc));
+	cr_assert_geq(k, 5, "full too early");
+	if (stage == 1) {
+		cr_assert_eq(ah_append(left, "a0", 0, 1, NULL, 0), AH_EBADTXN);
+		cr_assert_eq(ah_txn_commit(left), AH_EBADTXN);
+	}
+	/* Still full: the same write fails the same clean way. */
+	rc = commit_step(h, k, &stage, &left);
+	cr_assert_eq(rc, AH_EFULL, "%s", ah_err_name(rc));
+	ah_txn_abort(left);
+	cr_assert_eq(ah_close(h), 0);
+
+	cr_assert_eq(ah_open(d.path, &o, &h), 0, "reopen on a full disk");
+	cr_assert_eq(rel_verify(h, NULL), 0);
+	cr_assert_eq(rel_state_get(h, 1, &st), 0);
+	cr_assert_eq(st.model, k - 1);
+	cr_assert_eq(st.hash, last.hash, "the last commit changed");
+
+	cr_assert_eq(unlink(filler), 0);
+	for (uint64_t more = 0; more < 3; more++, k++) {
+		rc = commit_step(h, k, &stage, &left);
+		cr_assert_eq(rc, 0, "after freeing space, commit %" PRIu64
+		             ": %s", k, ah_err_name(rc));
+	}
+	cr_assert_eq(ah_sync(h), 0);
+	cr_assert_eq(rel_verify(h, NULL), 0);
+	cr_assert_eq(rel_state_get(h, 1, &st), 0);
+	cr_assert_eq(st.model, k - 1);
+	cr_assert_eq(ah_close(h), 0);
+	printf("fault/full_tmpfs(%s): AH_EFULL at commit %" PRIu64
+	       ", last commit intact, 3 more commits after freeing 6 MiB\n",
+	       flags ? "relaxed" : "durable", k - 3);
+	cr_assert_eq(umount2(d.dir, MNT_DETACH), 0);
+	rel_rmdir(&d);
+}
+
+Test(fault, full_tmpfs_durable, .timeout = 120)
+{
+	full_disk(0);
+}
+
+Test(fault, full_tmpfs_relaxed, .timeout = 120)
+{
+	full_disk(AH_OPEN_NOSYNC);
+}
