@@ -1,0 +1,208 @@
+/*
+ * tests/stress/test_readers.c - reader processes (issue 7): 200 readers
+ * killed with SIGKILL while holding snapshots stop neither the writer nor
+ * the next open (which clears their slots); one reader holding an old
+ * snapshot makes the file's used pages grow while the writer merges and
+ * compacts, and once it ends the growth stops.  Children never call
+ * Criterion: plain checks and _exit codes.
+ */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+
+#include "../fault/rel.h"
+
+#define NREADERS 200
+
+static ah_open_opts opts(void)
+{
+	ah_open_opts o = rel_opts(AH_OPEN_CREATE | AH_OPEN_NOSYNC,
+	                          256 * REL_MiB, 512);
+
+	o.max_readers = NREADERS + 16;
+	return o;
+}
+
+/* One writer round: 2000 updates that cancel the previous round's, since
+ * moved up to the new upper - 1 and the spine fully maintained, so the
+ * live data stays the same size and old chunks are freed every round. */
+static void round_(ah_heap *h, uint64_t r)
+{
+	static ah_update ups[4000];
+	static char keys[2000][8];
+	static uint8_t vals[2];
+	ah_txn *t;
+	size_t n = 0;
+	int idle;
+
+	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
+	if (r == 0)
+		cr_assert_eq(ah_arrangement_create(t, "g"), 0);
+	/* Each key's val is the round number's low byte: retract the old. */
+	vals[0] = (uint8_t)(r - 1);
+	vals[1] = (uint8_t)r;
+	for (int i = 0; i < 2000; i++) {
+		snprintf(keys[i], sizeof keys[i], "k%05d", i);
+		if (r > 0)
+			ups[n++] = (ah_update){ keys[i], 6, &vals[0], 1, r, -1 };
+		ups[n++] = (ah_update){ keys[i], 6, &vals[1], 1, r, 1 };
+	}
+	cr_assert_eq(ah_append(t, "g", r, r + 1, ups, n), 0);
+	cr_assert_eq(ah_set_since(t, "g", r), 0);
+	cr_assert_eq(ah_maintain(t, "g", 0, &idle), 0);
+	cr_assert_eq(ah_txn_commit(t), 0);
+}
+
+static uint64_t pages_used(ah_heap *h)
+{
+	ah_heap_stat st;
+
+	cr_assert_eq(ah_heap_stat_get(h, &st), 0);
+	return st.pages_used;
+}
+
+/* A reader child: opens, holds a snapshot that it reads, reports 'r',
+ * then waits for a byte on in (or forever when in < 0). */
+static void reader_child(const char *path, int out, int in)
+{
+	ah_open_opts o = opts();
+	ah_heap *h;
+	ah_txn *t;
+	ah_cursor *c;
+	char b;
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	o.flags &= ~AH_OPEN_CREATE;
+	if (ah_open(path, &o, &h) != 0 ||
+	    ah_txn_begin(h, AH_TXN_RDONLY, &t) != 0 ||
+	    ah_cursor_open(t, "g", &c) != 0 || !ah_cursor_key_valid(c))
+		_exit(2);
+	if (write(out, "r", 1) != 1)
+		_exit(3);
+	if (in < 0)
+		for (;;)
+			pause();
+	if (read(in, &b, 1) != 1)
+		_exit(4);
+	ah_cursor_close(c);
+	ah_txn_abort(t);
+	ah_close(h);
+	_exit(0);
+}
+
+Test(stress, readers_killed, .timeout = 120)
+{
+	rel_dir d;
+	ah_open_opts o = opts();
+	ah_heap *h;
+	ah_heap_stat st;
+	pid_t pids[NREADERS];
+	int fds[2], status;
+	uint64_t r = 0, p0;
+	char c;
+
+	cr_assert_eq(rel_mkdir(&d), 0);
+	cr_assert_eq(ah_open(d.path, &o, &h), 0);
+	for (; r < 10; r++)
+		round_(h, r);
+	cr_assert_eq(pipe(fds), 0);
+	for (int i = 0; i < NREADERS; i++) {
+		pids[i] = fork();
+		cr_assert_geq(pids[i], 0);
+		if (pids[i] == 0) {
+			close(fds[0]);
+			reader_child(d.path, fds[1], -1);
+		}
+	}
+	close(fds[1]);
+	for (int i = 0; i < NREADERS; i++)
+		cr_assert_eq(read(fds[0], &c, 1), 1, "reader %d failed", i);
+	close(fds[0]);
+	cr_assert_eq(ah_heap_stat_get(h, &st), 0);
+	cr_assert_eq(st.readers_used, NREADERS);
+	/* The writer does not wait for readers. */
+	round_(h, r++);
+	for (int i = 0; i < NREADERS; i++)
+		cr_assert_eq(kill(pids[i], SIGKILL), 0);
+	for (int i = 0; i < NREADERS; i++) {
+		cr_assert_eq(waitpid(pids[i], &status, 0), pids[i]);
+		cr_assert(WIFSIGNALED(status), "reader %d exited with %d", i,
+		          WEXITSTATUS(status));
+	}
+	/* Dead readers' slots still pin pages until someone clears them:
+	 * the writer keeps going regardless. */
+	round_(h, r++);
+	cr_assert_eq(ah_close(h), 0);
+	cr_assert_eq(ah_open(d.path, &o, &h), 0, "the next open");
+	cr_assert_eq(ah_heap_stat_get(h, &st), 0);
+	cr_assert_eq(st.readers_used, 0, "stale reader slots not cleared");
+	for (int i = 0; i < 5; i++)
+		round_(h, r++);
+	p0 = pages_used(h);
+	for (int i = 0; i < 10; i++)
+		round_(h, r++);
+	cr_assert_eq(pages_used(h), p0, "freed pages are not reused");
+	cr_assert_eq(rel_verify(h, NULL), 0);
+	cr_assert_eq(ah_close(h), 0);
+	printf("stress/readers_killed: %d readers killed holding snapshots; "
+	       "open cleared their slots, writer steady at %" PRIu64
+	       " pages\n", NREADERS, p0);
+	rel_rmdir(&d);
+}
+
+Test(stress, pinned_reader_growth, .timeout = 120)
+{
+	rel_dir d;
+	ah_open_opts o = opts();
+	ah_heap *h;
+	int up[2], down[2], status;
+	uint64_t r = 0, p1, p2, p3, p4;
+	pid_t pid;
+	char c;
+
+	cr_assert_eq(rel_mkdir(&d), 0);
+	cr_assert_eq(ah_open(d.path, &o, &h), 0);
+	for (; r < 30; r++)
+		round_(h, r);
+	p1 = pages_used(h);
+	for (int i = 0; i < 20; i++)
+		round_(h, r++);
+	cr_assert_eq(pages_used(h), p1, "not steady without readers");
+
+	cr_assert_eq(pipe(up), 0);
+	cr_assert_eq(pipe(down), 0);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		close(up[0]);
+		close(down[1]);
+		reader_child(d.path, up[1], down[0]);
+	}
+	close(up[1]);
+	close(down[0]);
+	cr_assert_eq(read(up[0], &c, 1), 1);
+	for (int i = 0; i < 20; i++)
+		round_(h, r++);
+	p2 = pages_used(h);
+	cr_assert_gt(p2, p1 + 20, "an old snapshot should make the file grow"
+	             " (%" PRIu64 " -> %" PRIu64 " pages)", p1, p2);
+	cr_assert_eq(write(down[1], "x", 1), 1);
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	close(up[0]);
+	close(down[1]);
+	for (int i = 0; i < 20; i++)
+		round_(h, r++);
+	p3 = pages_used(h);
+	for (int i = 0; i < 20; i++)
+		round_(h, r++);
+	p4 = pages_used(h);
+	cr_assert_eq(p3, p2, "growth goes on after the reader ended");
+	cr_assert_eq(p4, p3);
+	cr_assert_eq(ah_close(h), 0);
+	printf("stress/pinned_reader_growth: %" PRIu64 " pages steady, %"
+	       PRIu64 " while a reader pinned a snapshot for 20 rounds, %"
+	       PRIu64 " 40 rounds after it ended\n", p1, p2, p4);
+	rel_rmdir(&d);
+}
