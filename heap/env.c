@@ -29,6 +29,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "heap/fault.h"
 #include "heap/heap_int.h"
 
 #define OPEN_FLAGS                                                             \
@@ -87,11 +88,11 @@ static int env_start(heap *h, const char *path, unsigned mflags,
 	HEAP_TRY(heap_err(mdb_env_set_maxdbs(env, MAX_DBS)));
 	HEAP_TRY(heap_err(mdb_env_set_maxreaders(env, readers)));
 	HEAP_TRY(heap_err(mdb_env_set_mapsize(env, h->map_bytes)));
-	rc = mdb_env_open(env, path, mflags, 0644);
+	rc = HEAP_MDB(mdb_env_open(env, path, mflags, 0644));
 	if (rc == ENOENT)
 		rc = MDB_INVALID; /* vanished between our checks and LMDB's */
 	HEAP_TRY(heap_err(rc));
-	HEAP_TRY(heap_err(mdb_reader_check(env, NULL)));
+	HEAP_TRY(heap_err(HEAP_MDB(mdb_reader_check(env, NULL))));
 out:
 	if (rc != 0)
 		mdb_env_close(env);
@@ -113,14 +114,14 @@ static int catalog(heap *h, MDB_env *env, bool create)
 		/* Before LMDB writes the first pages of the new file. */
 		HEAP_TRY(heap_space_ensure(h, 256 * (uint64_t)h->psize));
 	}
-	HEAP_TRY(heap_err(mdb_txn_begin(env, NULL, create ? 0 : MDB_RDONLY,
-	                                &txn)));
-	rc = mdb_dbi_open(txn, dbi_names[HEAP_DBI_META],
-	                  create ? MDB_CREATE : 0, &h->dbi[HEAP_DBI_META]);
+	HEAP_TRY(heap_err(HEAP_MDB(mdb_txn_begin(env, NULL, create ? 0 : MDB_RDONLY,
+	                                &txn))));
+	rc = HEAP_MDB(mdb_dbi_open(txn, dbi_names[HEAP_DBI_META],
+	                  create ? MDB_CREATE : 0, &h->dbi[HEAP_DBI_META]));
 	if (rc == MDB_NOTFOUND || rc == MDB_INCOMPATIBLE)
 		rc = AH_EFORMAT; /* LMDB, but not arrheap */
 	HEAP_TRY(heap_err(rc));
-	rc = mdb_get(txn, h->dbi[HEAP_DBI_META], &k, &v);
+	rc = HEAP_MDB(mdb_get(txn, h->dbi[HEAP_DBI_META], &k, &v));
 	if (rc == MDB_NOTFOUND && create) {
 		if (getrandom(h->uuid, sizeof h->uuid, 0) != sizeof h->uuid) {
 			rc = AH_EIO;
@@ -131,8 +132,8 @@ static int catalog(heap *h, MDB_env *env, bool create)
 		heap_meta_encode(rec, h->psize, h->uuid);
 		v.mv_size = sizeof rec;
 		v.mv_data = rec;
-		HEAP_TRY(heap_err(mdb_put(txn, h->dbi[HEAP_DBI_META], &k, &v,
-		                          0)));
+		HEAP_TRY(heap_err(HEAP_MDB(mdb_put(txn, h->dbi[HEAP_DBI_META], &k, &v,
+		                          0))));
 	} else if (rc == MDB_NOTFOUND) {
 		rc = AH_EFORMAT;
 		goto out;
@@ -144,14 +145,14 @@ static int catalog(heap *h, MDB_env *env, bool create)
 	for (i = 0; i < HEAP_DBI__COUNT; i++) {
 		if (i == HEAP_DBI_META)
 			continue;
-		rc = mdb_dbi_open(txn, dbi_names[i],
+		rc = HEAP_MDB(mdb_dbi_open(txn, dbi_names[i],
 		                  dbi_flags[i] | (create ? MDB_CREATE : 0),
-		                  &h->dbi[i]);
+		                  &h->dbi[i]));
 		if (rc == MDB_NOTFOUND || rc == MDB_INCOMPATIBLE)
 			rc = HEAP_CORRUPT("an arrheap named DB is missing");
 		HEAP_TRY(heap_err(rc));
 	}
-	rc = heap_err(mdb_txn_commit(txn));
+	rc = heap_err(heap_fault_commit(txn));
 	txn = NULL;
 out:
 	if (txn != NULL)
@@ -346,7 +347,7 @@ int heap_sync(heap *h)
 		return rc;
 	if (h->flags & AH_OPEN_RDONLY)
 		return 0;
-	return heap_err(mdb_env_sync(h->env, 1));
+	return heap_err(HEAP_MDB(mdb_env_sync(h->env, 1)));
 }
 
 int heap_set_max_bytes(heap *h, uint64_t max_bytes)
