@@ -71,9 +71,18 @@ static inline void tu_put(tu_buf *b, const char *fmt, ...)
 
 static inline void tu_put_bytes(tu_buf *b, const void *p, size_t n)
 {
+	static const char hex[] = "0123456789abcdef";
 	const unsigned char *s = p;
-	for (size_t i = 0; i < n; i++)
-		tu_put(b, "%02x", s[i]);
+	if (b->len + 2 * n + 1 > b->cap) {
+		b->cap = (b->len + 2 * n + 1) * 2;
+		b->p = realloc(b->p, b->cap);
+		cr_assert(b->p);
+	}
+	for (size_t i = 0; i < n; i++) {
+		b->p[b->len++] = hex[s[i] >> 4];
+		b->p[b->len++] = hex[s[i] & 15];
+	}
+	b->p[b->len] = 0;
 }
 
 /* Appends NAME's contents as of as_of: "key val diff" lines, hex.  Uses no
