@@ -48,6 +48,11 @@ uint64_t bench_majflt(void);
 /* Allocated bytes (st_blocks * 512) of a file, or of all files in a dir. */
 uint64_t bench_alloc_bytes(const char *path);
 
+/* Diagnostic, only when the environment has BENCH_MADV_RANDOM: madvise
+ * MADV_RANDOM on this process's mappings of PATH (what LMDB's MDB_NORDAHEAD
+ * does), to show what the kernel's mmap read-around costs a cold start.
+ * Not part of the reported systems. */
+void bench_madv_random(const char *path);
 /* A decimal argument, or bench_die. */
 uint64_t bench_arg_u64(const char *s);
 /* Prints one figure for the driver. */

@@ -1,7 +1,8 @@
 #!/bin/bash
 # bench/bench.sh - runs ah-bench and draws the start-up plot.
 #
-#   bash bench/bench.sh BUILD [ah-bench options: --sizes N,N --runs R --keep]
+#   [BENCH_OUT=DIR] bash bench/bench.sh BUILD [ah-bench options: --sizes N,N
+#                                        --runs R --keep --max-rebuild-s S]
 #
 # Called by `make bench` and `make bench-quick` after the programs are built.
 # Checks the free disk space first (100M updates need ~20 GB across the
@@ -11,7 +12,7 @@
 set -euo pipefail
 build=${1:?usage: bench.sh BUILD [ah-bench options]}
 shift
-out=$build/bench
+out=${BENCH_OUT:-$build/bench}  # programs in BUILD/bench, output in BENCH_OUT
 mkdir -p "$out"
 echo "disk: $(df -h --output=avail "$out" | tail -1 | tr -d ' ') free under $out" >&2
 case " $* " in
@@ -24,7 +25,7 @@ case " $* " in
 esac
 echo "load before: $(uptime)" >&2
 start=$(date +%s)
-"$out/ah-bench" --out "$out" --bin "$out" "$@"
+"$build/bench/ah-bench" --out "$out" --bin "$build/bench" "$@"
 echo "load after: $(uptime); $(( $(date +%s) - start )) s" >&2
 gnuplot -e "datafile='$out/startup.dat'; outfile='$out/startup.png'" bench/startup.gp
 echo "wrote $out/results.json $out/table.md $out/startup.png" >&2

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -152,6 +153,27 @@ uint64_t bench_alloc_bytes(const char *path)
 	if (d)
 		closedir(d);
 	return sum;
+}
+
+void bench_madv_random(const char *path)
+{
+	char real[4096], line[4600];
+	unsigned long lo, hi;
+	int at, n = 0;
+
+	if (!getenv("BENCH_MADV_RANDOM") || !realpath(path, real))
+		return;
+	FILE *f = fopen("/proc/self/maps", "r");
+	while (f && fgets(line, sizeof line, f)) {
+		line[strcspn(line, "\n")] = 0;
+		if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %n", &lo, &hi, &at) >= 2 &&
+		    strcmp(line + at, real) == 0 &&
+		    madvise((void *)lo, hi - lo, MADV_RANDOM) == 0)
+			n++;
+	}
+	if (f)
+		fclose(f);
+	bench_put("madv_random_maps", n);
 }
 
 void bench_put(const char *name, double v)

@@ -31,6 +31,7 @@ typedef struct row {
 typedef struct drv_opts {
 	int runs;
 	int keep;
+	int max_rebuild_s; /* 0: always --runs rebuild runs */
 	const char *out, *data, *bin;
 	char machine[512];
 	char load_before[128];

@@ -48,6 +48,8 @@ static db *open_db(const char *dir, uint64_t n, unsigned txn_flags)
 	check(mdb_env_set_mapsize(d->env, map < (4ull << 30) ? (4ull << 30) : map),
 	      "mapsize");
 	check(mdb_env_open(d->env, path, MDB_NOSUBDIR, 0644), "open");
+	if (txn_flags & MDB_RDONLY)
+		bench_madv_random(path);
 	check(mdb_txn_begin(d->env, NULL, txn_flags, &t), "begin");
 	check(mdb_dbi_open(t, NULL, 0, &d->dbi), "dbi");
 	check(mdb_txn_commit(t), "commit");

@@ -130,7 +130,7 @@ void row_copy_load(row *w, const figs *load, uint64_t n)
 {
 	static const char *const copy[] = {
 		"ingest_ups", "peak_rss_steady_bytes", "file_bytes", "batches",
-		"chunks", "maintain_s",
+		"chunks", "maintain_s", "chunk_bytes", "live_bytes", "free_bytes",
 	};
 	for (size_t i = 0; i < sizeof copy / sizeof copy[0]; i++)
 		if (!isnan(figs_get(load, copy[i])))
