@@ -1,0 +1,407 @@
+/*
+ * tests/format/test_format.c - the on-disk format across versions (issue
+ * 7).  tests/fixtures/heap-v1 is a small heap written by format version 1
+ * (arrheap 0.1.0, 4 KiB pages, little endian, 1 MiB map) and
+ * tests/fixtures/heap-v1.expect its whole contents as text.  Every future
+ * version must open the fixture, verify it, read exactly that text, and
+ * write to it.  `make fixture` (AH_FIXTURE_REGEN=1) rewrites both files
+ * from the deterministic generator below; without it the generator is run
+ * in a temporary directory and must reproduce the expected text.
+ * A heap from a different page size or byte order (LMDB meta fields patched
+ * in a copy) is refused with AH_EFORMAT and left unchanged.
+ */
+#include <criterion/criterion.h>
+#include <stdarg.h>
+
+#include "../fault/rel.h"
+
+#define FIXTURE "tests/fixtures/heap-v1"
+#define FIXTURE_MAP REL_MiB
+
+static const char *src_dir(void)
+{
+	const char *s = getenv("AH_SRC");
+
+	return s != NULL && *s != '\0' ? s : ".";
+}
+
+/* ------------------------------------------------------------ generator */
+
+static void gen(const char *path)
+{
+	ah_open_opts o = rel_opts(AH_OPEN_CREATE, FIXTURE_MAP, 16);
+	const char *names[3] = { "orders", "lines", "bin/raw" };
+	uint64_t s = 1234567;
+	ah_heap *h;
+	ah_txn *t;
+
+	cr_assert_eq(ah_open(path, &o, &h), 0);
+	for (uint64_t c = 0; c < 12; c++) {
+		int idle;
+
+		cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
+		for (int a = 0; a < 3; a++) {
+			ah_update ups[40];
+			uint8_t keys[40][9], vals[40][3];
+			size_t n = 5 + (size_t)(rel_rand(&s) % 30);
+
+			if (c == 0)
+				cr_assert_eq(ah_arrangement_create(t, names[a]),
+				             0);
+			if (c == 7 && a == 1) {
+				cr_assert_eq(ah_advance(t, names[a], 2 * c,
+				                        2 * c + 2), 0);
+				continue;
+			}
+			for (size_t i = 0; i < n; i++) {
+				uint64_t x = rel_rand(&s);
+
+				memcpy(keys[i], &x, 8); /* binary keys */
+				keys[i][0] = (uint8_t)(x % 13);
+				vals[i][0] = (uint8_t)(x >> 8) % 3;
+				vals[i][1] = 0;
+				vals[i][2] = 0xff;
+				ups[i] = (ah_update){ keys[i], 1 + (x >> 16) % 8,
+				                      vals[i], (x >> 24) % 4,
+				                      2 * c + (x >> 32) % 2,
+				                      (int64_t)((x >> 40) % 5) - 2 };
+			}
+			cr_assert_eq(ah_append(t, names[a], 2 * c, 2 * c + 2,
+			                       ups, n), 0);
+			if (c % 4 == 3)
+				cr_assert_eq(ah_set_since(t, names[a], 2 * c - 3),
+				             0);
+			if (c == 10)
+				cr_assert_eq(ah_maintain(t, names[a], 50, &idle),
+				             0);
+		}
+		cr_assert_eq(ah_source_put(t, "kafka:topic/0", &c, sizeof c),
+		             0);
+		cr_assert_eq(ah_txn_commit(t), 0);
+	}
+	cr_assert_eq(ah_close(h), 0);
+}
+
+/* ------------------------------------------------------------ text form */
+
+static void put(char **b, size_t *len, size_t *cap, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static void put(char **b, size_t *len, size_t *cap, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	for (;;) {
+		va_start(ap, fmt);
+		n = vsnprintf(*b + *len, *cap - *len, fmt, ap);
+		va_end(ap);
+		if (n >= 0 && *len + (size_t)n < *cap) {
+			*len += (size_t)n;
+			return;
+		}
+		*cap = *cap * 2 + (size_t)n + 256;
+		*b = realloc(*b, *cap);
+		cr_assert_not_null(*b);
+	}
+}
+
+static void put_hex(char **b, size_t *len, size_t *cap, const void *p,
+                    size_t n)
+{
+	put(b, len, cap, "%s", n ? "" : "-");
+	for (size_t i = 0; i < n; i++)
+		put(b, len, cap, "%02x", ((const uint8_t *)p)[i]);
+}
+
+static void step_ok(int rc)
+{
+	cr_assert_eq(rc, 0, "cursor step: %s", ah_err_name(rc));
+}
+
+/* Every arrangement (frontiers, each key/val's consolidated times) and
+ * source, as text; the caller frees. */
+static char *text_of(ah_heap *h)
+{
+	char *b = NULL, name[AH_NAME_MAX + 1], prev[AH_NAME_MAX + 1];
+	size_t len = 0, cap = 0;
+	const char *after = NULL;
+	ah_txn *t;
+	ah_arrangement_info in;
+
+	put(&b, &len, &cap, "arrheap fixture\n");
+	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
+	while (ah_arrangement_next(t, after, name) == 0) {
+		ah_cursor *c;
+		const void *p;
+		size_t n;
+
+		cr_assert_eq(ah_arrangement_info_get(t, name, &in), 0);
+		put(&b, &len, &cap, "arrangement %s upper %" PRIu64
+		    " since %" PRIu64 "\n", name, in.upper, in.since);
+		cr_assert_eq(ah_cursor_open(t, name, &c), 0);
+		for (; ah_cursor_key_valid(c); step_ok(ah_cursor_step_key(c))) {
+			cr_assert_eq(ah_cursor_key(c, &p, &n), 0);
+			for (; ah_cursor_val_valid(c);
+			     step_ok(ah_cursor_step_val(c))) {
+				rel_td td[256];
+				size_t m = 0, k = 0;
+				uint64_t tm;
+				int64_t d;
+				int rc;
+
+				put(&b, &len, &cap, " ");
+				put_hex(&b, &len, &cap, p, n);
+				cr_assert_eq(ah_cursor_val(c, &p, &n), 0);
+				put(&b, &len, &cap, " ");
+				put_hex(&b, &len, &cap, p, n);
+				cr_assert_eq(ah_cursor_key(c, &p, &n), 0);
+				while ((rc = ah_cursor_time_next(c, &tm, &d)) == 1 &&
+				       m < 256)
+					td[m++] = (rel_td){ tm, d };
+				cr_assert_eq(rc, 0);
+				qsort(td, m, sizeof *td, rel_td_cmp);
+				for (size_t i = 0; i < m; i++) {
+					if (k && td[k - 1].t == td[i].t)
+						td[k - 1].d += td[i].d;
+					else
+						td[k++] = td[i];
+				}
+				for (size_t i = 0; i < k; i++)
+					if (td[i].d)
+						put(&b, &len, &cap, " %" PRIu64
+						    ":%" PRId64, td[i].t, td[i].d);
+				put(&b, &len, &cap, "\n");
+			}
+		}
+		ah_cursor_close(c);
+		strcpy(prev, name);
+		after = prev;
+	}
+	after = NULL;
+	while (ah_source_next(t, after, name) == 0) {
+		const void *pos;
+		size_t n;
+
+		cr_assert_eq(ah_source_get(t, name, &pos, &n), 0);
+		put(&b, &len, &cap, "source %s ", name);
+		put_hex(&b, &len, &cap, pos, n);
+		put(&b, &len, &cap, "\n");
+		strcpy(prev, name);
+		after = prev;
+	}
+	ah_txn_abort(t);
+	return b;
+}
+
+static char *read_text(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char *b;
+	long n;
+
+	cr_assert_not_null(f, "%s missing", path);
+	fseek(f, 0, SEEK_END);
+	n = ftell(f);
+	rewind(f);
+	b = calloc(1, (size_t)n + 1);
+	cr_assert_eq(fread(b, 1, (size_t)n, f), (size_t)n);
+	fclose(f);
+	return b;
+}
+
+static void need_native_fixture(void)
+{
+	uint32_t one = 1;
+
+	if (sysconf(_SC_PAGESIZE) != 4096 || *(uint8_t *)&one != 1)
+		cr_skip_test("the v1 fixture has 4 KiB pages, little endian");
+}
+
+static void fixture_copy(rel_dir *d)
+{
+	char src[512];
+
+	cr_assert_eq(rel_mkdir(d), 0);
+	snprintf(src, sizeof src, "%s/%s", src_dir(), FIXTURE);
+	cr_assert_eq(rel_copy(src, d->path), 0, "copy %s", src);
+}
+
+/* ---------------------------------------------------------------- tests */
+
+Test(format, fixture_generator)
+{
+	const char *regen = getenv("AH_FIXTURE_REGEN");
+	char path[512], expect[512], *text;
+	rel_dir d;
+	ah_open_opts o = rel_opts(0, 0, 0);
+	ah_heap *h;
+	FILE *f;
+
+	need_native_fixture();
+	snprintf(expect, sizeof expect, "%s/%s.expect", src_dir(), FIXTURE);
+	cr_assert_eq(rel_mkdir(&d), 0);
+	gen(d.path);
+	cr_assert_eq(ah_open(d.path, &o, &h), 0);
+	text = text_of(h);
+	cr_assert_eq(ah_close(h), 0);
+	if (regen != NULL && strcmp(regen, "1") == 0) {
+		snprintf(path, sizeof path, "%s/%s", src_dir(), FIXTURE);
+		unlink(path);
+		gen(path);
+		cr_assert_eq(unlink(strcat(path, "-lock")), 0);
+		f = fopen(expect, "w");
+		cr_assert_not_null(f);
+		fputs(text, f);
+		fclose(f);
+		cr_log_warn("rewrote %s and its .expect", FIXTURE);
+	} else {
+		char *want = read_text(expect);
+
+		cr_assert_str_eq(text, want, "the generator no longer writes "
+		                 "what the fixture holds");
+		free(want);
+	}
+	free(text);
+	rel_rmdir(&d);
+}
+
+Test(format, fixture_opens)
+{
+	rel_dir d;
+	char expect[512], *text, *want;
+	ah_open_opts o = rel_opts(0, 0, 0);
+	ah_heap_stat st;
+	ah_heap *h;
+	ah_txn *t;
+	ah_update u = { "new", 3, "v", 1, 24, 1 };
+	uint64_t chunks;
+
+	need_native_fixture();
+	fixture_copy(&d);
+	snprintf(expect, sizeof expect, "%s/%s.expect", src_dir(), FIXTURE);
+	want = read_text(expect);
+	cr_assert_eq(ah_open(d.path, &o, &h), 0, "this version must open the "
+	             "v1 fixture");
+	cr_assert_eq(rel_verify(h, &chunks), 0);
+	cr_assert_gt(chunks, 0);
+	text = text_of(h);
+	cr_assert_str_eq(text, want);
+	free(text);
+	cr_assert_eq(ah_heap_stat_get(h, &st), 0);
+	cr_assert_eq(st.page_size, 4096);
+	/* And write to it. */
+	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
+	cr_assert_eq(ah_append(t, "orders", 24, 25, &u, 1), 0);
+	cr_assert_eq(ah_txn_commit(t), 0);
+	cr_assert_eq(ah_close(h), 0);
+	cr_assert_eq(ah_open(d.path, &o, &h), 0);
+	cr_assert_eq(rel_verify(h, NULL), 0);
+	cr_assert_eq(ah_close(h), 0);
+	free(want);
+	rel_rmdir(&d);
+}
+
+static void patch32(const char *path, off_t off, uint32_t v)
+{
+	int fd = open(path, O_WRONLY);
+
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(pwrite(fd, &v, 4, off), 4);
+	close(fd);
+}
+
+static uint32_t read32(const char *path, off_t off)
+{
+	int fd = open(path, O_RDONLY);
+	uint32_t v = 0;
+
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(pread(fd, &v, 4, off), 4);
+	close(fd);
+	return v;
+}
+
+/* Both open modes refuse the file with AH_EFORMAT and leave it as it was. */
+static void expect_refused(const char *path, const char *what)
+{
+	ah_open_opts o = rel_opts(0, 0, 0);
+	ah_heap *h = NULL;
+	uint64_t size0, size1, h0 = rel_file_hash(path, &size0);
+
+	cr_assert_eq(ah_open(path, &o, &h), AH_EFORMAT, "%s", what);
+	o.flags = AH_OPEN_RDONLY;
+	cr_assert_eq(ah_open(path, &o, &h), AH_EFORMAT, "%s (read-only)", what);
+	o.flags = AH_OPEN_CREATE;
+	cr_assert_eq(ah_open(path, &o, &h), AH_EFORMAT, "%s (create)", what);
+	cr_assert_null(h);
+	cr_assert_eq(rel_file_hash(path, &size1), h0, "%s: file changed", what);
+	cr_assert_eq(size1, size0);
+}
+
+/* LMDB meta page fields (heap/format.c): magic at 16, page size at 40. */
+Test(format, foreign_page_size)
+{
+	rel_dir d;
+	uint32_t sizes[] = { 512, 8192, 16384, 65536 };
+
+	need_native_fixture();
+	fixture_copy(&d);
+	cr_assert_eq(read32(d.path, 40), 4096);
+	cr_assert_eq(read32(d.path, 4096 + 40), 4096);
+	for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+		patch32(d.path, 40, sizes[i]);
+		patch32(d.path, 4096 + 40, sizes[i]);
+		expect_refused(d.path, "other page size");
+	}
+	rel_rmdir(&d);
+}
+
+Test(format, foreign_byte_order)
+{
+	rel_dir d;
+	uint32_t magic;
+
+	need_native_fixture();
+	fixture_copy(&d);
+	magic = read32(d.path, 16);
+	cr_assert_eq(magic, 0xBEEFC0DEu);
+	patch32(d.path, 16, __builtin_bswap32(magic));
+	patch32(d.path, 4096 + 16, __builtin_bswap32(magic));
+	expect_refused(d.path, "other byte order (LMDB magic)");
+	/* The page size field read the other way round, too. */
+	patch32(d.path, 40, __builtin_bswap32(4096));
+	patch32(d.path, 4096 + 40, __builtin_bswap32(4096));
+	expect_refused(d.path, "other byte order (magic and page size)");
+	rel_rmdir(&d);
+}
+
+/* The arrheap meta record's byte-order marker (heap/format.c, offset 16 of
+ * the record that starts with "ARRHEAP\0"). */
+Test(format, foreign_byte_order_marker)
+{
+	rel_dir d;
+	uint64_t size;
+	char *buf;
+	int fd;
+	off_t at = -1;
+
+	need_native_fixture();
+	fixture_copy(&d);
+	rel_file_hash(d.path, &size);
+	buf = malloc(size);
+	fd = open(d.path, O_RDONLY);
+	cr_assert_eq(pread(fd, buf, size, 0), (ssize_t)size);
+	close(fd);
+	for (uint64_t i = 0; i + 64 <= size; i++)
+		if (memcmp(buf + i, "ARRHEAP\0", 8) == 0 &&
+		    memcmp(buf + i + 8, "\1\0\0\0", 4) == 0) {
+			cr_assert_eq(at, -1, "two meta records");
+			at = (off_t)i;
+		}
+	free(buf);
+	cr_assert_geq(at, 0, "meta record not found");
+	cr_assert_eq(read32(d.path, at + 16), 0x01020304u);
+	patch32(d.path, at + 16, 0x04030201u);
+	expect_refused(d.path, "other byte order (arrheap meta record)");
+	rel_rmdir(&d);
+}
