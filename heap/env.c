@@ -14,10 +14,12 @@
  *
  * A failed open changes nothing on disk: an existing file is checked by
  * pread (format.c) and then through a read-only environment (no WRITEMAP,
- * so no ftruncate) before it is opened read-write; a file this open created
- * is unlinked again on failure.  A file whose creation was interrupted (a
- * process killed inside ah_open after LMDB wrote metas that never saw a
- * commit) holds nothing; AH_OPEN_CREATE finishes creating it.
+ * so no ftruncate) before it is opened read-write.  A new heap is created
+ * under PATH.creating and renamed into place complete (create_file), so a
+ * process killed inside ah_open never leaves a half-made PATH; a heap this
+ * open created is unlinked again if the rest of the open fails.  An LMDB
+ * file that never saw a commit (made by older versions, or by hand) holds
+ * nothing, and AH_OPEN_CREATE finishes it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -103,14 +105,14 @@ out:
 
 /* Opens the named DBs and checks the meta record (creating both when
  * create): AH_EFORMAT for a foreign LMDB file. */
-static int catalog(heap *h, MDB_env *env, bool create)
+static int catalog(heap *h, MDB_env *env, bool create, bool prealloc)
 {
 	MDB_txn *txn = NULL;
 	MDB_val k = { sizeof HEAP_META_KEY - 1, (void *)HEAP_META_KEY }, v;
 	uint8_t rec[HEAP_META_BYTES];
 	int rc, i;
 
-	if (create) {
+	if (create && prealloc) {
 		/* Before LMDB writes the first pages of the new file. */
 		HEAP_TRY(heap_space_ensure(h, 256 * (uint64_t)h->psize));
 	}
@@ -184,7 +186,7 @@ static int check_catalog(heap *h, const char *path, unsigned readers)
 	                   readers, &env);
 
 	if (rc == 0)
-		rc = catalog(h, env, false);
+		rc = catalog(h, env, false, false);
 	mdb_env_close(env);
 	return rc;
 }
@@ -196,6 +198,57 @@ static void unlink_created(const char *path)
 	unlink(path);
 	if ((size_t)snprintf(lock, sizeof lock, "%s-lock", path) < sizeof lock)
 		unlink(lock);
+}
+
+/* Creates the heap file at path atomically: the environment and its catalog
+ * are made under PATH.creating, without WRITEMAP (LMDB then writes with
+ * pwrite, so a full disk is an error, not a SIGBUS), committed durably, and
+ * renamed into place.  A process killed at any moment leaves either no PATH
+ * or a complete empty heap; a stale PATH.creating is simply replaced. */
+static int create_file(heap *h, const char *path, unsigned readers)
+{
+	char tmp[PATH_MAX], tmplock[PATH_MAX], dir[PATH_MAX];
+	MDB_env *env = NULL;
+	uint64_t map = h->map_bytes;
+	int rc, dfd;
+
+	if ((size_t)snprintf(tmp, sizeof tmp, "%s.creating", path) >= sizeof tmp ||
+	    (size_t)snprintf(tmplock, sizeof tmplock, "%s.creating-lock", path) >= sizeof tmplock)
+		return AH_EINVAL;
+	unlink(tmp);
+	unlink(tmplock);
+	h->map_bytes = 1u << 20;
+	rc = heap_space_lockfile(tmp, readers);
+	if (rc == 0)
+		rc = env_start(h, tmp, MDB_NOSUBDIR | MDB_NOTLS, readers, &env);
+	h->map_bytes = map;
+	if (rc == 0)
+		rc = catalog(h, env, true, false);
+	if (env != NULL)
+		mdb_env_close(env);
+	if (rc == 0 && rename(tmp, path) != 0)
+		rc = heap_err(errno);
+	unlink(tmplock);
+	if (rc != 0) {
+		unlink(tmp);
+		return rc;
+	}
+	/* The rename itself must survive a power loss. */
+	snprintf(dir, sizeof dir, "%s", path);
+	char *slash = strrchr(dir, '/');
+	if (slash == dir)
+		slash[1] = 0;
+	else if (slash)
+		*slash = 0;
+	else
+		strcpy(dir, ".");
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd >= 0) {
+		if (fsync(dfd) != 0)
+			rc = AH_EIO;
+		close(dfd);
+	}
+	return rc;
 }
 
 /* Every descriptor of the data and lock files that we open ourselves is
@@ -214,20 +267,21 @@ static int open_locked(heap *h, const char *path, const ah_open_opts *o)
 			return AH_ENOTFOUND;
 		if (o->flags & AH_OPEN_RDONLY)
 			return AH_EREADONLY;
-		fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-		created = fd >= 0;
-		if (fd < 0 && errno == EEXIST)
-			fd = open(path, O_RDONLY | O_CLOEXEC);
+		rc = create_file(h, path, readers);
+		if (rc != 0)
+			return rc;
+		created = true;
+		fd = open(path, O_RDONLY | O_CLOEXEC);
 	}
 	if (fd < 0)
 		return heap_err(errno);
 	rc = fstat(fd, &st) != 0 ? AH_EIO : 0;
 	if (rc == 0 && registered(st.st_dev, st.st_ino))
 		rc = AH_EBUSY;
-	if (rc == 0 && !created && (o->flags & AH_OPEN_CREATE) &&
+	if (rc == 0 && (o->flags & AH_OPEN_CREATE) &&
 	    !(o->flags & AH_OPEN_RDONLY))
 		unborn = heap_format_unborn(fd, h->psize);
-	if (rc == 0 && !created && !unborn)
+	if (rc == 0 && !unborn)
 		rc = heap_format_precheck(fd, h->psize);
 	close(fd);
 	HEAP_TRY(rc);
@@ -237,7 +291,7 @@ static int open_locked(heap *h, const char *path, const ah_open_opts *o)
 		o->max_bytes ? 0 : heap_space_fs_bytes(path, -1), o->max_bytes,
 		h->psize);
 	HEAP_TRY(heap_space_lockfile(path, readers));
-	if (!created && !unborn && !(o->flags & AH_OPEN_RDONLY))
+	if (!unborn && !(o->flags & AH_OPEN_RDONLY))
 		HEAP_TRY(check_catalog(h, path, readers));
 	HEAP_TRY(env_start(h, path, mdb_flags(o->flags), readers, &h->env));
 	HEAP_TRY(heap_err(mdb_env_get_fd(h->env, &h->fd)));
@@ -247,7 +301,7 @@ static int open_locked(heap *h, const char *path, const ah_open_opts *o)
 		HEAP_TRY(heap_err(mdb_env_info(h->env, &info)));
 		h->map_bytes = info.me_mapsize;
 	}
-	HEAP_TRY(catalog(h, h->env, created || unborn));
+	HEAP_TRY(catalog(h, h->env, unborn, true));
 out:
 	if (rc != 0) {
 		if (h->env != NULL)
