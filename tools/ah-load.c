@@ -450,44 +450,6 @@ static int open_log(loader *ld)
 	return 0;
 }
 
-/* Creates the heap under a temporary name and renames it into place, so
- * that HEAP never exists half made: a load killed inside ah_open(CREATE)
- * leaves an LMDB file without the arrheap catalog, which ah_open then
- * refuses (AH_EFORMAT) for ever.  A leftover HEAP.creating is only ever such
- * a stillborn heap, so it is removed first. */
-static int create_heap(const char *path)
-{
-	ah_open_opts opts = { .size = sizeof(opts), .flags = AH_OPEN_CREATE };
-	char tmp[4096], tmp_lock[4110], dir[4096];
-	ah_heap *h;
-	int rc, fd;
-
-	if (access(path, F_OK) == 0 || errno != ENOENT)
-		return 0;
-	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.creating", path) >= sizeof(tmp))
-		return AH_EINVAL;
-	snprintf(tmp_lock, sizeof(tmp_lock), "%s-lock", tmp);
-	unlink(tmp);
-	unlink(tmp_lock);
-	rc = ah_open(tmp, &opts, &h);
-	if (rc < 0)
-		return rc;
-	rc = ah_close(h);
-	if (rc == 0 && rename(tmp, path) < 0)
-		rc = AH_EIO;
-	unlink(tmp_lock);
-	if (rc < 0)
-		return rc;
-	/* Make the rename durable before the first commit lands in the file. */
-	snprintf(dir, sizeof(dir), "%s", path);
-	fd = open(dirname(dir), O_RDONLY | O_DIRECTORY);
-	if (fd >= 0) {
-		fsync(fd);
-		close(fd);
-	}
-	return 0;
-}
-
 int main(int argc, char **argv)
 {
 	loader ld = { .source = "changelog" };
@@ -531,9 +493,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "ah-load: %s: %s\n", ld.log_path, ld.err);
 		goto out;
 	}
-	rc = create_heap(heap_path);
-	if (rc == 0)
-		rc = ah_open(heap_path, &opts, &ld.heap);
+	/* The library creates a new heap atomically (PATH.creating, renamed). */
+	rc = ah_open(heap_path, &opts, &ld.heap);
 	if (rc < 0) {
 		fprintf(stderr, "ah-load: %s: %s\n", heap_path, ah_strerror(rc));
 		goto out;
