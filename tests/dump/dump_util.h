@@ -18,13 +18,13 @@
 
 static char du_dir[] = "/tmp/ah-dump-test-XXXXXX";
 
-static void du_setup(void)
+static inline void du_setup(void)
 {
 	cr_assert_not_null(mkdtemp(du_dir));
 }
 
 /* .fini: runs after a failed assertion too. */
-static void du_teardown(void)
+static inline void du_teardown(void)
 {
 	char cmd[128];
 
@@ -33,19 +33,19 @@ static void du_teardown(void)
 		cr_log_warn("could not remove %s", du_dir);
 }
 
-static const char *du_build(void)
+static inline const char *du_build(void)
 {
 	return getenv("AH_BUILD") ? getenv("AH_BUILD") : "build";
 }
 
-static const char *du_src(void)
+static inline const char *du_src(void)
 {
 	return getenv("AH_SRC") ? getenv("AH_SRC") : ".";
 }
 
 /* Runs cmd through sh (stderr too when err), returns the exit status (-1 if
  * it died of a signal); *out (malloc'd, may be NULL) gets the output. */
-static int du_sh(const char *cmd, bool err, char **out)
+static inline int du_sh(const char *cmd, bool err, char **out)
 {
 	char full[8192];
 	size_t n = 0, cap = 1 << 16, got;
@@ -71,7 +71,7 @@ static int du_sh(const char *cmd, bool err, char **out)
 }
 
 /* ah-dump HEAP ARGS: exit status, output in *out. */
-static int du_dump(const char *heap, const char *args, bool err, char **out)
+static inline int du_dump(const char *heap, const char *args, bool err, char **out)
 {
 	char cmd[4096];
 
@@ -82,7 +82,7 @@ static int du_dump(const char *heap, const char *args, bool err, char **out)
 /* Runs `ah-dump HEAP ARGS --json` (must exit want_rc), checks it is one
  * JSON document, and returns what python prints for EXPR over it (d is the
  * document), malloc'd, without the final newline. */
-static char *du_json(const char *heap, const char *args, int want_rc,
+static inline char *du_json(const char *heap, const char *args, int want_rc,
                      const char *expr)
 {
 	char cmd[8192], js[512], py[512];
@@ -109,7 +109,7 @@ static char *du_json(const char *heap, const char *args, int want_rc,
 	return out;
 }
 
-static void du_json_eq(const char *heap, const char *args, const char *expr,
+static inline void du_json_eq(const char *heap, const char *args, const char *expr,
                        const char *want)
 {
 	char *got = du_json(heap, args, 0, expr);
@@ -118,7 +118,7 @@ static void du_json_eq(const char *heap, const char *args, const char *expr,
 	free(got);
 }
 
-static ah_heap *du_open(const char *path)
+static inline ah_heap *du_open(const char *path)
 {
 	ah_open_opts o = { .size = sizeof o, .flags = AH_OPEN_CREATE };
 	ah_heap *h = NULL;
@@ -128,7 +128,7 @@ static ah_heap *du_open(const char *path)
 	return h;
 }
 
-static void du_ok(int rc, const char *what)
+static inline void du_ok(int rc, const char *what)
 {
 	cr_assert_eq(rc, 0, "%s: %s", what, ah_strerror(rc));
 }

@@ -1,0 +1,279 @@
+/*
+ * tests/dump/test_damage.c - ah-dump verify against damage: single bytes
+ * flipped at random offsets inside chunks (found with `chunks --json`),
+ * LMDB's meta pages and a branch page of the chunks B-tree; and the bad
+ * inputs of the issue (truncated heap, LMDB fault inputs).  Verify must
+ * name the damage and exit 1, or refuse in one line; never crash or hang.
+ */
+#include <fcntl.h>
+#include <inttypes.h>
+#include <unistd.h>
+
+#include "tests/dump/dump_util.h"
+
+/* Three arrangements with chunks of several size classes. */
+static void damage_heap(const char *path)
+{
+	static char val[3000];
+	ah_heap *h = du_open(path);
+	ah_txn *t;
+	char key[32];
+
+	memset(val, 'v', sizeof val);
+	du_ok(ah_txn_begin(h, 0, &t), "begin");
+	for (int a = 0; a < 3; a++) {
+		char name[8];
+		ah_update u[40];
+
+		snprintf(name, sizeof name, "a%d", a);
+		du_ok(ah_arrangement_create(t, name), "create");
+		for (int i = 0; i < 40; i++) {
+			snprintf(key, sizeof key, "key%04d", i);
+			u[i] = (ah_update){ strdup(key), strlen(key), val,
+			                    (size_t)(a * 900 + 10 + i), 0, 1 + i };
+		}
+		du_ok(ah_append(t, name, 0, 1, u, 40), "append");
+		for (int i = 0; i < 40; i++)
+			free((void *)u[i].key);
+	}
+	du_ok(ah_txn_commit(t), "commit");
+	du_ok(ah_close(h), "close");
+}
+
+static void flip(const char *path, uint64_t off, uint8_t mask)
+{
+	int fd = open(path, O_RDWR);
+	uint8_t b;
+
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(pread(fd, &b, 1, (off_t)off), 1);
+	b ^= mask;
+	cr_assert_eq(pwrite(fd, &b, 1, (off_t)off), 1);
+	close(fd);
+}
+
+typedef struct span {
+	uint64_t id, off, len;
+} span;
+
+static int spans_of(const char *heap, span *s, int max)
+{
+	char *out = du_json(heap, "chunks a0", 0, "'\\n'.join('%d %d %d' % "
+	                    "(c['id'], c['file_offset'], c['stored_bytes']) for "
+	                    "c in d['chunks'])"), *p = out;
+	int n = 0;
+
+	for (const char *arr = "a1\0a2\0"; *arr; arr += 3) {
+		char args[32], *more;
+
+		snprintf(args, sizeof args, "chunks %s", arr);
+		more = du_json(heap, args, 0, "'\\n'.join('%d %d %d' % (c['id'], "
+		               "c['file_offset'], c['stored_bytes']) for c in d['chunks'])");
+		out = realloc(out, strlen(out) + strlen(more) + 2);
+		strcat(strcat(out, "\n"), more);
+		free(more);
+	}
+	for (p = strtok(out, "\n"); p && n < max; p = strtok(NULL, "\n"), n++)
+		cr_assert_eq(sscanf(p, "%" SCNu64 " %" SCNu64 " %" SCNu64, &s[n].id,
+		                    &s[n].off, &s[n].len), 3, "%s", p);
+	free(out);
+	return n;
+}
+
+Test(damage, chunk_flips, .init = du_setup, .fini = du_teardown, .timeout = 60)
+{
+	const unsigned seed = 20240611;
+	char heap[256], want[64], *out;
+	span s[64];
+	int n, classes = 0;
+	uint32_t r = seed;
+
+	snprintf(heap, sizeof heap, "%s/h", du_dir);
+	damage_heap(heap);
+	n = spans_of(heap, s, 64);
+	cr_assert_geq(n, 3, "chunks: %d", n);
+	for (int i = 0; i < n; i++)
+		classes |= s[i].len > 4096 ? 2 : 1;
+	cr_assert_eq(classes, 3, "want chunks of one page and of more");
+	cr_log_info("chunk_flips seed %u", seed);
+	for (int k = 0; k < 24; k++) {
+		r = r * 1103515245u + 12345u;
+		const span *c = &s[(r >> 8) % (uint32_t)n];
+		r = r * 1103515245u + 12345u;
+		/* the first and last bytes too, then anywhere */
+		uint64_t at = k == 0 ? 0 : k == 1 ? c->len - 1 : (r >> 4) % c->len;
+		uint8_t mask = (uint8_t)(1u << (k % 8));
+
+		flip(heap, c->off + at, mask);
+		cr_assert_eq(du_dump(heap, "verify", true, &out), 1,
+		             "seed %u flip %d: chunk %" PRIu64 " +%" PRIu64 ": %s", seed,
+		             k, c->id, at, out);
+		snprintf(want, sizeof want, "chunk %" PRIu64 ": ", c->id);
+		cr_assert(strstr(out, want), "seed %u flip %d at +%" PRIu64 ": %s",
+		          seed, k, at, out);
+		free(out);
+		flip(heap, c->off + at, mask);
+	}
+	cr_assert_eq(du_dump(heap, "verify", true, &out), 0, "%s", out);
+	free(out);
+}
+
+/* Meta page fields (page 0 and 1; format.c draws the layout). */
+static uint64_t get64(const char *path, uint64_t off)
+{
+	int fd = open(path, O_RDONLY);
+	uint64_t v = 0;
+
+	cr_assert_eq(pread(fd, &v, 8, (off_t)off), 8);
+	close(fd);
+	return v;
+}
+
+/* Verify on a damaged heap: exit 1 and either a refusal on one line or
+ * problems listed; never a signal. */
+static void expect_caught(const char *heap, const char *what)
+{
+	char *out;
+	int rc = du_dump(heap, "verify", true, &out);
+
+	cr_assert_eq(rc, 1, "%s: exit %d: %s", what, rc, out);
+	cr_assert(strncmp(out, "ah-dump: ", 9) == 0 ?
+	          strchr(out, '\n') == out + strlen(out) - 1 :
+	          strstr(out, "problem") != NULL, "%s: %s", what, out);
+	free(out);
+}
+
+Test(damage, meta_flips, .init = du_setup, .fini = du_teardown)
+{
+	char heap[256], cmd[600];
+	/* offsets in the current meta: magic, version, page size (FREE db
+	 * md_pad), main db root (high byte), last page (high byte) */
+	const uint64_t fields[] = { 16, 20, 40, 128 + 5, 136 + 5 };
+	const uint8_t masks[] = { 0x01, 0x02, 0x10, 0x40, 0x40 };
+
+	snprintf(heap, sizeof heap, "%s/h", du_dir);
+	damage_heap(heap);
+	snprintf(cmd, sizeof cmd, "cp '%s' '%s.orig'", heap, heap);
+	cr_assert_eq(system(cmd), 0);
+	for (int page = 0; page < 2; page++) {
+		/* the meta with the larger txnid is the current one */
+		uint64_t cur = get64(heap, 4096 + 144) > get64(heap, 144) ? 4096 : 0;
+		uint64_t base = page == 0 ? cur : 4096 - cur;
+
+		for (size_t i = 0; i < sizeof fields / sizeof *fields; i++) {
+			flip(heap, base + fields[i], masks[i]);
+			if (page == 0 || i < 3) /* the older meta's roots are unused */
+				expect_caught(heap, "meta flip");
+			flip(heap, base + fields[i], masks[i]);
+		}
+	}
+	cr_assert_eq(du_dump(heap, "verify", false, NULL), 0, "restored");
+}
+
+/* Page header (LMDB MDB_page): mp_pgno u64, pad u16, mp_flags u16 at 10,
+ * mp_lower u16 at 12; node offsets u16[] from 16.  A node: lo u16, hi u16,
+ * flags u16, ksize u16, key, then (leaf) data; a branch node's child page
+ * is lo | hi << 16 | flags << 32. */
+static uint16_t get16(const uint8_t *p)
+{
+	uint16_t v;
+	memcpy(&v, p, 2);
+	return v;
+}
+
+/* Finds the root page of named DB "chunks" through the current meta and
+ * the main DB's root leaf; returns its page number, depth in *depth. */
+static uint64_t chunks_root(const char *heap, uint16_t *depth)
+{
+	uint8_t page[4096];
+	uint64_t cur = get64(heap, 4096 + 144) > get64(heap, 144) ? 4096 : 0;
+	uint64_t main_root = get64(heap, cur + 128);
+	int fd = open(heap, O_RDONLY);
+
+	cr_assert_eq(pread(fd, page, sizeof page, (off_t)(main_root * 4096)), 4096);
+	close(fd);
+	cr_assert_eq(get16(page + 10) & 0x02, 0x02, "main root is a leaf");
+	for (int i = 0; i < (get16(page + 12) - 16) / 2; i++) {
+		const uint8_t *node = page + get16(page + 16 + 2 * i);
+		uint64_t root;
+
+		if (get16(node + 6) != 6 || memcmp(node + 8, "chunks", 6) != 0)
+			continue;
+		memcpy(depth, node + 8 + 6 + 6, 2);    /* MDB_db.md_depth */
+		memcpy(&root, node + 8 + 6 + 40, 8);  /* MDB_db.md_root */
+		return root;
+	}
+	cr_assert_fail("no chunks DB in the main DB");
+	return 0;
+}
+
+/* 300 one-chunk arrangements in one commit: the chunks B-tree gets a branch
+ * root, and no stale copy of it exists in the file. */
+Test(damage, branch_flips, .init = du_setup, .fini = du_teardown)
+{
+	char heap[256];
+	ah_heap *h;
+	ah_txn *t;
+	uint16_t depth = 0;
+	uint64_t root, off;
+	uint8_t page[4096];
+	int fd;
+
+	snprintf(heap, sizeof heap, "%s/h", du_dir);
+	h = du_open(heap);
+	du_ok(ah_txn_begin(h, 0, &t), "begin");
+	for (int a = 0; a < 300; a++) {
+		char name[8];
+		ah_update u = { name, 4, "v", 1, 0, 1 };
+
+		snprintf(name, sizeof name, "a%03d", a);
+		du_ok(ah_arrangement_create(t, name), "create");
+		du_ok(ah_append(t, name, 0, 1, &u, 1), "append");
+	}
+	du_ok(ah_txn_commit(t), "commit");
+	du_ok(ah_close(h), "close");
+	cr_assert_eq(du_dump(heap, "verify", false, NULL), 0);
+	root = chunks_root(heap, &depth);
+	cr_assert_geq(depth, 2, "depth %u", depth);
+	fd = open(heap, O_RDONLY);
+	cr_assert_eq(pread(fd, page, sizeof page, (off_t)(root * 4096)), 4096);
+	close(fd);
+	cr_assert_eq(get16(page + 10), 0x01, "root is a branch page");
+	cr_assert_eq(get64(heap, root * 4096), root, "page number");
+	/* the flags (neither branch nor leaf: MDB_CORRUPTED) */
+	flip(heap, root * 4096 + 10, 0x01);
+	expect_caught(heap, "branch flags");
+	flip(heap, root * 4096 + 10, 0x01);
+	/* each child pointer, high bits (beyond the file: MDB_PAGE_NOTFOUND) */
+	for (int i = 0; i < (get16(page + 12) - 16) / 2; i++) {
+		off = root * 4096 + get16(page + 16 + 2 * i) + 3; /* hi's top byte */
+		flip(heap, off, 0x40);
+		expect_caught(heap, "branch child");
+		flip(heap, off, 0x40);
+	}
+	cr_assert_eq(du_dump(heap, "verify", false, NULL), 0, "restored");
+}
+
+/* A heap cut short, and inputs that make LMDB itself fault: one line,
+ * exit 1 (tests/fuzz/lmdb holds such files found by the raw fuzzer). */
+Test(damage, truncated_and_lmdb_faults, .init = du_setup, .fini = du_teardown)
+{
+	char heap[256], cmd[1024], *out;
+	const char *cmds[] = { "", "verify", "space", "read a0", "chunks a0" };
+
+	snprintf(heap, sizeof heap, "%s/h", du_dir);
+	damage_heap(heap);
+	cr_assert_eq(truncate(heap, 8192 + 4096), 0);
+	for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
+		cr_assert_eq(du_dump(heap, cmds[i], true, &out), 1, "%s: %s", cmds[i], out);
+		cr_assert(strncmp(out, "ah-dump: ", 9) == 0 &&
+		          strchr(out, '\n') == out + strlen(out) - 1, "%s", out);
+		free(out);
+	}
+	snprintf(cmd, sizeof cmd, "for f in '%s'/tests/fuzz/lmdb/*; do cp \"$f\" "
+	         "'%s/x' && rm -f '%s/x-lock' && '%s/ah-dump' '%s/x' verify; "
+	         "[ $? = 1 ] || exit 9; done", du_src(), du_dir, du_dir, du_build(),
+	         du_dir);
+	cr_assert_eq(du_sh(cmd, true, &out), 0, "%s", out);
+	free(out);
+}
