@@ -72,19 +72,6 @@ static void account(builder *b, int64_t delta)
 		b->peak = b->bytes;
 }
 
-static inline uint64_t prefix8(const uint8_t *k, size_t len)
-{
-	uint8_t buf[8] = { 0 };
-	uint64_t x;
-	if (len)
-		memcpy(buf, k, len < 8 ? len : 8);
-	memcpy(&x, buf, 8);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-	x = __builtin_bswap64(x);
-#endif
-	return x;
-}
-
 /* bytes_cmp, inlined for the sort. */
 static inline int bcmp_(const uint8_t *a, size_t al, const uint8_t *b,
                         size_t bl)
@@ -458,8 +445,8 @@ static int push_one(builder *b, const ah_update *u)
 		b->pos += need;
 		b->left -= need;
 	}
-	e->pfx = prefix8(e->key, e->klen);
-	e->vpfx = prefix8(e->key + e->klen, e->vlen);
+	e->pfx = bytes_prefix8(e->key, e->klen);
+	e->vpfx = bytes_prefix8(e->key + e->klen, e->vlen);
 	e->time = u->time;
 	e->diff = u->diff;
 	return 0;

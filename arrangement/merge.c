@@ -68,19 +68,6 @@ static void account(merger *m, int64_t delta)
 		m->peak = m->bytes;
 }
 
-static inline uint64_t prefix8(const uint8_t *p, size_t len)
-{
-	uint8_t buf[8] = { 0 };
-	uint64_t x;
-	if (len)
-		memcpy(buf, p, len < 8 ? len : 8);
-	memcpy(&x, buf, 8);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-	x = __builtin_bswap64(x);
-#endif
-	return x;
-}
-
 /* bytes_cmp of two fields whose 8-byte prefixes are equal. */
 static inline int rest_cmp(const uint8_t *a, size_t al, const uint8_t *b,
                            size_t bl)
@@ -131,8 +118,8 @@ static void heap_add(merger *m, size_t i)
 	bcur_val(m->cur[i], &v, &x.vl);
 	x.k = k;
 	x.v = v;
-	x.kp = prefix8(x.k, x.kl);
-	x.vp = prefix8(x.v, x.vl);
+	x.kp = bytes_prefix8(x.k, x.kl);
+	x.vp = bytes_prefix8(x.v, x.vl);
 	x.idx = i;
 	while (j > 0 && hent_cmp(&x, &m->hp[(j - 1) / 2]) < 0) {
 		m->hp[j] = m->hp[(j - 1) / 2];
