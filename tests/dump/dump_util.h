@@ -101,7 +101,7 @@ static inline char *du_json(const char *heap, const char *args, int want_rc,
 	fprintf(f, "import json, sys\nd = json.load(open(sys.argv[1]))\n"
 	           "print(%s)\n", expr);
 	fclose(f);
-	snprintf(cmd, sizeof cmd, "python3 '%s' '%s'", py, js);
+	snprintf(cmd, sizeof cmd, "python3 -S -E '%s' '%s'", py, js);
 	rc = du_sh(cmd, true, &out);
 	cr_assert_eq(rc, 0, "python %s on ah-dump %s --json:\n%s", expr, args, out);
 	if (*out && out[strlen(out) - 1] == '\n')
