@@ -219,28 +219,14 @@ typedef struct kill_stats {
 	uint64_t kills, in_flight_done, finished_rounds, early_kills;
 } kill_stats;
 
-static uint64_t empty_refused;
-
 /* Checks the heap after a kill against the model; returns the model id. */
 static uint64_t check_after(const char *path, uint64_t last_ack, uint64_t kill)
 {
 	ah_open_opts o = work_opts(0);
 	ah_heap *h;
 	rel_state st;
-	struct stat fs;
 	int rc = ah_open(path, &o, &h);
 
-	/* Known library issue (reported): a kill between heap_open's
-	 * open(O_CREAT) and LMDB's first meta write leaves an empty file,
-	 * which AH_OPEN_CREATE then refuses with AH_EFORMAT.  Nothing was
-	 * ever committed, so nothing is lost; the file must be removed by
-	 * hand.  Remove this branch once creation is atomic. */
-	if (rc == AH_EFORMAT && last_ack == 0 && stat(path, &fs) == 0 &&
-	    fs.st_size == 0) {
-		empty_refused++;
-		cr_assert_eq(unlink(path), 0);
-		return 0;
-	}
 
 	cr_assert_eq(rc, 0, "kill %" PRIu64 ": open: %s", kill,
 	             ah_err_name(rc));
@@ -327,13 +313,7 @@ Test(crash, kill_random, .timeout = 600)
 	}
 	printf("crash/kill_random: %" PRIu64 " kills survived (%" PRIu64
 	       " with the commit in flight done, %" PRIu64
-	       " before the child's first commit), %" PRIu64 " workloads finished, %"
-	       PRIu64 " interrupted creations left an empty file\n",
-	       ks.kills, ks.in_flight_done, ks.early_kills, ks.finished_rounds,
-	       empty_refused);
-	if (empty_refused)
-		cr_log_warn("known issue: %" PRIu64 " kills inside ah_open's "
-		            "creation left an empty file that AH_OPEN_CREATE "
-		            "refuses (AH_EFORMAT)", empty_refused);
+	       " before the child's first commit), %" PRIu64 " workloads finished\n",
+	       ks.kills, ks.in_flight_done, ks.early_kills, ks.finished_rounds);
 	rel_rmdir(&d);
 }

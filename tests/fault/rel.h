@@ -249,10 +249,20 @@ static inline int rel_state_get(ah_heap *h, int shape, rel_state *out)
 
 /* ------------------------------------------------------ structural check */
 
-/* Every chunk's header and checksum (heap_chunk_next + heap_chunk_verify),
- * and every arrangement read to its end by a cursor (rel_state).  *chunks
- * (may be NULL) gets the count.  ah_verify, once it exists, checks more
- * (every chunk referenced exactly once). */
+/* ah_verify over the last commit (every chunk's checksum, every spine and
+ * batch, every chunk referenced exactly once), plus our own walk of every
+ * chunk (heap_chunk_next + heap_chunk_verify) and every arrangement read to
+ * its end by a cursor (rel_state).  *chunks (may be NULL) gets the count.
+ * A problem ah_verify finds is AH_ECORRUPT; its first message goes to
+ * stderr. */
+static inline int rel_verify_problem(const ah_problem *p, void *user)
+{
+	if ((*(int *)user)++ == 0)
+		fprintf(stderr, "ah_verify: %s batch %" PRIu64 " chunk %" PRIu64
+		        ": %s\n", p->arrangement, p->batch, p->chunk,
+		        p->message);
+	return 0;
+}
 static inline int rel_verify(ah_heap *ah, uint64_t *chunks)
 {
 	heap_txn *t = NULL;
@@ -260,7 +270,18 @@ static inline int rel_verify(ah_heap *ah, uint64_t *chunks)
 	uint64_t after = 0, n = 0;
 	bool first = true;
 	rel_state s;
-	int rc = heap_txn_begin(ah->h, true, &t);
+	ah_txn *at = NULL;
+	ah_verify_stats vs;
+	int problems = 0, rc = ah_txn_begin(ah, AH_TXN_RDONLY, &at);
+
+	if (rc == 0)
+		rc = ah_verify(at, rel_verify_problem, &problems, &vs);
+	ah_txn_abort(at);
+	if (rc == 0 && problems != 0)
+		rc = AH_ECORRUPT;
+	if (rc != 0)
+		return rc;
+	rc = heap_txn_begin(ah->h, true, &t);
 
 	while (rc == 0 && (rc = heap_chunk_next(t, after, first, &ci)) == 0) {
 		if ((rc = heap_chunk_verify(t, ci.id)) != 0)

@@ -151,6 +151,39 @@ Test(stress, readers_killed, .timeout = 120)
 	rel_rmdir(&d);
 }
 
+/* The reader that holds pages back is named: by ah_space_get, and by
+ * `ah-dump HEAP space` when the tool is built (AH_BUILD). */
+static void names_reader(ah_heap *h, const char *path, pid_t pid)
+{
+	const char *build = getenv("AH_BUILD");
+	ah_space_info si;
+	ah_txn *t;
+	char cmd[512], buf[4096], want[32];
+	size_t n;
+	FILE *f;
+
+	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
+	cr_assert_eq(ah_space_get(t, &si), 0);
+	ah_txn_abort(t);
+	cr_assert_eq(si.oldest_reader_pid, (int64_t)pid);
+	cr_assert_geq(si.oldest_reader_age, 20);
+	cr_assert_gt(si.pages_pinned, 0);
+	snprintf(cmd, sizeof cmd, "%s/ah-dump", build ? build : "");
+	if (build == NULL || access(cmd, X_OK) != 0) {
+		cr_log_warn("ah-dump not built (AH_BUILD): space not checked");
+		return;
+	}
+	snprintf(cmd, sizeof cmd, "%s/ah-dump '%s' space 2>&1", build, path);
+	f = popen(cmd, "r");
+	cr_assert_not_null(f);
+	n = fread(buf, 1, sizeof buf - 1, f);
+	buf[n] = '\0';
+	cr_assert_eq(pclose(f), 0, "%s: %s", cmd, buf);
+	snprintf(want, sizeof want, "%d", (int)pid);
+	cr_assert_not_null(strstr(buf, want), "ah-dump space does not name "
+	                   "reader %d:\n%s", (int)pid, buf);
+}
+
 Test(stress, pinned_reader_growth, .timeout = 120)
 {
 	rel_dir d;
@@ -187,6 +220,7 @@ Test(stress, pinned_reader_growth, .timeout = 120)
 	p2 = pages_used(h);
 	cr_assert_gt(p2, p1 + 20, "an old snapshot should make the file grow"
 	             " (%" PRIu64 " -> %" PRIu64 " pages)", p1, p2);
+	names_reader(h, d.path, pid);
 	cr_assert_eq(write(down[1], "x", 1), 1);
 	cr_assert_eq(waitpid(pid, &status, 0), pid);
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
