@@ -186,7 +186,7 @@ tsan-run: deps
 	@mkdir -p build-tsan/tsan
 	$(CC) -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) -DAH_TSAN_DRIVER -Itests/tsan -I. -Iinclude \
 	  $(TSAN_SAN) -o build-tsan/tsan/driver $(TSAN_TESTS) build-tsan/libarrheap.a -llmdb -lpthread -lm
-	TSAN_OPTIONS='exitcode=66 halt_on_error=1 $(TSAN_OPTIONS)' AH_SRC=$(abspath .) build-tsan/tsan/driver
+	TSAN_OPTIONS='exitcode=66 halt_on_error=1 suppressions=$(abspath tests/tsan/lmdb.supp) $(TSAN_OPTIONS)' AH_SRC=$(abspath .) build-tsan/tsan/driver
 fixture: all $(BUILD)/tests/suite
 	$(TEST_ENV) AH_FIXTURE_REGEN=1 $(BUILD)/tests/suite --filter 'format/fixture_generator'
 # ---- end reliability ---------------------------------------------------------

@@ -177,6 +177,7 @@ int heap_chunk_reserve(heap_txn *t, size_t body_bytes, uint64_t *id,
 	v.mv_data = NULL;
 	HEAP_TRY(heap_err(HEAP_MDB(mdb_put(t->txn, t->h->dbi[HEAP_DBI_CHUNKS], &k, &v,
 	                          MDB_RESERVE | MDB_APPEND))));
+	heap_fault_order();
 	if ((uintptr_t)v.mv_data % 16 != 0) {
 		rc = HEAP_CORRUPT("reserved chunk not 16-byte aligned");
 		goto out;

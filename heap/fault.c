@@ -9,6 +9,21 @@
  */
 #include "heap/fault.h"
 
+#if defined(__SANITIZE_THREAD__)
+#include <stdatomic.h>
+
+static atomic_uint_fast64_t order;
+
+void heap_fault_order(void)
+{
+	atomic_fetch_add_explicit(&order, 1, memory_order_acq_rel);
+}
+#else
+void heap_fault_order(void)
+{
+}
+#endif
+
 static uint64_t fail_at;   /* call number that fails, 0 = disarmed */
 static uint64_t calls;     /* wrapped calls since arming */
 static uint64_t injected;  /* faults injected, ever */

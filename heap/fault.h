@@ -41,4 +41,12 @@ int heap_fault_mdb_code(void);
  * frees the txn on a failed commit, and so must the injection. */
 int heap_fault_commit(MDB_txn *txn);
 
+/* Makes LMDB's reader/writer ordering visible to ThreadSanitizer: called
+ * at every txn begin and end and after a chunk's pages are chosen, it is an
+ * acq_rel RMW on one process-wide atomic in TSan builds (so a page written
+ * by a commit and read by a later snapshot, or read by an ended snapshot
+ * and reused by the writer, is ordered for TSan as LMDB's reader table
+ * orders it), and nothing otherwise. */
+void heap_fault_order(void);
+
 #endif /* HEAP_FAULT_H */

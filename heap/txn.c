@@ -108,6 +108,7 @@ int heap_txn_begin(heap *h, bool rdonly, heap_txn **out)
 		release(t);
 		return rc;
 	}
+	heap_fault_order();
 	if (!rdonly) {
 		pthread_mutex_lock(&h->mu);
 		h->writer_active = true;
@@ -133,6 +134,7 @@ int heap_txn_commit(heap_txn *t)
 		free(t); /* LMDB state belongs to the parent */
 		return rc;
 	}
+	heap_fault_order();
 	if (t->poisoned) {
 		mdb_txn_abort(t->txn);
 		rc = AH_EBADTXN;
@@ -153,6 +155,7 @@ void heap_txn_abort(heap_txn *t)
 		free(t);
 		return;
 	}
+	heap_fault_order();
 	mdb_txn_abort(t->txn);
 	release(t);
 }
