@@ -323,6 +323,8 @@ static int first_run(engine *e)
 	if ((rc = ah_open(e->heap_path, &o, &e->snk.heap)) != 0)
 		return efail(e, "cannot open heap %s: %s", e->heap_path, ah_strerror(rc));
 	e->snk.pos = e->snk.group_pos = lsn;
+	identity_fmt(e->st.identity, sizeof e->st.identity, e->src.sysid, e->src.dbname,
+	             e->src.slot, e->src.pub);
 	return 0;
 }
 

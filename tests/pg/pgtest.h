@@ -60,8 +60,24 @@ static inline int pgt_port_free(int port)
 	return ok;
 }
 
+/* The running test's cluster and engines, stopped by pgt_fini also after a
+ * failed assertion (Criterion runs .fini then). */
+static pgt *pgt_cur;
+static pid_t pgt_pids[8];
+
+static inline void pgt_stop(pgt *c);
+static inline void pgt_fini(void)
+{
+	for (int i = 0; i < 8; i++)
+		if (pgt_pids[i] > 0)
+			kill(pgt_pids[i], SIGKILL);
+	if (pgt_cur)
+		pgt_stop(pgt_cur);
+}
+
 static inline void pgt_start(pgt *c)
 {
+	pgt_cur = c;
 	const char *b = getenv("AH_BUILD");
 	if (!b || access(PGT_BIN "/initdb", X_OK) != 0)
 		cr_skip_test("needs AH_BUILD and PostgreSQL 15 (make deps)");
@@ -94,6 +110,7 @@ static inline void pgt_stop(pgt *c)
 	pgt_sh("%s" PGT_BIN "/pg_ctl -D %s/data -m immediate stop >/dev/null 2>&1", pgt_as_pg(),
 	       c->dir);
 	pgt_sh("rm -rf '%s'", c->dir);
+	pgt_cur = NULL;
 }
 
 /* Runs SQL with psql in database db; returns its trimmed output (malloc). */
@@ -135,6 +152,11 @@ static inline pid_t pgt_engine(pgt *c, const char *heap, const char *log, const 
 		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
 		_exit(127);
 	}
+	for (int i = 0; i < 8; i++)
+		if (pgt_pids[i] <= 0) {
+			pgt_pids[i] = pid;
+			break;
+		}
 	return pid;
 }
 
@@ -142,6 +164,9 @@ static inline int pgt_wait_pid(pid_t pid)
 {
 	int st;
 	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	for (int i = 0; i < 8; i++)
+		if (pgt_pids[i] == pid)
+			pgt_pids[i] = 0;
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
@@ -149,6 +174,16 @@ static inline int pgt_wait_pid(pid_t pid)
 static inline int pgt_engine_run(pgt *c, const char *heap, const char *log, const char *args)
 {
 	return pgt_wait_pid(pgt_engine(c, heap, log, args));
+}
+
+/* Waits until the first copy is in place (the heap file exists). */
+static inline void pgt_wait_heap(pgt *c, const char *heap)
+{
+	char path[300];
+	snprintf(path, sizeof path, "%s/%s", c->dir, heap);
+	for (int i = 0; i < 1500 && access(path, F_OK) != 0; i++)
+		usleep(20000);
+	cr_assert_eq(access(path, F_OK), 0, "no first copy in %s", path);
 }
 
 /* Waits until the heap has every transaction committed so far. */
@@ -254,6 +289,52 @@ static inline char *pgt_read(pgt *c, const char *heap, const char *name)
 	ah_txn_abort(t);
 	cr_assert_eq(ah_close(h), 0);
 	return out;
+}
+
+/* The id of the heap's last commit: equal before and after = untouched.
+ * (The files are sparse and huge: no cmp.) */
+static inline uint64_t pgt_last_txn(pgt *c, const char *heap)
+{
+	char path[256];
+	ah_heap *h;
+	ah_heap_stat st;
+	ah_open_opts o = { .size = sizeof o, .flags = AH_OPEN_RDONLY };
+	snprintf(path, sizeof path, "%s/%s", c->dir, heap);
+	cr_assert_eq(ah_open(path, &o, &h), 0);
+	cr_assert_eq(ah_heap_stat_get(h, &st), 0);
+	cr_assert_eq(ah_close(h), 0);
+	return st.last_txn_id;
+}
+
+/* The time of the only update of the key whose text form is key. */
+static inline uint64_t pgt_time_of(pgt *c, const char *heap, const char *name, const char *key)
+{
+	char path[256], text[4096], *w;
+	ah_heap *h;
+	ah_txn *t;
+	ah_cursor *cur;
+	ah_open_opts o = { .size = sizeof o, .flags = AH_OPEN_RDONLY };
+	uint64_t time = 0;
+	int64_t diff;
+	snprintf(path, sizeof path, "%s/%s", c->dir, heap);
+	cr_assert_eq(ah_open(path, &o, &h), 0);
+	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
+	cr_assert_eq(ah_cursor_open(t, name, &cur), 0);
+	for (; ah_cursor_key_valid(cur); ah_cursor_step_key(cur)) {
+		const void *k;
+		size_t kl;
+		cr_assert_eq(ah_cursor_key(cur, &k, &kl), 0);
+		w = text;
+		pgt_fields(k, kl, &w);
+		if (strcmp(text, key) == 0) {
+			cr_assert_eq(ah_cursor_time_next(cur, &time, &diff), 1);
+			break;
+		}
+	}
+	ah_cursor_close(cur);
+	ah_txn_abort(t);
+	cr_assert_eq(ah_close(h), 0);
+	return time;
 }
 
 #endif /* TESTS_PG_PGTEST_H */

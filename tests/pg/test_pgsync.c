@@ -20,7 +20,7 @@ static const char *SETUP_EDGE =
 	"INSERT INTO t_trunc VALUES (1, 'a'), (2, 'b');\n"
 	"CREATE PUBLICATION ah_pgsync FOR ALL TABLES;\n";
 
-Test(pgsync, small_demo_kill_restart, .timeout = 120)
+Test(pgsync, small_demo_kill_restart, .timeout = 120, .fini = pgt_fini)
 {
 	pgt c;
 	pgt_start(&c);
@@ -34,9 +34,7 @@ Test(pgsync, small_demo_kill_restart, .timeout = 120)
 	pid_t e = pgt_engine(&c, "heap", "e1.log", NULL);
 	char heap[256];
 	snprintf(heap, sizeof heap, "%s/heap", c.dir);
-	for (int i = 0; i < 300 && access(heap, F_OK) != 0; i++)
-		usleep(20000);
-	cr_assert_eq(access(heap, F_OK), 0, "first copy did not finish");
+	pgt_wait_heap(&c, "heap");
 	cr_assert_eq(pgt_sh("cd %s && PGHOST=127.0.0.1 PGPORT=%d PGUSER=postgres " PGT_BIN
 	                    "/pgbench -n -c 2 -j 2 -T 4 postgres >pgbench.log 2>&1 &", c.dir, c.port), 0);
 	sleep(2);
@@ -62,13 +60,14 @@ Test(pgsync, small_demo_kill_restart, .timeout = 120)
 	pgt_stop(&c);
 }
 
-Test(pgsync, edge_values, .timeout = 120)
+Test(pgsync, edge_values, .timeout = 120, .fini = pgt_fini)
 {
 	pgt c;
 	pgt_start(&c);
 	pgt_exec(&c, "postgres", SETUP_EDGE);
 	/* keys sort by their encoding: a length prefix first, so "4" < "20" */
 	pid_t e = pgt_engine(&c, "heap", "e.log", NULL);
+	pgt_wait_heap(&c, "heap");
 	pgt_exec(&c, "postgres",
 		"INSERT INTO t_pk VALUES (3, E'tab\\there\\nnew line \\u00fcn\\u00efc\\u00f6de \\\\ back', "
 		"'\\x0a09005c', NULL), (4, NULL, NULL, NULL);\n"
@@ -94,7 +93,7 @@ Test(pgsync, edge_values, .timeout = 120)
 		"50|50,both,NULL,50|1\n");
 	free(s);
 	s = pgt_read(&c, "heap", "public.t_comp");
-	cr_assert_str_eq(s, "both,50|50,both,v|1\nx,1|1,x,v1|1\nx,3|3,x,v2|1\ny,1|1,y,NULL|1\n");
+	cr_assert_str_eq(s, "x,1|1,x,v1|1\nx,3|3,x,v2|1\ny,1|1,y,NULL|1\nboth,50|50,both,v|1\n");
 	free(s);
 	s = pgt_read(&c, "heap", "public.t_nopk");
 	cr_assert_str_eq(s, "1,dup||2\n");
@@ -102,5 +101,138 @@ Test(pgsync, edge_values, .timeout = 120)
 	s = pgt_read(&c, "heap", "public.t_trunc");
 	cr_assert_str_eq(s, "9|9,z|1\n");
 	free(s);
+	/* one source transaction over two tables: one time in both */
+	uint64_t t1 = pgt_time_of(&c, "heap", "public.t_pk", "50");
+	uint64_t t2 = pgt_time_of(&c, "heap", "public.t_comp", "both,50");
+	cr_assert_neq(t1, 0);
+	cr_assert_eq(t1, t2, "times %" PRIu64 " and %" PRIu64, t1, t2);
+	pgt_stop(&c);
+}
+
+static const char *SETUP_SMALL =
+	"CREATE TABLE t (id int PRIMARY KEY, v text);\n"
+	"ALTER TABLE t REPLICA IDENTITY FULL;\n"
+	"INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 100) g;\n"
+	"CREATE PUBLICATION ah_pgsync FOR ALL TABLES;\n";
+
+Test(pgsync, server_restart, .timeout = 120, .fini = pgt_fini)
+{
+	pgt c;
+	pgt_start(&c);
+	pgt_exec(&c, "postgres", SETUP_SMALL);
+	pid_t e = pgt_engine(&c, "heap", "e.log", NULL);
+	pgt_wait_heap(&c, "heap");
+	pgt_exec(&c, "postgres", "UPDATE t SET v = 'u' || id WHERE id <= 10;");
+	pgt_catch_up(&c, "postgres", "heap");
+	cr_assert_eq(pgt_sh("%s" PGT_BIN "/pg_ctl -D %s/data -m fast -w restart >/dev/null",
+	                    pgt_as_pg(), c.dir), 0);
+	pgt_exec(&c, "postgres", "DELETE FROM t WHERE id > 90; INSERT INTO t VALUES (1000, 'after');");
+	pgt_catch_up(&c, "postgres", "heap");
+	kill(e, SIGTERM);
+	cr_assert_eq(pgt_wait_pid(e), 0, "%s", pgt_file(&c, "e.log"));
+	char *log = pgt_file(&c, "e.log");
+	cr_assert(strstr(log, "reconnected, streaming from LSN"), "%s", log);
+	free(log);
+	cr_assert_eq(pgt_verify(&c, "postgres", "heap"), 0, "%s", pgt_file(&c, "verify.log"));
+	char *s = pgt_read(&c, "heap", "public.t");
+	cr_assert(strstr(s, "1000|1000,after|1\n") && strstr(s, "10|10,u10|1\n") && !strstr(s, "|91,"), "%s", s);
+	free(s);
+	pgt_stop(&c);
+}
+
+/* A slot ahead of the heap (a copy of an older heap) is refused and the
+ * heap untouched; a slot behind it (an older copy of the slot) resends
+ * what the heap has, which the engine skips. */
+Test(pgsync, slot_behind_and_ahead, .timeout = 120, .fini = pgt_fini)
+{
+	pgt c;
+	pgt_start(&c);
+	pgt_exec(&c, "postgres", SETUP_SMALL);
+	pid_t e = pgt_engine(&c, "heap", "e1.log", NULL);
+	pgt_wait_heap(&c, "heap");
+	pgt_exec(&c, "postgres", "INSERT INTO t VALUES (101, 'a');");
+	pgt_catch_up(&c, "postgres", "heap");
+	kill(e, SIGTERM);
+	cr_assert_eq(pgt_wait_pid(e), 0);
+	pgt_exec(&c, "postgres", "SELECT pg_copy_logical_replication_slot('ah_pgsync', 'saved');");
+	cr_assert_eq(pgt_sh("cp %s/heap %s/old", c.dir, c.dir), 0);
+	e = pgt_engine(&c, "heap", "e2.log", NULL);
+	pgt_exec(&c, "postgres", "INSERT INTO t VALUES (102, 'b'); UPDATE t SET v = 'c' WHERE id = 1;");
+	pgt_catch_up(&c, "postgres", "heap");
+	kill(e, SIGTERM);
+	cr_assert_eq(pgt_wait_pid(e), 0);
+
+	uint64_t before = pgt_last_txn(&c, "old");
+	cr_assert_eq(pgt_engine_run(&c, "old", "ahead.log", NULL), 1);
+	char *log = pgt_file(&c, "ahead.log");
+	cr_assert(strstr(log, "ahead of heap") && strstr(log, "make a new heap"), "%s", log);
+	free(log);
+	cr_assert_eq(pgt_last_txn(&c, "old"), before, "heap changed");
+
+	pgt_exec(&c, "postgres", "SELECT pg_drop_replication_slot('ah_pgsync');"
+	         "SELECT pg_copy_logical_replication_slot('saved', 'ah_pgsync');");
+	e = pgt_engine(&c, "heap", "e3.log", NULL);
+	pgt_exec(&c, "postgres", "INSERT INTO t VALUES (103, 'd');");
+	pgt_catch_up(&c, "postgres", "heap");
+	kill(e, SIGTERM);
+	cr_assert_eq(pgt_wait_pid(e), 0);
+	log = pgt_file(&c, "e3.log");
+	/* START_REPLICATION at the heap's LSN: the server starts decoding there
+	 * although the slot is behind, so nothing is resent and nothing doubled */
+	cr_assert(strstr(log, "1 transactions applied (0 already in the heap, skipped), 1 updates"),
+	          "%s", log);
+	free(log);
+	cr_assert_eq(pgt_verify(&c, "postgres", "heap"), 0, "%s", pgt_file(&c, "verify.log"));
+	pgt_stop(&c);
+}
+
+static void expect_error(pgt *c, const char *heap, const char *args, const char *needle)
+{
+	char path[300];
+	snprintf(path, sizeof path, "%s/%s", c->dir, heap);
+	int existed = access(path, F_OK) == 0;
+	cr_assert_eq(pgt_engine_run(c, heap, "err.log", args), 1, "for %s", needle);
+	char *log = pgt_file(c, "err.log");
+	size_t n = strlen(log);
+	cr_assert(n > 0 && log[n - 1] == '\n', "%s", log);
+	log[n - 1] = 0;
+	char *last = strrchr(log, '\n') ? strrchr(log, '\n') + 1 : log;
+	/* the error is the last line, one line */
+	cr_assert(strstr(last, needle) && !strncmp(last, "ah-pgsync: ", 11),
+	          "expected \"%s\" in the last line of: %s", needle, log);
+	free(log);
+	if (!existed)
+		cr_assert_neq(access(path, F_OK), 0, "heap %s created on error", heap);
+}
+
+Test(pgsync, errors, .timeout = 120, .fini = pgt_fini)
+{
+	pgt c;
+	char args[300];
+	pgt_start(&c);
+	pgt_exec(&c, "postgres", "CREATE TABLE t (id int PRIMARY KEY, v text);"
+	         "CREATE ROLE weak LOGIN; CREATE DATABASE other;");
+	pgt_exec(&c, "other", "CREATE TABLE t (id int PRIMARY KEY, v text);"
+	         "ALTER TABLE t REPLICA IDENTITY FULL; CREATE PUBLICATION ah_pgsync FOR ALL TABLES;");
+	expect_error(&c, "h1", "-d 'host=127.0.0.1 port=1 user=postgres'", "cannot connect to the server");
+	expect_error(&c, "h1", NULL, "publication \"ah_pgsync\" does not exist");
+	pgt_exec(&c, "postgres", "CREATE PUBLICATION ah_pgsync FOR ALL TABLES;");
+	expect_error(&c, "h1", NULL, "lacks REPLICA IDENTITY FULL");
+	snprintf(args, sizeof args, "-d 'host=127.0.0.1 port=%d user=weak dbname=postgres'", c.port);
+	expect_error(&c, "h1", args, "refuses a replication connection");
+	pgt_exec(&c, "postgres", "ALTER TABLE t REPLICA IDENTITY FULL; INSERT INTO t VALUES (1, 'x');");
+	pid_t e = pgt_engine(&c, "h1", "e.log", NULL);
+	pgt_wait_heap(&c, "h1");
+	pgt_catch_up(&c, "postgres", "h1");
+	kill(e, SIGTERM);
+	cr_assert_eq(pgt_wait_pid(e), 0);
+	uint64_t before = pgt_last_txn(&c, "h1");
+	snprintf(args, sizeof args, "-d 'host=127.0.0.1 port=%d user=postgres dbname=other'", c.port);
+	expect_error(&c, "h1", args, "belongs to database postgres");
+	expect_error(&c, "h1", "--slot other_slot", "follows slot ah_pgsync");
+	expect_error(&c, "h2", NULL, "replication slot ah_pgsync already exists but heap");
+	pgt_exec(&c, "postgres", "SELECT pg_drop_replication_slot('ah_pgsync');");
+	expect_error(&c, "h1", NULL, "replication slot ah_pgsync does not exist");
+	cr_assert_eq(pgt_last_txn(&c, "h1"), before, "heap changed");
 	pgt_stop(&c);
 }
