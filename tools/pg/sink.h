@@ -3,7 +3,7 @@
  * table, source transactions buffered until their commit, groups of them
  * committed to the heap in one write transaction with the stream position.
  *
- * Heap contents (docs/pgsync.md has the whole contract):
+ * Heap contents (ARCHITECTURE.md section 12 has the whole contract):
  *   arrangement per table  key = primary key fields, val = all fields
  *                          (row.h encoding); no primary key: key = all
  *                          fields, val empty.  time = the transaction's
