@@ -25,12 +25,14 @@ echo "profile: load before: $(uptime)" >&2
 
 flat() { # perf.data -> flat self-time profile by symbol
 	perf report -i "$1" --stdio --no-children --sort dso,symbol 2>/dev/null |
-		grep -v '^#' | grep -v '^$' | head -40
+		grep -v '^#' | grep -v '^$' | head -40 || true  # head closes early
 }
 prof() { # name, command...
 	local name=$1
 	shift
-	perf record -q -F 999 -e cpu-clock -o "$data/$name.perf" -- "$@" > "$out/$name.figures"
+	# wall against on-CPU time: the difference is waiting (fsync, I/O)
+	/usr/bin/time -o "$out/$name.time" -f "wall %e s, user %U s, sys %S s" \
+		perf record -q -F 999 -e cpu-clock -o "$data/$name.perf" -- "$@" > "$out/$name.figures"
 	flat "$data/$name.perf" > "$out/$name-perf.txt"
 }
 prof ingest "$b/ah-bench-arrheap" load "$data/perf" "$data/perf.log" "$np"
@@ -42,10 +44,10 @@ cg() { # name, command...
 	shift
 	valgrind --tool=callgrind --callgrind-out-file="$data/$name.cg" "$@" \
 		> "$out/$name-cg.figures" 2> /dev/null
-	callgrind_annotate --inclusive=no "$data/$name.cg" 2>/dev/null |
-		head -45 > "$out/$name-callgrind.txt"
-	callgrind_annotate --inclusive=yes "$data/$name.cg" 2>/dev/null |
-		head -45 > "$out/$name-callgrind-inclusive.txt"
+	{ callgrind_annotate --inclusive=no "$data/$name.cg" 2>/dev/null |
+		head -45 > "$out/$name-callgrind.txt"; } || true
+	{ callgrind_annotate --inclusive=yes "$data/$name.cg" 2>/dev/null |
+		head -60 > "$out/$name-callgrind-inclusive.txt"; } || true
 }
 cg ingest "$b/ah-bench-arrheap" load "$data/cg" "$data/cg.log" "$nc"
 cg merge "$b/ah-bench-arrheap" merge "$data/cg" "$nc"
