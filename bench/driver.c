@@ -4,7 +4,7 @@
  * the data of the start-up plot.
  *
  *   ah-bench [--sizes N,N,...] [--runs R] [--out DIR] [--data DIR]
- *            [--bin DIR] [--keep] [--max-rebuild-s S]
+ *            [--bin DIR] [--keep] [--max-rebuild-s S] [--systems A,B]
  *   ah-bench gen N LOG        only writes the log of N updates
  *
  * Per size: generate the flat log of N updates (bench/common.c); then
@@ -334,6 +334,20 @@ static void rm_rf(const char *path)
 		fprintf(stderr, "ah-bench: could not remove %s\n", path);
 }
 
+/* --systems: a comma-separated subset of arrheap, rebuild, rocksdb, lmdb-kv */
+static int selected(const char *name)
+{
+	const char *p = O.systems;
+	size_t len = strlen(name);
+
+	if (!p)
+		return 1;
+	for (; (p = strstr(p, name)) != NULL; p += len)
+		if ((p == O.systems || p[-1] == ',') && (p[len] == ',' || !p[len]))
+			return 1;
+	return 0;
+}
+
 static void measure_size(uint64_t n)
 {
 	char dir[4096], log[4200];
@@ -349,9 +363,11 @@ static void measure_size(uint64_t n)
 	gen_log(log, n);
 	/* arrheap first, then the rebuild it is compared with */
 	for (size_t i = 0; i < sizeof SYS / sizeof SYS[0]; i++) {
-		measure_system(&SYS[i], dir, log, n, &answers);
-		drv_write_outputs(&O);
-		if (i == 0) {
+		if (selected(SYS[i].name)) {
+			measure_system(&SYS[i], dir, log, n, &answers);
+			drv_write_outputs(&O);
+		}
+		if (i == 0 && selected("rebuild")) {
 			measure_rebuild(log, n, &answers);
 			drv_write_outputs(&O);
 		}
@@ -363,7 +379,8 @@ static void measure_size(uint64_t n)
 static void usage(void)
 {
 	fprintf(stderr, "usage: ah-bench [--sizes N,N,...] [--runs R] [--out DIR] "
-	        "[--data DIR] [--bin DIR] [--keep] [--max-rebuild-s S]\n       ah-bench gen N LOG\n");
+	        "[--data DIR] [--bin DIR] [--keep] [--max-rebuild-s S]\n"
+	        "       [--systems arrheap,rebuild,rocksdb,lmdb-kv]\n       ah-bench gen N LOG\n");
 	exit(2);
 }
 
@@ -397,6 +414,8 @@ int main(int argc, char **argv)
 			O.runs = (int)bench_arg_u64(v);
 			if (O.runs < 1 || O.runs > DRV_MAX_RUNS)
 				usage();
+		} else if (strcmp(argv[i - 1], "--systems") == 0) {
+			O.systems = v;
 		} else if (strcmp(argv[i - 1], "--max-rebuild-s") == 0) {
 			O.max_rebuild_s = (int)bench_arg_u64(v);
 		} else if (strcmp(argv[i - 1], "--out") == 0) {

@@ -33,6 +33,7 @@ typedef struct drv_opts {
 	int keep;
 	int max_rebuild_s; /* 0: always --runs rebuild runs */
 	const char *out, *data, *bin;
+	const char *systems; /* NULL: all */
 	char machine[512];
 	char load_before[128];
 } drv_opts;
