@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #define XXH_INLINE_ALL
@@ -55,6 +56,18 @@ static uint64_t value_offset(const heap *h, const MDB_val *v)
 	return pgno < h->map_bytes / h->psize ? pgno * h->psize + VALUE_PAD : 0;
 }
 
+/* Asks the kernel to read the whole chunk ahead (one large request instead
+ * of a fault per readahead window): verify then reads at disk speed.
+ * Advice only; returns 0. */
+static int prefetch(const heap *h, const MDB_val *v)
+{
+	char *page = (char *)v->mv_data - VALUE_PAD;
+
+	if ((uintptr_t)page % h->psize == 0)
+		(void)madvise(page, v->mv_size + VALUE_PAD, MADV_WILLNEED);
+	return 0;
+}
+
 /* Fills e from one entry of the chunks table; e->problem names the first
  * thing wrong with it. */
 static void scan_one(const heap *h, const MDB_val *k, const MDB_val *v,
@@ -90,7 +103,7 @@ static void scan_one(const heap *h, const MDB_val *k, const MDB_val *v,
 		e->problem = "chunk id does not match its key";
 	else if (hd.body_used > v->mv_size - HEAP_CHUNK_HDR)
 		e->problem = "chunk body_used beyond capacity";
-	else if (checksums &&
+	else if (checksums && !prefetch(h, v) &&
 	         XXH3_64bits((const char *)v->mv_data + 8, v->mv_size - 8) !=
 	                 hd.xxh3)
 		e->problem = "chunk checksum mismatch";
