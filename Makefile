@@ -108,7 +108,7 @@ install: all
 	install -m 644 $(BUILD)/libarrheap.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(BUILD)/libarrheap.so $(DESTDIR)$(PREFIX)/lib/libarrheap.so.0
 	ln -sf libarrheap.so.0 $(DESTDIR)$(PREFIX)/lib/libarrheap.so
-	install -m 644 $(BUILD)/arrheap.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(shell sed -n 's/.*AH_VERSION_STRING "\(.*\)"/\1/p' include/arrheap.h)|' arrheap.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/arrheap.pc
 	install -m 755 $(TOOLS) $(DESTDIR)$(PREFIX)/bin/
 	[ ! -f tools/ah-dump.1 ] || install -m 644 tools/ah-dump.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 

@@ -217,6 +217,13 @@ static int create_file(heap *h, const char *path, unsigned readers)
 		return AH_EINVAL;
 	unlink(tmp);
 	unlink(tmplock);
+	/* Name a missing or unwritable directory as such (LMDB would only say
+	 * it cannot open the file). */
+	dfd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (dfd < 0)
+		return errno == ENOENT ? AH_ENOTFOUND : heap_err(errno);
+	close(dfd);
+	unlink(tmp);
 	h->map_bytes = 1u << 20;
 	rc = heap_space_lockfile(tmp, readers);
 	if (rc == 0)

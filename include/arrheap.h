@@ -38,6 +38,9 @@
  *    grows while it lives.  Keep read snapshots short.
  *  - One write transaction at a time per heap (LMDB's writer lock): a second
  *    writer, in this or another process, waits for the first to end.
+ *  - The heap maps its whole size limit: by default the size of its
+ *    filesystem (the file is sparse).  Under an address-space limit
+ *    (ulimit -v) or valgrind, set ah_open_opts.max_bytes.
  */
 #ifndef ARRHEAP_H
 #define ARRHEAP_H
@@ -129,7 +132,7 @@ typedef struct ah_open_opts {
  * not depend on the amount of data.
  * On success *out owns the heap until ah_close().
  * Errors: AH_EINVAL (NULL path/out, unknown flags, opts->size too small),
- * AH_ENOTFOUND (no file and no AH_OPEN_CREATE), AH_EFORMAT (empty file, not
+ * AH_ENOTFOUND (no file and no AH_OPEN_CREATE, or no such directory), AH_EFORMAT (empty file, not
  * LMDB, LMDB but not arrheap, other format version, page size or byte
  * order), AH_ECORRUPT (truncated file, damaged meta), AH_EBUSY (already open
  * in this process), AH_EREADONLY (AH_OPEN_CREATE with AH_OPEN_RDONLY on a
@@ -292,9 +295,13 @@ int ah_append(ah_txn *txn, const char *name, uint64_t expected_upper,
 int ah_builder_begin(ah_txn *txn, const char *name, uint64_t expected_upper,
                      uint64_t new_upper, ah_builder **out);
 int ah_builder_push(ah_builder *b, const ah_update *ups, size_t n);
-/* Seals the batch into the arrangement and frees the builder. */
+/* Seals the batch into the arrangement and frees the builder (whatever the
+ * result).  If the builder's txn already ended (commit or abort with the
+ * builder open), push returns AH_ESTATE and finish frees it and returns
+ * AH_ESTATE. */
 int ah_builder_finish(ah_builder *b);
-/* Frees the builder and poisons the transaction (its chunks were written). */
+/* Frees the builder and poisons the transaction (its chunks were written);
+ * after its txn ended, only frees it. */
 void ah_builder_abandon(ah_builder *b);
 
 /* Advances NAME's upper to new_upper with no data (an empty batch costs no
@@ -382,7 +389,8 @@ int ah_cursor_rewind_vals(ah_cursor *c);
 int ah_cursor_time_next(ah_cursor *c, uint64_t *time, int64_t *diff);
 int ah_cursor_times_rewind(ah_cursor *c);
 
-/* Sums the diffs of the current (key, val) with time <= as_of.  as_of must
+/* Sums the diffs of the current (key, val) with time <= as_of, walking its
+ * times (afterwards time_next returns 0 until times_rewind).  as_of must
  * lie in [since, upper): AH_ECOMPACTED (as_of < since) or AH_ENOTREADY
  * (as_of >= upper) otherwise, never an empty success.  Errors also
  * AH_ESTATE, AH_ELIMIT (sum overflows int64), AH_ECORRUPT.  Source:

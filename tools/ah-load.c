@@ -430,7 +430,19 @@ static void usage(FILE *f)
 	fprintf(f, "usage: ah-load HEAP CHANGELOG [--source NAME]\n"
 	        "Applies CHANGELOG to HEAP (created if absent), one transaction per\n"
 	        "commit record; resumes from source NAME's stored position\n"
-	        "(default \"changelog\").\n");
+	        "(default \"changelog\").\n"
+	        "\n"
+	        "CHANGELOG: one record per line, fields separated by one TAB (LF line\n"
+	        "ends); blank lines and lines starting with # are ignored.\n"
+	        "  arrange NAME                    create NAME if absent\n"
+	        "  update  NAME TIME KEY VAL DIFF  stage an update; TIME >= upper\n"
+	        "  advance NAME UPPER              seal staged updates as [upper, UPPER)\n"
+	        "  since   NAME SINCE              logical compaction, since <= SINCE <= upper\n"
+	        "  commit                          commit atomically and durably\n"
+	        "NAME: 1-64 of [A-Za-z0-9_.:/-]; TIME, UPPER, SINCE: decimal u64; DIFF:\n"
+	        "decimal i64; KEY, VAL: bytes with escapes \\\\ \\t \\n \\xHH.\n"
+	        "Exit: 0 done, 1 bad record (CHANGELOG:LINE: reason; nothing after the\n"
+	        "last commit is applied), 2 usage.\n");
 }
 
 static int open_log(loader *ld)

@@ -216,8 +216,10 @@ int ah_builder_begin(ah_txn *t, const char *name, uint64_t expected_upper,
 
 int ah_builder_push(ah_builder *b, const ah_update *ups, size_t n)
 {
-	if (!b || !b->txn)
+	if (!b)
 		return AH_EINVAL;
+	if (!b->txn)
+		return AH_ESTATE; /* its transaction ended */
 	ah_txn *t = b->txn;
 	if (t->poisoned)
 		return AH_EBADTXN;
@@ -239,8 +241,12 @@ int ah_builder_push(ah_builder *b, const ah_update *ups, size_t n)
 
 int ah_builder_finish(ah_builder *b)
 {
-	if (!b || !b->txn)
+	if (!b)
 		return AH_EINVAL;
+	if (!b->txn) {
+		free(b); /* detached when its txn ended: finishing frees it */
+		return AH_ESTATE;
+	}
 	ah_txn *t = b->txn;
 	t->builder = NULL;
 	builder *bb = b->b;
@@ -379,7 +385,9 @@ int ah_source_put(ah_txn *t, const char *source, const void *pos, size_t len)
 		return rc;
 	if (!txn_name_ok(source))
 		return txn_poison(t, AH_EINVAL, "invalid source name");
-	if (len > SOURCE_POS_MAX || (len && !pos))
+	if (len && !pos)
+		return txn_poison(t, AH_EINVAL, "source position is NULL with length %zu", len);
+	if (len > SOURCE_POS_MAX)
 		return txn_poison(t, AH_EINVAL, "source position of %zu bytes (at most %d)",
 		                  len, SOURCE_POS_MAX);
 	if ((rc = heap_put(t->ht, HEAP_T_SOURCE, source, strlen(source), pos, len)))

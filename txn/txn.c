@@ -201,8 +201,11 @@ static void txn_release(ah_txn *t)
 	for (ah_cursor *c = t->cursors; c; c = c->next)
 		c->txn = NULL;
 	if (t->builder) {
+		/* The caller still owns the handle: detach it (later calls are
+		 * AH_ESTATE, abandon frees the shell). */
 		builder_free(t->builder->b);
-		free(t->builder);
+		t->builder->b = NULL;
+		t->builder->txn = NULL;
 		t->builder = NULL;
 	}
 	ah_heap *ah = t->heap;

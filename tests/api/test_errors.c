@@ -209,3 +209,36 @@ Test(api_errors, strerror_and_names)
 	cr_assert_str_eq(ah_strerror(12345), "unknown error");
 	cr_assert(AH_EINVAL < -30999 || AH_EINVAL > -30780);
 }
+
+Test(api_errors, builder_detached_when_txn_ends)
+{
+	ah_txn *t;
+	ah_builder *b;
+	ah_update u[] = { U("k", "v", 11, 1) };
+	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
+	cr_assert_eq(ah_builder_begin(t, "a", 10, 12, &b), 0);
+	cr_assert_eq(ah_builder_push(b, u, 1), 0);
+	cr_assert_eq(ah_advance(t, "a", 10, 11), AH_ESTATE, "other mutations wait for the builder");
+	cr_assert_eq(ah_txn_commit(t), AH_ESTATE);
+	cr_assert_eq(ah_builder_push(b, u, 1), AH_ESTATE);
+	ah_builder_abandon(b); /* frees the detached handle only */
+	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
+	cr_assert_eq(ah_builder_begin(t, "a", 10, 12, &b), 0);
+	ah_txn_abort(t);
+	cr_assert_eq(ah_builder_finish(b), AH_ESTATE);
+}
+
+Test(api_errors, create_in_missing_directory)
+{
+	char path[600];
+	snprintf(path, sizeof path, "%s/no/such/dir/heap", dir);
+	ah_open_opts o = { .size = sizeof o, .flags = AH_OPEN_CREATE };
+	ah_heap *h2 = NULL;
+	cr_assert_eq(ah_open(path, &o, &h2), AH_ENOTFOUND);
+	cr_assert_null(h2);
+}
+
+Test(api_errors, source_put_null_position)
+{
+	EXPECT_POISON(ah_source_put(t, "s", NULL, 1), AH_EINVAL, "source position is NULL");
+}

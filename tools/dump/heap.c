@@ -259,7 +259,8 @@ int cmd_verify(dump *d, int argc, char **argv)
 		       tool_fmt_count(c, st.chunks), tool_fmt_bytes(by, st.chunk_bytes),
 		       secs, secs > 0 ? (double)st.chunk_bytes / 1e6 / secs : 0.0);
 		if (st.problems)
-			printf("%s problems\n", tool_fmt_count(a, st.problems));
+			printf("%s problem%s\n", tool_fmt_count(a, st.problems),
+			       st.problems == 1 ? "" : "s");
 	}
 	return st.problems ? 1 : 0;
 }
