@@ -53,7 +53,12 @@ int heap_set_max_bytes(heap *h, uint64_t max_bytes);
 int heap_stat(heap *h, ah_heap_stat *st);
 /* AH_EFORK when called from a process other than the opener. */
 int heap_check_pid(const heap *h);
+/* The writer's transient-memory pool, created on first use; NULL on a
+ * read-only heap or when it cannot be created (treat as AH_ENOMEM).  Only
+ * the thread holding the write txn may call it. */
 pool *heap_pool(heap *h);
+/* The pool if it was created, without creating it (any thread). */
+pool *heap_pool_if_any(const heap *h);
 bool heap_verify_reads(const heap *h);
 uint32_t heap_page_size(const heap *h);
 

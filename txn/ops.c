@@ -20,6 +20,12 @@
 
 #include "txn/txn.h"
 
+/* The writer's pool: txn_enter(write) made sure it exists. */
+static pool *txn_pool(ah_txn *t)
+{
+	return heap_pool(t->heap->h);
+}
+
 static int load(ah_txn *t, const char *name, spine *sp)
 {
 	if (!txn_name_ok(name))
@@ -172,7 +178,7 @@ static int seal(ah_txn *t, const char *name, spine *sp, uint64_t id,
 {
 	int rc = 0;
 	if (id)
-		rc = spine_push(t->ht, heap_pool(t->heap->h), sp, id, n,
+		rc = spine_push(t->ht, txn_pool(t), sp, id, n,
 		                t->heap->merge_quantum);
 	if (rc)
 		return txn_poison(t, rc, "arrangement '%s': %s", name, ah_strerror(rc));
@@ -200,7 +206,7 @@ int ah_builder_begin(ah_txn *t, const char *name, uint64_t expected_upper,
 	ah_builder *b = calloc(1, sizeof *b);
 	if (!b)
 		return txn_poison(t, AH_ENOMEM, NULL);
-	if ((rc = builder_new(t->ht, heap_pool(t->heap->h), 0, &b->b))) {
+	if ((rc = builder_new(t->ht, txn_pool(t), 0, &b->b))) {
 		free(b);
 		return txn_poison(t, rc, NULL);
 	}
@@ -360,7 +366,7 @@ int ah_maintain(ah_txn *t, const char *name, uint64_t fuel, int *idle)
 	if ((rc = load(t, name, &sp)))
 		return rc;
 	bool is_idle = false;
-	rc = spine_maintain(t->ht, heap_pool(t->heap->h), &sp, fuel,
+	rc = spine_maintain(t->ht, txn_pool(t), &sp, fuel,
 	                    t->heap->merge_quantum, &is_idle);
 	if (rc)
 		txn_poison(t, rc, "arrangement '%s': %s", name, ah_strerror(rc));

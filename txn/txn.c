@@ -55,6 +55,8 @@ int txn_enter(ah_txn *t, bool write)
 		return txn_poison(t, AH_EREADONLY, "read-only transaction");
 	if (write && t->builder)
 		return txn_poison(t, AH_ESTATE, "a builder is open in this transaction");
+	if (write && !heap_pool(t->heap->h))
+		return txn_poison(t, AH_ENOMEM, "cannot create the memory pool");
 	if (write) {
 		/* A mutation may free chunks an open cursor points into: detach
 		 * the cursors, their later use is AH_ESTATE. */
@@ -154,7 +156,14 @@ int ah_pool_stats_get(ah_heap *ah, ah_pool_stats *st)
 	if (!ah || !st)
 		return AH_EINVAL;
 	int rc = heap_check_pid(ah->h);
-	return rc ? rc : pool_stats(heap_pool(ah->h), st);
+	if (rc)
+		return rc;
+	pool *p = heap_pool_if_any(ah->h);
+	if (!p) { /* no write yet: no pool */
+		memset(st, 0, sizeof *st);
+		return 0;
+	}
+	return pool_stats(p, st);
 }
 
 /* ------------------------------------------------------ transactions */
@@ -215,7 +224,7 @@ static void txn_release(ah_txn *t)
 		ah->has_writer = false;
 	pthread_mutex_unlock(&ah->mu);
 	if (!t->rdonly)
-		pool_reset(heap_pool(ah->h));
+		pool_reset(heap_pool_if_any(ah->h));
 	free(t);
 }
 
