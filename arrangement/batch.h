@@ -139,6 +139,10 @@ typedef struct batch_cursor batch_cursor;
  * Starts at the first key and its first val.  malloc'd; close with
  * bcur_close before the txn ends.  Errors: AH_ENOMEM, AH_ECORRUPT. */
 int bcur_open(heap_txn *t, const batch *b, uint64_t since, batch_cursor **out);
+/* Like bcur_open, but positioned at the first key >= key, reading only the
+ * chunk that can hold it (the fences say which). */
+int bcur_open_at(heap_txn *t, const batch *b, uint64_t since, const void *key,
+                 size_t len, batch_cursor **out);
 void bcur_close(batch_cursor *c);
 bool bcur_key_valid(const batch_cursor *c);
 bool bcur_val_valid(const batch_cursor *c);

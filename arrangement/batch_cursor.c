@@ -215,17 +215,11 @@ static int search(const bchunk *cv, bool keys, uint32_t lo, uint32_t hi,
 	return 0;
 }
 
-int bcur_seek_key(batch_cursor *c, const void *key, size_t len)
+/* The first chunk in [lo, nchunks) whose fence is >= key. */
+static uint32_t fence_search(const batch *b, uint32_t lo, const void *key,
+                             size_t len)
 {
-	const batch *b = c->b;
-	uint32_t lo, hi, at, start;
-	int rc;
-
-	if (!c->kvalid || bytes_cmp(c->key, c->klen, key, len) >= 0)
-		return 0;
-	/* the last chunk at or after c whose fence is < key */
-	lo = c->c + 1;
-	hi = b->nchunks;
+	uint32_t hi = b->nchunks;
 	while (lo < hi) {
 		uint32_t mid = lo + (hi - lo) / 2;
 		if (bytes_cmp(b->fence[mid], b->fence_len[mid], key, len) < 0)
@@ -233,13 +227,17 @@ int bcur_seek_key(batch_cursor *c, const void *key, size_t len)
 		else
 			hi = mid;
 	}
-	start = c->ki + 1;
-	if (lo - 1 > c->c) {
-		if ((rc = load(c, lo - 1, &c->cv)))
-			return rc;
-		c->c = lo - 1;
-		start = 0;
-	}
+	return lo;
+}
+
+/* Lands on the first key >= key at or after key index start of the loaded
+ * chunk c->c, moving to the next chunk if this one has none. */
+static int land(batch_cursor *c, uint32_t start, const void *key, size_t len)
+{
+	const batch *b = c->b;
+	uint32_t at;
+	int rc;
+
 	if ((rc = search(&c->cv, true, start, c->cv.nkeys, key, len, &at)))
 		return rc;
 	if (at < c->cv.nkeys) {
@@ -259,6 +257,55 @@ int bcur_seek_key(batch_cursor *c, const void *key, size_t len)
 	if (c->cv.flags & BCHUNK_KEY_CONT)
 		return AH_ECORRUPT;
 	return set_key(c, 0);
+}
+
+int bcur_seek_key(batch_cursor *c, const void *key, size_t len)
+{
+	uint32_t lo, start;
+	int rc;
+
+	if (!c->kvalid || bytes_cmp(c->key, c->klen, key, len) >= 0)
+		return 0;
+	/* the last chunk at or after c whose fence is < key */
+	lo = fence_search(c->b, c->c + 1, key, len);
+	start = c->ki + 1;
+	if (lo - 1 > c->c) {
+		if ((rc = load(c, lo - 1, &c->cv)))
+			return rc;
+		c->c = lo - 1;
+		start = 0;
+	}
+	return land(c, start, key, len);
+}
+
+int bcur_open_at(heap_txn *t, const batch *b, uint64_t since, const void *key,
+                 size_t len, batch_cursor **out)
+{
+	if (!t || !b || !out || (len && !key))
+		return AH_EINVAL;
+	batch_cursor *c = calloc(1, sizeof *c);
+	if (!c)
+		return AH_ENOMEM;
+	c->t = t;
+	c->b = b;
+	c->since = since;
+	invalidate(c);
+	int rc = 0;
+	if (b->nchunks > 0) {
+		/* Only the chunk that can hold key is read: a point query
+		 * touches one chunk per batch, not also each batch's first. */
+		uint32_t lo = fence_search(b, 0, key, len);
+		c->c = lo ? lo - 1 : 0;
+		rc = load(c, c->c, &c->cv);
+		if (!rc)
+			rc = land(c, 0, key, len);
+	}
+	if (rc) {
+		free(c);
+		return rc;
+	}
+	*out = c;
+	return 0;
 }
 
 int bcur_seek_val(batch_cursor *c, const void *val, size_t len)

@@ -93,8 +93,11 @@ static int find_key(trace_cursor *c)
 	return find_val(c);
 }
 
-int tcur_open(heap_txn *t, batch *const *batches, size_t n, uint64_t since,
-              trace_cursor **out)
+/* Opens the cursor; with at, every batch cursor starts at the first key >=
+ * at (one chunk read per batch), else at the first key. */
+static int open_cursor(heap_txn *t, batch *const *batches, size_t n,
+                       uint64_t since, const void *at, size_t atlen,
+                       bool seek, trace_cursor **out)
 {
 	int rc = 0;
 	if (!t || (n && !batches) || !out)
@@ -110,7 +113,8 @@ int tcur_open(heap_txn *t, batch *const *batches, size_t n, uint64_t since,
 		goto out;
 	}
 	for (size_t i = 0; i < n; i++, c->n++)
-		if ((rc = bcur_open(t, batches[i], since, &c->bc[i])))
+		if ((rc = seek ? bcur_open_at(t, batches[i], since, at, atlen, &c->bc[i])
+		               : bcur_open(t, batches[i], since, &c->bc[i])))
 			goto out;
 	rc = find_key(c);
 out:
@@ -120,6 +124,20 @@ out:
 	}
 	*out = c;
 	return 0;
+}
+
+int tcur_open(heap_txn *t, batch *const *batches, size_t n, uint64_t since,
+              trace_cursor **out)
+{
+	return open_cursor(t, batches, n, since, NULL, 0, false, out);
+}
+
+int tcur_open_at(heap_txn *t, batch *const *batches, size_t n, uint64_t since,
+                 const void *key, size_t len, trace_cursor **out)
+{
+	if (len && !key)
+		return AH_EINVAL;
+	return open_cursor(t, batches, n, since, key, len, true, out);
 }
 
 void tcur_close(trace_cursor *c)

@@ -14,6 +14,10 @@ typedef struct trace_cursor trace_cursor;
  * Errors: AH_ENOMEM, AH_ECORRUPT. */
 int tcur_open(heap_txn *t, batch *const *batches, size_t n, uint64_t since,
               trace_cursor **out);
+/* As tcur_open, positioned at the first key >= key: each batch reads only
+ * the chunk its fences name (a point query's cold page reads). */
+int tcur_open_at(heap_txn *t, batch *const *batches, size_t n, uint64_t since,
+                 const void *key, size_t len, trace_cursor **out);
 void tcur_close(trace_cursor *c);
 bool tcur_key_valid(const trace_cursor *c);
 bool tcur_val_valid(const trace_cursor *c);

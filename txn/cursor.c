@@ -6,6 +6,11 @@
  * history has been compacted (AH_ECOMPACTED), at or after upper it is not
  * yet complete (AH_ENOTREADY).  Never an empty success.
  *
+ * The trace cursor is opened lazily, at the first call that needs a
+ * position: when that call is seek_key, every batch reads only the chunk
+ * its fences name, so a point query touches one chunk per batch (cold: one
+ * dependent page read fewer per batch than rewinding first).
+ *
  * A cursor belongs to its transaction: the txn keeps a list of its open
  * cursors and detaches them when it ends, so a use after the end is caught
  * (AH_ESTATE) instead of reading unmapped or reused pages.
@@ -76,8 +81,6 @@ int ah_cursor_open(ah_txn *t, const char *name, ah_cursor **out)
 		if (!rc)
 			c->nbatches++;
 	}
-	if (!rc)
-		rc = tcur_open(t->ht, c->batches, c->nbatches, sp.since, &c->tc);
 	c->upper = sp.upper;
 	c->since = sp.since;
 	spine_clear(&sp);
@@ -110,14 +113,20 @@ void ah_cursor_close(ah_cursor *c)
 	cursor_free(c);
 }
 
-/* A cursor is usable while its txn lives and is not poisoned. */
-static int live(const ah_cursor *c)
+/* A cursor is usable while its txn lives and is not poisoned; the first
+ * use positions it at the first key. */
+static int live(const ah_cursor *cc)
 {
-	if (!c)
+	if (!cc)
 		return AH_EINVAL;
-	if (!c->txn)
+	if (!cc->txn)
 		return AH_ESTATE;
-	return c->txn->poisoned ? AH_EBADTXN : 0;
+	if (cc->txn->poisoned)
+		return AH_EBADTXN;
+	ah_cursor *c = (ah_cursor *)cc; /* lazy open: logically const */
+	if (!c->tc && !c->err)
+		c->err = tcur_open(c->txn->ht, c->batches, c->nbatches, c->since, &c->tc);
+	return c->err;
 }
 
 int ah_cursor_key_valid(const ah_cursor *c)
@@ -168,8 +177,18 @@ MOVE(ah_cursor_step_val(ah_cursor *c), tcur_step_val(c->tc))
 MOVE(ah_cursor_rewind_keys(ah_cursor *c), tcur_rewind_keys(c->tc))
 MOVE(ah_cursor_rewind_vals(ah_cursor *c), tcur_rewind_vals(c->tc))
 MOVE(ah_cursor_times_rewind(ah_cursor *c), tcur_times_rewind(c->tc))
-MOVE(ah_cursor_seek_key(ah_cursor *c, const void *key, size_t len),
-     (len && !key) ? AH_EINVAL : tcur_seek_key(c->tc, key, len))
+int ah_cursor_seek_key(ah_cursor *c, const void *key, size_t len)
+{
+	if (!c || (len && !key))
+		return AH_EINVAL;
+	if (c->txn && !c->txn->poisoned && !c->tc && !c->err) {
+		c->err = tcur_open_at(c->txn->ht, c->batches, c->nbatches, c->since,
+		                      key, len, &c->tc);
+		return c->err;
+	}
+	int rc = live(c);
+	return rc ? rc : tcur_seek_key(c->tc, key, len);
+}
 MOVE(ah_cursor_seek_val(ah_cursor *c, const void *val, size_t len),
      (len && !val) ? AH_EINVAL : tcur_seek_val(c->tc, val, len))
 MOVE(ah_cursor_time_next(ah_cursor *c, uint64_t *time, int64_t *diff),

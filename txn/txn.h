@@ -40,7 +40,8 @@ struct ah_txn {
 struct ah_cursor {
 	ah_txn *txn;             /* NULL once the txn ended: use is AH_ESTATE */
 	ah_cursor *next, *prev;
-	trace_cursor *tc;
+	trace_cursor *tc;        /* opened at first use (lazy) */
+	int err;                 /* the lazy open's error, if it failed */
 	batch **batches;
 	uint32_t nbatches;
 	uint64_t upper, since;
