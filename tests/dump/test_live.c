@@ -110,7 +110,7 @@ Test(live, every_command_while_writing, .init = du_setup, .fini = live_teardown,
 				free(out);
 			}
 			/* the writer is not blocked: it commits while we read */
-			for (int w = 0; commits(count) == before && w < 5000; w++)
+			for (int w = 0; commits(count) == before && w < 30000; w++)
 				usleep(1000);
 			cr_assert_gt(commits(count), before, "writer stalled after %s",
 			             cmds[i]);
