@@ -405,7 +405,7 @@ int cmd_keys(dump *d, int argc, char **argv)
 
 		if (rc < 0 || (rc = ah_cursor_key(c, &k, &kl)) < 0)
 			goto fail;
-		if (kl < plen || memcmp(k, pre, plen) != 0)
+		if (kl < plen || (plen && memcmp(k, pre, plen) != 0))
 			break;
 		if (a.limit && n == a.limit) {
 			more = true;
