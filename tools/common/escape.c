@@ -37,7 +37,7 @@ size_t tool_escape(const void *in, size_t len, char *out)
 	return o;
 }
 
-static int hexval(char c)
+int tool_hexval(char c)
 {
 	if (c >= '0' && c <= '9')
 		return c - '0';
@@ -68,8 +68,8 @@ int tool_unescape(const char *in, size_t len, void *out, size_t *out_len,
 		case 't': q[o++] = '\t'; break;
 		case 'n': q[o++] = '\n'; break;
 		case 'x': {
-			int hi = i + 1 < len ? hexval(in[i + 1]) : -1;
-			int lo = i + 2 < len ? hexval(in[i + 2]) : -1;
+			int hi = i + 1 < len ? tool_hexval(in[i + 1]) : -1;
+			int lo = i + 2 < len ? tool_hexval(in[i + 2]) : -1;
 
 			if (hi < 0 || lo < 0) {
 				*reason = "bad \\x escape";

@@ -29,4 +29,7 @@ size_t tool_escape(const void *in, size_t len, char *out);
 int tool_unescape(const char *in, size_t len, void *out, size_t *out_len,
                   const char **reason);
 
+/* The value of one hex digit (either case), or -1. */
+int tool_hexval(char c);
+
 #endif /* TOOLS_COMMON_ESCAPE_H */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tools/common/escape.h"
 #include "tools/pg/row.h"
 
 int pg_buf_reserve(pg_buf *b, size_t more)
@@ -101,17 +102,6 @@ int row_next_field(const uint8_t **p, const uint8_t *end, pg_field *f)
 	return 1;
 }
 
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /* Unescapes in[0..len) onto out (which may equal in: decoding never grows). */
 static int unescape(char *out, const char *in, size_t len, size_t *out_len)
 {
@@ -136,7 +126,7 @@ static int unescape(char *out, const char *in, size_t len, size_t *out_len)
 		case 'v': out[o++] = '\v'; break;
 		case 'x': {
 			int v = 0, d, k = 0;
-			while (k < 2 && i + 1 < len && (d = hexval(in[i + 1])) >= 0) {
+			while (k < 2 && i + 1 < len && (d = tool_hexval(in[i + 1])) >= 0) {
 				v = v * 16 + d;
 				i++;
 				k++;
