@@ -110,6 +110,17 @@ static void usage(FILE *f)
 	fputs(help_text, f);
 }
 
+void dump_json_list(dump *d, const char *arrangement, const char *key)
+{
+	if (!d->json)
+		return;
+	tj_obj(&d->j);
+	if (arrangement)
+		tj_kstr(&d->j, "arrangement", arrangement);
+	tj_key(&d->j, key);
+	tj_arr(&d->j);
+}
+
 int dump_lib_error(dump *d, int rc, const char *what)
 {
 	const char *detail = d->txn ? ah_txn_errmsg(d->txn) : "";

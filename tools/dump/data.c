@@ -36,11 +36,7 @@ int cmd_arrangements(dump *d, int argc, char **argv)
 	(void)argv;
 	if (argc != 0)
 		return 2;
-	if (d->json) {
-		tj_obj(&d->j);
-		tj_key(&d->j, "arrangements");
-		tj_arr(&d->j);
-	}
+	dump_json_list(d, NULL, "arrangements");
 	for (rc = ah_arrangement_next(d->txn, NULL, name); rc == 0;
 	     rc = ah_arrangement_next(d->txn, name, name))
 		if (d->json)
@@ -97,12 +93,8 @@ int cmd_batches(dump *d, int argc, char **argv)
 		return 2;
 	if ((rc = arrangement(d, argv[0], &info)))
 		return rc;
-	if (d->json) {
-		tj_obj(&d->j);
-		tj_kstr(&d->j, "arrangement", argv[0]);
-		tj_key(&d->j, "batches");
-		tj_arr(&d->j);
-	} else {
+	dump_json_list(d, argv[0], "batches");
+	if (!d->json) {
 		printf("%8s %10s %10s %10s %13s %11s %11s %7s %10s\n", "id", "lower",
 		       "upper", "since", "updates", "keys", "vals", "chunks",
 		       "bytes");
@@ -154,12 +146,8 @@ int cmd_chunks(dump *d, int argc, char **argv)
 		return 2;
 	if ((rc = arrangement(d, argv[0], &info)))
 		return rc;
-	if (d->json) {
-		tj_obj(&d->j);
-		tj_kstr(&d->j, "arrangement", argv[0]);
-		tj_key(&d->j, "chunks");
-		tj_arr(&d->j);
-	} else {
+	dump_json_list(d, argv[0], "chunks");
+	if (!d->json) {
 		printf("%10s %8s %6s %10s %14s  %s\n", "id", "batch", "class",
 		       "used", "file offset", "xxh3");
 	}
@@ -394,12 +382,7 @@ int cmd_keys(dump *d, int argc, char **argv)
 	if ((rc = ah_cursor_open(d->txn, a.name, &c)) < 0 ||
 	    (plen && (rc = ah_cursor_seek_key(c, pre, plen)) < 0))
 		goto fail;
-	if (d->json) {
-		tj_obj(&d->j);
-		tj_kstr(&d->j, "arrangement", a.name);
-		tj_key(&d->j, "keys");
-		tj_arr(&d->j);
-	}
+	dump_json_list(d, a.name, "keys");
 	for (; ah_cursor_key_valid(c); rc = ah_cursor_step_key(c)) {
 		const char *ke;
 

@@ -30,6 +30,9 @@ typedef struct dump {
 /* One line on stderr for a library error (the txn's detail when it has
  * one); returns 1. */
 int dump_lib_error(dump *d, int rc, const char *what);
+/* With --json, opens the command's document as {["arrangement": NAME,]
+ * "KEY": [ ... (the caller adds the elements and closes both). */
+void dump_json_list(dump *d, const char *arrangement, const char *key);
 /* The canonical escape (tools/common/escape.h) of p[0..len) as a C string
  * owned by d, valid until the next call; NULL (reported) on no memory. */
 const char *dump_escape(dump *d, const void *p, size_t len);

@@ -233,11 +233,7 @@ int cmd_verify(dump *d, int argc, char **argv)
 	(void)argv;
 	if (argc != 0)
 		return 2;
-	if (d->json) {
-		tj_obj(&d->j);
-		tj_key(&d->j, "problems");
-		tj_arr(&d->j);
-	}
+	dump_json_list(d, NULL, "problems");
 	rc = ah_verify(d->txn, on_problem, d, &st);
 	if (rc < 0)
 		return dump_lib_error(d, rc, "verify");
