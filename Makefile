@@ -157,8 +157,13 @@ bench-deps:
 bench-build: $(BENCH_BINS)
 $(BUILD)/bench/ah-bench: $(BUILD)/obj/bench/driver.o $(BUILD)/obj/bench/report.o $(BUILD)/obj/bench/common.o
 	@mkdir -p $(dir $@); $(CC) -o $@ $^ -lm
+# ah-bench-arrheap links jemalloc statically (libjemalloc_pic.a, from
+# libjemalloc-dev), as engines do (Rust's tikv-jemallocator): Debian's
+# libjemalloc.so.2 pulls in libstdc++ and costs ~1 ms of dynamic loading per
+# process start (BENCHMARKS.md).
+JEMALLOC_STATIC = $(shell $(CC) -print-file-name=libjemalloc_pic.a)
 $(BUILD)/bench/ah-bench-arrheap: $(BUILD)/obj/bench/arrheap.o $(BUILD)/obj/bench/common.o $(BUILD)/libarrheap.a
-	@mkdir -p $(dir $@); $(CC) -o $@ $^ $(LDLIBS_ALL)
+	@mkdir -p $(dir $@); $(CC) -o $@ $^ -llmdb $(JEMALLOC_STATIC) -lpthread -lm -ldl
 $(BUILD)/bench/ah-bench-rocksdb: $(BUILD)/obj/bench/rocksdb.o $(BUILD)/obj/bench/common.o
 	@mkdir -p $(dir $@); $(CC) -o $@ $^ -lrocksdb
 $(BUILD)/bench/ah-bench-lmdb: $(BUILD)/obj/bench/lmdb.o $(BUILD)/obj/bench/common.o

@@ -34,14 +34,29 @@ struct batch_cursor {
 	bool tpending, tdone;
 };
 
-static int load(batch_cursor *c, uint32_t idx, bchunk *out)
+/* Loads chunk idx.  seq: the cursor walks the batch in order (a scan, a
+ * merge input), so the kernel is asked to read this chunk and the next one
+ * whole now (the map has no read-around: a seek reads only its pages). */
+static int load_at(batch_cursor *c, uint32_t idx, bool seq, bchunk *out)
 {
 	if (idx >= c->b->nchunks)
 		return AH_ECORRUPT;
+	if (seq) {
+		int prc = heap_chunk_prefetch(c->t, c->b->chunk_ids[idx]);
+		if (!prc && idx + 1 < c->b->nchunks)
+			prc = heap_chunk_prefetch(c->t, c->b->chunk_ids[idx + 1]);
+		if (prc && prc != AH_ENOTFOUND)
+			return prc;
+	}
 	int rc = bchunk_get(c->t, c->b->chunk_ids[idx], out);
 	if (!rc && idx == 0 && out->flags)
 		rc = AH_ECORRUPT; /* nothing to continue */
 	return rc;
+}
+
+static int load(batch_cursor *c, uint32_t idx, bchunk *out)
+{
+	return load_at(c, idx, true, out);
 }
 
 static int set_val(batch_cursor *c)
@@ -251,7 +266,7 @@ static int land(batch_cursor *c, uint32_t start, const void *key, size_t len)
 		invalidate(c);
 		return 0;
 	}
-	if ((rc = load(c, c->c + 1, &c->cv)))
+	if ((rc = load_at(c, c->c + 1, false, &c->cv)))
 		return rc;
 	c->c++;
 	if (c->cv.flags & BCHUNK_KEY_CONT)
@@ -270,7 +285,7 @@ int bcur_seek_key(batch_cursor *c, const void *key, size_t len)
 	lo = fence_search(c->b, c->c + 1, key, len);
 	start = c->ki + 1;
 	if (lo - 1 > c->c) {
-		if ((rc = load(c, lo - 1, &c->cv)))
+		if ((rc = load_at(c, lo - 1, false, &c->cv)))
 			return rc;
 		c->c = lo - 1;
 		start = 0;
@@ -296,7 +311,7 @@ int bcur_open_at(heap_txn *t, const batch *b, uint64_t since, const void *key,
 		 * touches one chunk per batch, not also each batch's first. */
 		uint32_t lo = fence_search(b, 0, key, len);
 		c->c = lo ? lo - 1 : 0;
-		rc = load(c, c->c, &c->cv);
+		rc = load_at(c, c->c, false, &c->cv);
 		if (!rc)
 			rc = land(c, 0, key, len);
 	}
@@ -344,7 +359,7 @@ int bcur_rewind_vals(batch_cursor *c)
 	if (!c->kvalid)
 		return 0;
 	if (c->c != c->kc) {
-		if ((rc = load(c, c->kc, &c->cv)))
+		if ((rc = load_at(c, c->kc, false, &c->cv)))
 			return rc;
 		c->c = c->kc;
 	}
@@ -370,7 +385,7 @@ static int times_cont(batch_cursor *c)
 		c->tdone = true;
 		return 0;
 	}
-	if ((rc = load(c, c->tc + 1, &next)))
+	if ((rc = load_at(c, c->tc + 1, false, &next)))
 		return rc;
 	if (!(next.flags & BCHUNK_VAL_CONT)) {
 		c->tdone = true;

@@ -25,6 +25,7 @@
  * is HEAP_FORMAT_VERSION (in the heap's meta record).
  */
 #include <string.h>
+#include <sys/mman.h>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -241,6 +242,28 @@ int heap_chunk_get(heap_txn *t, uint64_t id, const void **body,
 	if (body_used != NULL)
 		*body_used = hd.body_used;
 	return 0;
+}
+
+int heap_chunk_prefetch(heap_txn *t, uint64_t id)
+{
+	MDB_val k = { sizeof id, &id }, v;
+	uintptr_t start, end, psize;
+	int rc;
+
+	if ((rc = heap_txn_usable(t, false)) != 0)
+		return rc;
+	/* mdb_get reads only B-tree pages: the chunk's own pages stay untouched
+	 * until the kernel's read brings them in. */
+	HEAP_TRY(heap_err(HEAP_MDB(mdb_get(t->txn, t->h->dbi[HEAP_DBI_CHUNKS], &k,
+	                                   &v))));
+	psize = t->h->psize;
+	if (v.mv_size < HEAP_CHUNK_HDR)
+		return HEAP_CORRUPT("chunk smaller than its header");
+	start = ((uintptr_t)v.mv_data - VALUE_PAD) / psize * psize;
+	end = ((uintptr_t)v.mv_data + v.mv_size + psize - 1) / psize * psize;
+	(void)madvise((void *)start, end - start, MADV_WILLNEED);
+out:
+	return rc;
 }
 
 int heap_chunk_verify(heap_txn *t, uint64_t id)

@@ -164,7 +164,7 @@ out:
 
 static unsigned mdb_flags(unsigned flags)
 {
-	unsigned m = MDB_NOSUBDIR | MDB_NOTLS;
+	unsigned m = MDB_NOSUBDIR | MDB_NOTLS | MDB_NORDAHEAD;
 
 	if (flags & AH_OPEN_RDONLY)
 		m |= MDB_RDONLY;
@@ -182,7 +182,8 @@ static unsigned mdb_flags(unsigned flags)
 static int check_catalog(heap *h, const char *path, unsigned readers)
 {
 	MDB_env *env = NULL;
-	int rc = env_start(h, path, MDB_NOSUBDIR | MDB_NOTLS | MDB_RDONLY,
+	int rc = env_start(h, path,
+	                   MDB_NOSUBDIR | MDB_NOTLS | MDB_NORDAHEAD | MDB_RDONLY,
 	                   readers, &env);
 
 	if (rc == 0)

@@ -115,6 +115,13 @@ int heap_chunk_seal(heap_txn *t, uint64_t id, void *body, size_t body_used);
  * ends.  Errors: AH_ENOTFOUND, AH_ECORRUPT. */
 int heap_chunk_get(heap_txn *t, uint64_t id, const void **body,
                    size_t *body_used);
+/* Asks the kernel to start reading chunk id's pages now
+ * (madvise(MADV_WILLNEED) on its page range), for a reader about to walk it
+ * sequentially: the map is opened with MDB_NORDAHEAD, so without this every
+ * cold page would be its own 4 KiB read.  Advisory: touches no chunk byte and
+ * returns 0 whether or not the kernel acts.  Errors: AH_ENOTFOUND,
+ * AH_ECORRUPT (a value too small to be a chunk). */
+int heap_chunk_prefetch(heap_txn *t, uint64_t id);
 /* Recomputes the checksum over the whole chunk (header and tail included).
  * Errors: AH_ECORRUPT, AH_ENOTFOUND. */
 int heap_chunk_verify(heap_txn *t, uint64_t id);

@@ -312,6 +312,17 @@ int heap_backup(heap *h, const char *path)
 	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return errno == EEXIST ? AH_EEXIST : heap_err(errno);
+	{
+		/* The map has no read-around (MDB_NORDAHEAD): ask for the used
+		 * pages up front so a cold copy reads in large requests, not a
+		 * 4 KiB fault at a time.  Advice only. */
+		MDB_envinfo info;
+
+		if (mdb_env_info(h->env, &info) == 0)
+			(void)posix_fadvise(h->fd, 0,
+			                    (off_t)(info.me_last_pgno + 1) * h->psize,
+			                    POSIX_FADV_WILLNEED);
+	}
 	rc = heap_err(mdb_env_copyfd2(h->env, fd, MDB_CP_COMPACT));
 	if (rc == 0 && fsync(fd) != 0)
 		rc = heap_err(errno);
