@@ -97,6 +97,21 @@ static void must(int rc, const char *what)
 		bench_die("%s failed (status %d)", what, rc);
 }
 
+/* A progress line on stderr, stamped with the seconds since the driver
+ * started (where a run's time goes). */
+static uint64_t started_ns;
+
+__attribute__((format(printf, 1, 2)))
+static void progress(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "[%7.1f s] ", (double)(bench_now_ns() - started_ns) / 1e9);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+}
+
 /* ---------------------------------------------------------- eviction */
 
 static void evict_file(const char *path, uint64_t *resident, uint64_t *pages)
@@ -208,7 +223,7 @@ static void starts(const sysdef *s, const char *dir, uint64_t n, int cold,
 			figs_set(&f[r], "evicted_pages", (double)pages);
 		}
 		drv_check_answer(answers, s->name, r, &f[r]);
-		fprintf(stderr, "  %s-%s n=%llu run %d: first answer %.3f ms\n",
+		progress("  %s-%s n=%llu run %d: first answer %.3f ms\n",
 		        s->name, cold ? "cold" : "warm", (unsigned long long)n, r,
 		        figs_get(&f[r], "first_answer_ms"));
 	}
@@ -231,6 +246,8 @@ static void scan(const sysdef *s, const char *dir, uint64_t n, int cold, row *w,
 	must(run_child(s->bin, &f, a), s->bin);
 	row_set(w, "scan_ms", figs_get(&f, "scan_ms"));
 	drv_check_scan(answers, s->name, &f);
+	progress("  %s scan (%s): %.0f ms\n", s->name, cold ? "cold" : "warm",
+	         figs_get(&f, "scan_ms"));
 }
 
 static void measure_system(const sysdef *s, const char *dir, const char *log,
@@ -242,10 +259,10 @@ static void measure_system(const sysdef *s, const char *dir, const char *log,
 
 	snprintf(ns, sizeof ns, "%llu", (unsigned long long)n);
 	figs_clear(&load);
-	fprintf(stderr, "%s: loading %llu updates\n", s->name, (unsigned long long)n);
+	progress("%s: loading %llu updates\n", s->name, (unsigned long long)n);
 	const char *a[] = { "load", dir, log, ns, NULL };
 	must(run_child(s->bin, &load, a), s->bin);
-	fprintf(stderr, "  ingest %.0f updates/s\n", figs_get(&load, "ingest_ups"));
+	progress("  ingest %.0f updates/s\n", figs_get(&load, "ingest_ups"));
 
 	figs_clear(&f);
 	const char *st[] = { "start", dir, ns, "0", "T0", NULL };
@@ -273,6 +290,7 @@ static void measure_system(const sysdef *s, const char *dir, const char *log,
 			bench_die("rocksdb kill: status %d", rc);
 		figs_clear(&f);
 		must(run_child(s->bin, &f, st), s->bin);
+		progress("  rocksdb reopen after kill -9: %.0f ms\n", figs_get(&f, "open_ms"));
 		row_set(warm, "reopen_after_kill_ms", figs_get(&f, "open_ms"));
 		row_set(cold, "reopen_after_kill_ms", figs_get(&f, "open_ms"));
 	}
@@ -280,6 +298,7 @@ static void measure_system(const sysdef *s, const char *dir, const char *log,
 		const char *m[] = { "merge", dir, ns, NULL };
 		figs_clear(&f);
 		must(run_child(s->bin, &f, m), s->bin);
+		progress("  arrheap full merge: %.1f MB/s\n", figs_get(&f, "merge_mbps"));
 		for (row *w = warm; w; w = w == warm ? cold : NULL) {
 			row_set(w, "merge_mbps", figs_get(&f, "merge_mbps"));
 			row_set(w, "merge_ups", figs_get(&f, "merge_ups"));
@@ -312,7 +331,7 @@ static void measure_rebuild(const char *log, uint64_t n, figs *answers)
 		must(run_child("ah-bench-arrheap", &f[r], a), "rebuild");
 		drv_check_answer(answers, "rebuild", r, &f[r]);
 		drv_check_scan(answers, "rebuild", &f[r]);
-		fprintf(stderr, "  rebuild n=%llu run %d: first answer %.1f ms\n",
+		progress("  rebuild n=%llu run %d: first answer %.1f ms\n",
 		        (unsigned long long)n, r, figs_get(&f[r], "first_answer_ms"));
 	}
 	row_from_runs(w, f, runs);
@@ -359,7 +378,7 @@ static void measure_size(uint64_t n)
 	if (mkdir(dir, 0755) != 0)
 		bench_die("mkdir %s: %s", dir, strerror(errno));
 	snprintf(log, sizeof log, "%s/log.bin", dir);
-	fprintf(stderr, "== %llu updates: generating %s\n", (unsigned long long)n, log);
+	progress("== %llu updates: generating %s\n", (unsigned long long)n, log);
 	gen_log(log, n);
 	/* arrheap first, then the rebuild it is compared with */
 	for (size_t i = 0; i < sizeof SYS / sizeof SYS[0]; i++) {
@@ -435,6 +454,7 @@ int main(int argc, char **argv)
 	mkdir(O.out, 0755);
 	mkdir(O.data, 0755);
 	drv_machine(&O);
+	started_ns = bench_now_ns();
 	for (int i = 0; i < nsizes; i++)
 		measure_size(sizes[i]);
 	drv_write_outputs(&O);
