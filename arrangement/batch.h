@@ -144,11 +144,8 @@ int bcur_open(heap_txn *t, const batch *b, uint64_t since, batch_cursor **out);
 int bcur_open_at(heap_txn *t, const batch *b, uint64_t since, const void *key,
                  size_t len, batch_cursor **out);
 void bcur_close(batch_cursor *c);
-bool bcur_key_valid(const batch_cursor *c);
-bool bcur_val_valid(const batch_cursor *c);
-/* Current key / val: pointers into the map. */
-void bcur_key(const batch_cursor *c, const void **key, size_t *len);
-void bcur_val(const batch_cursor *c, const void **val, size_t *len);
+/* bcur_key_valid, bcur_val_valid, bcur_key, bcur_val (the current key /
+ * val: pointers into the map) are inline, at the end of this header. */
 /* All movement returns 0 or AH_ECORRUPT; past the end is a no-op. */
 int bcur_step_key(batch_cursor *c);
 int bcur_seek_key(batch_cursor *c, const void *key, size_t len); /* >= key, forward only */
@@ -266,5 +263,49 @@ int bchunk_get(heap_txn *t, uint64_t id, bchunk *out);
 /* Encodes b (id, desc, counts, chunk ids, fences, rec_flags) as its record
  * and puts it.  Errors: AH_ENOMEM, AH_ELIMIT, heap_put's. */
 int batch_record_put(heap_txn *t, const batch *b);
+
+/* The batch cursor's state: private to batch_cursor.c, defined here only so
+ * that the accessors below inline (merges call them per (key, val)). */
+struct batch_cursor {
+	heap_txn *t;
+	const batch *b;
+	uint64_t since;
+	bchunk cv;          /* chunk c */
+	uint32_t c, ki, vi, vend; /* vend: end of key ki's vals in chunk c */
+	uint32_t kc, kk;    /* where the current key starts (rewind_vals) */
+	bool kvalid, vvalid;
+	const uint8_t *key, *val;
+	size_t klen, vlen;
+	/* time walk */
+	bchunk tv;
+	uint32_t tc, tvi, tu, tend;
+	bool tpending, tdone;
+};
+
+static inline bool bcur_key_valid(const batch_cursor *c)
+{
+	return c && c->kvalid;
+}
+
+static inline bool bcur_val_valid(const batch_cursor *c)
+{
+	return c && c->kvalid && c->vvalid;
+}
+
+static inline void bcur_key(const batch_cursor *c, const void **key,
+                            size_t *len)
+{
+	bool ok = bcur_key_valid(c);
+	*key = ok ? c->key : NULL;
+	*len = ok ? c->klen : 0;
+}
+
+static inline void bcur_val(const batch_cursor *c, const void **val,
+                            size_t *len)
+{
+	bool ok = bcur_val_valid(c);
+	*val = ok ? c->val : NULL;
+	*len = ok ? c->vlen : 0;
+}
 
 #endif /* ARRANGEMENT_BATCH_H */

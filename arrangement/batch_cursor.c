@@ -18,21 +18,7 @@
 
 #include "arrangement/batch.h"
 
-struct batch_cursor {
-	heap_txn *t;
-	const batch *b;
-	uint64_t since;
-	bchunk cv;          /* chunk c */
-	uint32_t c, ki, vi, vend; /* vend: end of key ki's vals in chunk c */
-	uint32_t kc, kk;    /* where the current key starts (rewind_vals) */
-	bool kvalid, vvalid;
-	const uint8_t *key, *val;
-	size_t klen, vlen;
-	/* time walk */
-	bchunk tv;
-	uint32_t tc, tvi, tu, tend;
-	bool tpending, tdone;
-};
+/* struct batch_cursor: batch.h (its accessors inline there). */
 
 /* Loads chunk idx.  seq: the cursor walks the batch in order (a scan, a
  * merge input), so the kernel is asked to read this chunk and the next one
@@ -122,30 +108,6 @@ int bcur_open(heap_txn *t, const batch *b, uint64_t since, batch_cursor **out)
 void bcur_close(batch_cursor *c)
 {
 	free(c);
-}
-
-bool bcur_key_valid(const batch_cursor *c)
-{
-	return c && c->kvalid;
-}
-
-bool bcur_val_valid(const batch_cursor *c)
-{
-	return c && c->kvalid && c->vvalid;
-}
-
-void bcur_key(const batch_cursor *c, const void **key, size_t *len)
-{
-	bool ok = bcur_key_valid(c);
-	*key = ok ? c->key : NULL;
-	*len = ok ? c->klen : 0;
-}
-
-void bcur_val(const batch_cursor *c, const void **val, size_t *len)
-{
-	bool ok = bcur_val_valid(c);
-	*val = ok ? c->val : NULL;
-	*len = ok ? c->vlen : 0;
 }
 
 int bcur_step_key(batch_cursor *c)
