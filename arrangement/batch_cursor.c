@@ -22,18 +22,21 @@
 
 /* Loads chunk idx.  seq: the cursor walks the batch in order (a scan, a
  * merge input), so the kernel is asked to read this chunk and the next one
- * whole now (the map has no read-around: a seek reads only its pages). */
+ * whole now, each once (the map has no read-around: a seek reads only its
+ * pages). */
 static int load_at(batch_cursor *c, uint32_t idx, bool seq, bchunk *out)
 {
 	if (idx >= c->b->nchunks)
 		return AH_ECORRUPT;
-	if (seq) {
-		int prc = heap_chunk_prefetch(c->t, c->b->chunk_ids[idx]);
-		if (!prc && idx + 1 < c->b->nchunks)
-			prc = heap_chunk_prefetch(c->t, c->b->chunk_ids[idx + 1]);
+	for (uint32_t i = idx; seq && i <= idx + 1 && i < c->b->nchunks; i++) {
+		if (i < c->ahead && c->ahead <= idx + 2)
+			continue; /* asked for when the cursor entered i - 1 */
+		int prc = heap_chunk_prefetch(c->t, c->b->chunk_ids[i]);
 		if (prc && prc != AH_ENOTFOUND)
 			return prc;
 	}
+	if (seq)
+		c->ahead = idx + 2;
 	int rc = bchunk_get(c->t, c->b->chunk_ids[idx], out);
 	if (!rc && idx == 0 && out->flags)
 		rc = AH_ECORRUPT; /* nothing to continue */

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -142,6 +143,38 @@ static inline uint64_t ht_count_chunks(heap_txn *t)
 	}
 	cr_assert_eq(rc, AH_ENOTFOUND);
 	return n;
+}
+
+/* Pages of [off, off + len) (off page-aligned) of the file at path that are in the page cache. */
+static inline size_t ht_resident(const char *path, uint64_t off, size_t len)
+{
+	int fd = open(path, O_RDONLY);
+	long ps = sysconf(_SC_PAGESIZE);
+	size_t n = 0, pages = len / (size_t)ps;
+	unsigned char *vec = calloc(pages, 1);
+	void *m;
+
+	cr_assert(fd >= 0 && vec != NULL && off % (uint64_t)ps == 0);
+	m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, (off_t)off);
+	cr_assert_neq(m, MAP_FAILED);
+	cr_assert_eq(mincore(m, len, vec), 0);
+	for (size_t i = 0; i < pages; i++)
+		n += vec[i] & 1;
+	munmap(m, len);
+	free(vec);
+	close(fd);
+	return n;
+}
+
+/* Drops the file from the page cache (it must not be mapped). */
+static inline void ht_evict(const char *path)
+{
+	int fd = open(path, O_RDONLY);
+
+	cr_assert(fd >= 0);
+	cr_assert_eq(fsync(fd), 0);
+	cr_assert_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	close(fd);
 }
 
 #endif

@@ -5,7 +5,6 @@
  * process rules (same file twice -> AH_EBUSY, forked child -> AH_EFORK).
  */
 #include <signal.h>
-#include <sys/mman.h>
 #include <sys/wait.h>
 
 #include "heap_test.h"
@@ -303,37 +302,6 @@ Test(heap_basic, errors_and_version)
 	cr_assert_str_eq(ah_err_name(AH_ESTATE), "AH_ESTATE");
 }
 
-/* Pages of [off, off + len) of the file at path that are in the page cache. */
-static size_t resident(const char *path, uint64_t off, size_t len)
-{
-	int fd = open(path, O_RDONLY);
-	long ps = sysconf(_SC_PAGESIZE);
-	size_t n = 0, pages = len / (size_t)ps;
-	unsigned char *vec = calloc(pages, 1);
-	void *m;
-
-	cr_assert(fd >= 0 && vec != NULL && off % (uint64_t)ps == 0);
-	m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, (off_t)off);
-	cr_assert_neq(m, MAP_FAILED);
-	cr_assert_eq(mincore(m, len, vec), 0);
-	for (size_t i = 0; i < pages; i++)
-		n += vec[i] & 1;
-	munmap(m, len);
-	free(vec);
-	close(fd);
-	return n;
-}
-
-static void evict(const char *path)
-{
-	int fd = open(path, O_RDONLY);
-
-	cr_assert(fd >= 0);
-	cr_assert_eq(fsync(fd), 0);
-	cr_assert_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
-	close(fd);
-}
-
 /* The map has no read-around (MDB_NORDAHEAD): reading a chunk's header
  * from a cold file brings in that one page, not the 256 of its 1 MiB class;
  * heap_chunk_prefetch then reads the whole chunk (asynchronously: polled for
@@ -364,15 +332,15 @@ Test(heap_basic, cold_reads_and_prefetch)
 	off = ci.file_offset - 16; /* the chunk's first page */
 	len = (size_t)ci.class_pages * 4096;
 
-	evict(d.path);
-	cr_assert_eq(resident(d.path, off, len), 0);
+	ht_evict(d.path);
+	cr_assert_eq(ht_resident(d.path, off, len), 0);
 	o.flags = 0;
 	cr_assert_eq(heap_open(d.path, &o, &h), 0);
 	cr_assert_eq(heap_txn_begin(h, true, &t), 0);
 	cr_assert_eq(heap_chunk_get(t, 2, &body, NULL), 0);
-	cr_assert_eq(resident(d.path, off, len), 1);
+	cr_assert_eq(ht_resident(d.path, off, len), 1);
 	cr_assert_eq(heap_chunk_prefetch(t, 2), 0);
-	for (int i = 0; i < 1000 && (n = resident(d.path, off, len)) < 256; i++)
+	for (int i = 0; i < 1000 && (n = ht_resident(d.path, off, len)) < 256; i++)
 		usleep(10000);
 	cr_assert_eq(n, 256);
 	cr_assert_eq(heap_chunk_verify(t, 2), 0);
