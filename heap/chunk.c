@@ -37,6 +37,7 @@ const uint32_t heap_class_pages[HEAP_NCLASSES] = { 1, 4, 16, 64, 256 };
 
 #define LARGEST 256u
 #define VALUE_PAD 16u
+#define PREFETCH_MAX (8u << 20) /* bytes one heap_chunk_prefetch asks for */
 #define MAX_VALUE 0xFFFFFFFFull
 #define PIECE ((size_t)1 << 20)
 static const char chunk_magic[4] = { 'A', 'H', 'C', 'K' };
@@ -261,6 +262,8 @@ int heap_chunk_prefetch(heap_txn *t, uint64_t id)
 		return HEAP_CORRUPT("chunk smaller than its header");
 	start = ((uintptr_t)v.mv_data - VALUE_PAD) / psize * psize;
 	end = ((uintptr_t)v.mv_data + v.mv_size + psize - 1) / psize * psize;
+	if (end - start > PREFETCH_MAX) /* a jumbo chunk, or a damaged size */
+		end = start + PREFETCH_MAX;
 	(void)madvise((void *)start, end - start, MADV_WILLNEED);
 out:
 	return rc;

@@ -118,7 +118,8 @@ int heap_chunk_get(heap_txn *t, uint64_t id, const void **body,
 /* Asks the kernel to start reading chunk id's pages now
  * (madvise(MADV_WILLNEED) on its page range), for a reader about to walk it
  * sequentially: the map is opened with MDB_NORDAHEAD, so without this every
- * cold page would be its own 4 KiB read.  Advisory: touches no chunk byte and
+ * cold page would be its own 4 KiB read.  At most the first 8 MiB of a chunk
+ * (jumbo chunks are larger).  Advisory: touches no chunk byte and
  * returns 0 whether or not the kernel acts.  Errors: AH_ENOTFOUND,
  * AH_ECORRUPT (a value too small to be a chunk). */
 int heap_chunk_prefetch(heap_txn *t, uint64_t id);
