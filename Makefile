@@ -139,14 +139,17 @@ fuzz: fuzz-build
 	  -artifact_prefix=tests/fuzz/crashers/ build-fuzz/corpus tests/fuzz/corpus
 
 # ---- benchmarks (bench/, BENCHMARKS.md) --------------------------------------
-# `make bench-quick`: 1M and 10M updates (a few minutes); `make bench`: 1M, 10M
-# and 100M (needs ~20 GB free under build/bench/data, removed at the end) plus
+# `make bench-quick`: 1M and 10M updates (about 6 minutes); `make bench`: 1M,
+# 10M and 100M (about 90 minutes; needs ~32 GB free under build/bench/data,
+# checked first, removed at the end) plus
 # the perf/callgrind profiles of arrheap's ingest and merge.  Output in
 # build/bench/: the table (stdout, table.md), results.json, startup.png.
 # BENCH_PKGS are installed by these targets only, never by `make deps`, so
 # `make test` does not pull RocksDB or gnuplot.  (gnuplot-nox: Debian's gnuplot
 # without X, whose png terminal draws the plot.)
 BENCH_PKGS := librocksdb-dev gnuplot-nox
+# `make bench` also profiles (bench/profile.sh): perf and callgrind.
+BENCH_PROFILE_PKGS := linux-perf valgrind
 BENCH_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard bench/*.c))
 BENCH_BINS := $(addprefix $(BUILD)/bench/,ah-bench ah-bench-arrheap ah-bench-rocksdb ah-bench-lmdb)
 BENCH_ARGS ?=
@@ -171,6 +174,7 @@ $(BUILD)/bench/ah-bench-lmdb: $(BUILD)/obj/bench/lmdb.o $(BUILD)/obj/bench/commo
 bench-quick: bench-deps bench-build
 	bash bench/bench.sh $(BUILD) --sizes 1000000,10000000 $(BENCH_ARGS)
 bench: bench-deps bench-build
+	@$(MAKE) --no-print-directory deps PKGS='$(BENCH_PROFILE_PKGS)'
 	bash bench/bench.sh $(BUILD) --sizes 1000000,10000000,100000000 $(BENCH_ARGS)
 	bash bench/profile.sh $(BUILD)
 # ---- end benchmarks ----------------------------------------------------------

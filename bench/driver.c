@@ -24,12 +24,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -46,6 +48,21 @@ static drv_opts O = { .runs = 5, .out = "build/bench", .data = NULL,
 /* Runs BIN ARGS..., with "T0" in args replaced by the clock just before
  * fork; parses "name value" lines into f.  Returns the exit status (or
  * 128 + signal). */
+/* Ctrl-C or a kill: the measured child is killed, the data directory goes
+ * (unless --keep), and the results already written stay marked
+ * "complete": false. */
+static volatile sig_atomic_t stop_signal;
+static volatile pid_t current_child;
+static char cur_dir[4096]; /* the size being measured: its data directory */
+static void stop_now(void);
+
+static void on_signal(int sig)
+{
+	stop_signal = sig;
+	if (current_child > 0)
+		kill(current_child, SIGKILL);
+}
+
 static int run_child(const char *bin, figs *f, const char *const *args)
 {
 	char path[4096], t0[32];
@@ -67,9 +84,12 @@ static int run_child(const char *bin, figs *f, const char *const *args)
 	snprintf(t0, sizeof t0, "%llu", (unsigned long long)now);
 	if (t0_at >= 0)
 		argv[t0_at] = t0;
+	if (stop_signal)
+		stop_now();
 	pid_t pid = fork();
 	if (pid < 0)
 		bench_die("fork: %s", strerror(errno));
+	current_child = pid;
 	if (pid == 0) {
 		dup2(fd[1], 1);
 		close(fd[0]);
@@ -88,6 +108,9 @@ static int run_child(const char *bin, figs *f, const char *const *args)
 		fclose(in);
 	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
 		;
+	current_child = 0;
+	if (stop_signal)
+		stop_now();
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
@@ -191,6 +214,10 @@ static void gen_log(const char *path, uint64_t n)
 		bench_die("%s: %s", path, strerror(errno));
 	for (uint64_t j = 0; j < n;) {
 		size_t k = 0;
+		if (stop_signal) {
+			fclose(f);
+			stop_now();
+		}
 		for (; k < BENCH_APPEND && j < n; k++, j++)
 			bench_gen(BENCH_SEED, n, j, &r[k]);
 		if (fwrite(r, sizeof *r, k, f) != k)
@@ -353,6 +380,20 @@ static void rm_rf(const char *path)
 		fprintf(stderr, "ah-bench: could not remove %s\n", path);
 }
 
+static void stop_now(void)
+{
+	signal(SIGINT, SIG_IGN);
+	signal(SIGTERM, SIG_IGN);
+	if (!O.keep && cur_dir[0]) {
+		rm_rf(cur_dir);
+		rmdir(O.data);
+	}
+	drv_write_outputs(&O);
+	fprintf(stderr, "ah-bench: interrupted (signal %d); results so far in %s, "
+	        "marked \"complete\": false\n", (int)stop_signal, O.out);
+	exit(128 + stop_signal);
+}
+
 /* --systems: a comma-separated subset of arrheap, rebuild, rocksdb, lmdb-kv */
 static int selected(const char *name)
 {
@@ -374,6 +415,7 @@ static void measure_size(uint64_t n)
 
 	figs_clear(&answers);
 	snprintf(dir, sizeof dir, "%s/%llu", O.data, (unsigned long long)n);
+	snprintf(cur_dir, sizeof cur_dir, "%s", dir);
 	rm_rf(dir);
 	if (mkdir(dir, 0755) != 0)
 		bench_die("mkdir %s: %s", dir, strerror(errno));
@@ -394,6 +436,70 @@ static void measure_size(uint64_t n)
 	if (!O.keep)
 		rm_rf(dir);
 }
+
+/* Free bytes a size needs at once under the data directory: the recorded
+ * 100M run held ~287 bytes per update (log 40, heap after its full merge
+ * 131, RocksDB 31, lmdb-kv 85), plus a margin. */
+#define BYTES_PER_UPDATE 320ull
+#define MAX_SIZE 1000000000ull /* 10^9 updates: 320 GB of data */
+
+static const char *const SYSTEM_NAMES[] = { "arrheap", "rebuild", "rocksdb",
+	                                    "lmdb-kv" };
+
+static void bad(const char *what, const char *v)
+{
+	fprintf(stderr, "ah-bench: %s: %s\n", what, v ? v : "(missing)");
+	exit(2);
+}
+
+static uint64_t size_arg(const char *tok)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(tok, &end, 10);
+	if (!*tok || *tok == '-' || *tok == '+' || errno || *end || v == 0 ||
+	    v > MAX_SIZE)
+		bad("--sizes wants positive counts of updates up to 10^9, got",
+		    tok);
+	return v;
+}
+
+static void check_systems(const char *list)
+{
+	char *s = strdup(list), *tok, *save = NULL;
+	int n = 0;
+
+	for (tok = strtok_r(s, ",", &save); tok; tok = strtok_r(NULL, ",", &save), n++) {
+		size_t i;
+		for (i = 0; i < sizeof SYSTEM_NAMES / sizeof SYSTEM_NAMES[0]; i++)
+			if (strcmp(tok, SYSTEM_NAMES[i]) == 0)
+				break;
+		if (i == sizeof SYSTEM_NAMES / sizeof SYSTEM_NAMES[0])
+			bad("--systems: unknown system (arrheap, rebuild, rocksdb, lmdb-kv)",
+			    tok);
+	}
+	free(s);
+	if (n == 0)
+		bad("--systems: no system named", list);
+}
+
+/* Refuses a size whose data would not fit in the free space under dir. */
+static void check_space(const char *dir, uint64_t n)
+{
+	struct statvfs v;
+	uint64_t need = n * BYTES_PER_UPDATE;
+
+	if (statvfs(dir, &v) != 0)
+		bench_die("statvfs %s: %s", dir, strerror(errno));
+	uint64_t avail = (uint64_t)v.f_bavail * v.f_frsize;
+	if (avail < need)
+		bench_die("%llu updates need about %.1f GB free under %s; %.1f GB are",
+		          (unsigned long long)n, (double)need / 1e9, dir,
+		          (double)avail / 1e9);
+}
+
 
 static void usage(void)
 {
@@ -419,24 +525,40 @@ int main(int argc, char **argv)
 			O.keep = 1;
 			continue;
 		}
-		if (!v)
+		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
 			usage();
+		if (strncmp(argv[i], "--", 2) != 0)
+			bad("not an option", argv[i]);
+		if (!v)
+			bad("missing value after", argv[i]);
 		i++;
 		if (strcmp(argv[i - 1], "--sizes") == 0) {
 			char *s = strdup(v), *tok, *save = NULL;
 			nsizes = 0;
-			for (tok = strtok_r(s, ",", &save); tok && nsizes < 8;
-			     tok = strtok_r(NULL, ",", &save))
-				sizes[nsizes++] = bench_arg_u64(tok);
+			for (tok = strtok_r(s, ",", &save); tok;
+			     tok = strtok_r(NULL, ",", &save)) {
+				if (nsizes == 8)
+					bad("--sizes takes at most 8 sizes, got", v);
+				sizes[nsizes++] = size_arg(tok);
+			}
 			free(s);
+			if (nsizes == 0)
+				bad("--sizes names no size", v);
 		} else if (strcmp(argv[i - 1], "--runs") == 0) {
-			O.runs = (int)bench_arg_u64(v);
-			if (O.runs < 1 || O.runs > DRV_MAX_RUNS)
-				usage();
+			char *end;
+			long r = strtol(v, &end, 10);
+			if (*end || end == v || r < 1 || r > DRV_MAX_RUNS)
+				bad("--runs wants 1 to 15, got", v);
+			O.runs = (int)r;
 		} else if (strcmp(argv[i - 1], "--systems") == 0) {
+			check_systems(v);
 			O.systems = v;
 		} else if (strcmp(argv[i - 1], "--max-rebuild-s") == 0) {
-			O.max_rebuild_s = (int)bench_arg_u64(v);
+			char *end;
+			long r = strtol(v, &end, 10);
+			if (*end || end == v || r < 0 || r > 1000000)
+				bad("--max-rebuild-s wants seconds >= 0, got", v);
+			O.max_rebuild_s = (int)r;
 		} else if (strcmp(argv[i - 1], "--out") == 0) {
 			O.out = v;
 		} else if (strcmp(argv[i - 1], "--data") == 0) {
@@ -444,19 +566,28 @@ int main(int argc, char **argv)
 		} else if (strcmp(argv[i - 1], "--bin") == 0) {
 			O.bin = v;
 		} else {
-			usage();
+			bad("unknown option", argv[i - 1]);
 		}
 	}
 	if (!O.data) {
 		snprintf(data, sizeof data, "%s/data", O.out);
 		O.data = data;
 	}
-	mkdir(O.out, 0755);
-	mkdir(O.data, 0755);
+	if (mkdir(O.out, 0755) != 0 && errno != EEXIST)
+		bench_die("mkdir %s: %s", O.out, strerror(errno));
+	if (mkdir(O.data, 0755) != 0 && errno != EEXIST)
+		bench_die("mkdir %s: %s", O.data, strerror(errno));
+	if (access(O.data, W_OK) != 0)
+		bench_die("%s: %s", O.data, strerror(errno));
+	for (int i = 0; i < nsizes; i++)
+		check_space(O.data, sizes[i]);
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
 	drv_machine(&O);
 	started_ns = bench_now_ns();
 	for (int i = 0; i < nsizes; i++)
 		measure_size(sizes[i]);
+	O.complete = 1;
 	drv_write_outputs(&O);
 	drv_print_table(stdout);
 	if (!O.keep)

@@ -34,6 +34,7 @@ typedef struct drv_opts {
 	int max_rebuild_s; /* 0: always --runs rebuild runs */
 	const char *out, *data, *bin;
 	const char *systems; /* NULL: all */
+	int complete;        /* every size measured (results.json "complete") */
 	char machine[512];
 	char load_before[128];
 } drv_opts;

@@ -282,8 +282,9 @@ static void write_json(const drv_opts *o, const char *path)
 	if (!f)
 		bench_die("cannot write %s", path);
 	fprintf(f, "{\"machine\": \"%s\", \"loadavg_start\": \"%s\", "
-	        "\"loadavg_now\": \"%s\", \"runs\": %d, \"answer_mismatches\": %d,\n"
-	        " \"results\": [", o->machine, o->load_before, load, o->runs, MISMATCHES);
+	        "\"loadavg_now\": \"%s\", \"runs\": %d, \"answer_mismatches\": %d, "
+	        "\"complete\": %s,\n \"results\": [", o->machine, o->load_before, load,
+	        o->runs, MISMATCHES, o->complete ? "true" : "false");
 	for (int i = 0; i < NROWS; i++) {
 		const row *w = &ROWS[i];
 		fprintf(f, "%s\n  {\"system\": \"%s\", \"updates\": %llu", i ? "," : "",

@@ -8,6 +8,7 @@ names = "arrheap-warm arrheap-cold rebuild rocksdb-warm rocksdb-cold lmdb-kv-war
 set terminal png size 960,640 font ",11"
 set output outfile
 set logscale xy
+set offsets graph 0.06, graph 0.06, 0, 0  # points off the frame
 set format x "10^{%L}"
 set format y "10^{%L}"
 set xlabel "state size (updates)"
