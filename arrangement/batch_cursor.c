@@ -89,16 +89,25 @@ int bcur_rewind_keys(batch_cursor *c)
 	return set_key(c, 0);
 }
 
+/* A fresh cursor on b with no position yet (NULL when out of memory). */
+static batch_cursor *cursor_new(heap_txn *t, const batch *b, uint64_t since)
+{
+	batch_cursor *c = calloc(1, sizeof *c);
+	if (c) {
+		c->t = t;
+		c->b = b;
+		c->since = since;
+	}
+	return c;
+}
+
 int bcur_open(heap_txn *t, const batch *b, uint64_t since, batch_cursor **out)
 {
 	if (!t || !b || !out)
 		return AH_EINVAL;
-	batch_cursor *c = calloc(1, sizeof *c);
+	batch_cursor *c = cursor_new(t, b, since);
 	if (!c)
 		return AH_ENOMEM;
-	c->t = t;
-	c->b = b;
-	c->since = since;
 	int rc = bcur_rewind_keys(c);
 	if (rc) {
 		free(c);
@@ -263,12 +272,9 @@ int bcur_open_at(heap_txn *t, const batch *b, uint64_t since, const void *key,
 {
 	if (!t || !b || !out || (len && !key))
 		return AH_EINVAL;
-	batch_cursor *c = calloc(1, sizeof *c);
+	batch_cursor *c = cursor_new(t, b, since);
 	if (!c)
 		return AH_ENOMEM;
-	c->t = t;
-	c->b = b;
-	c->since = since;
 	invalidate(c);
 	int rc = 0;
 	if (b->nchunks > 0) {
