@@ -188,7 +188,8 @@ bench: bench-deps bench-build
 # format fixture (tests/fixtures/heap-v1 and its .expect) from its generator.
 TSAN_SAN := -fsanitize=thread -DAH_POOL_SYSTEM_MALLOC
 TSAN_TESTS := tests/tsan/driver.c tests/stress/test_concurrency.c \
-	tests/stress/test_readers.c tests/misuse/test_misuse.c tests/api/test_snapshots.c
+	tests/stress/test_readers.c tests/stress/test_writers.c tests/misuse/test_misuse.c \
+	tests/api/test_snapshots.c
 .PHONY: tsan-run fixture
 tsan-run: deps
 	$(MAKE) BUILD=build-tsan SAN='$(TSAN_SAN)' build-tsan/libarrheap.a

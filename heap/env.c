@@ -515,6 +515,7 @@ int heap_stat(heap *h, ah_heap_stat *st)
 	st->format_version = HEAP_FORMAT_VERSION;
 	st->page_size = h->psize;
 	memcpy(st->uuid, h->uuid, sizeof st->uuid);
+	HEAP_TRY(heap_err(HEAP_MDB(mdb_reader_check(h->env, NULL))));
 	HEAP_TRY(heap_err(mdb_reader_list(h->env, count_reader,
 	                                  &st->readers_used)));
 	HEAP_TRY(heap_err(mdb_env_info(h->env, &info)));

@@ -22,6 +22,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "heap/fault.h"
 #include "heap/heap_int.h"
 
 #define VALUE_PAD 16u
@@ -294,6 +295,10 @@ int heap_reader_list(heap *h, int (*fn)(const heap_reader *r, void *user),
 	if (h == NULL || fn == NULL)
 		return AH_EINVAL;
 	if ((rc = heap_check_pid(h)) != 0)
+		return rc;
+	/* mdb_reader_list lists every slot with a pid, a dead process's
+	 * too: clear those first, so that only live readers are named. */
+	if ((rc = heap_err(HEAP_MDB(mdb_reader_check(h->env, NULL)))) != 0)
 		return rc;
 	rc = mdb_reader_list(h->env, reader_line, &c);
 	if (c.rc != 0)

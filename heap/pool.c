@@ -5,7 +5,10 @@
  *
  * Built with -DAH_POOL_SYSTEM_MALLOC (the sanitizer builds), it uses plain
  * malloc/realloc/free so that ASan sees every block; the statistics then
- * come from our own counters only.  Either way we count the bytes asked
+ * come from our own counters only.  Every block is then linked into a list
+ * and pool_reset frees every block still live, exactly as arena.<i>.reset
+ * does: a use after reset is a use after free that ASan reports (a pool
+ * that never freed at reset hid the two-writer-threads crash).  Either way we count the bytes asked
  * for (active, peak) ourselves: those numbers are exact and the same in
  * both builds.  pool_inject_failure makes the Nth allocation fail, for the
  * fault-injection tests of the layers above.
@@ -13,6 +16,7 @@
  * Never persistent: jemalloc's metadata holds absolute pointers.
  */
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -23,7 +27,18 @@
 
 #include "heap/pool.h"
 
+#ifdef AH_POOL_SYSTEM_MALLOC
+/* The header of every block: 16 bytes, so the caller's pointer keeps
+ * malloc's 16-byte alignment. */
+typedef struct blk {
+	struct blk *prev, *next;
+} blk;
+#endif
+
 struct pool {
+#ifdef AH_POOL_SYSTEM_MALLOC
+	blk head;             /* circular list of live blocks */
+#endif
 	unsigned arena;
 	int flags;            /* MALLOCX_ARENA(arena) | MALLOCX_TCACHE_NONE */
 	uint64_t active;      /* bytes live, as requested */
@@ -41,7 +56,9 @@ int pool_create(pool **out)
 
 	if (p == NULL)
 		return AH_ENOMEM;
-#ifndef AH_POOL_SYSTEM_MALLOC
+#ifdef AH_POOL_SYSTEM_MALLOC
+	p->head.prev = p->head.next = &p->head;
+#else
 	size_t sz = sizeof p->arena;
 
 	if (mallctl("arenas.create", &p->arena, &sz, NULL, 0) != 0) {
@@ -58,7 +75,9 @@ void pool_destroy(pool *p)
 {
 	if (p == NULL)
 		return;
-#ifndef AH_POOL_SYSTEM_MALLOC
+#ifdef AH_POOL_SYSTEM_MALLOC
+	pool_reset(p);
+#else
 	char name[64];
 
 	snprintf(name, sizeof name, "arena.%u.destroy", p->arena);
@@ -74,6 +93,26 @@ static bool injected(pool *p)
 		return false;
 	return ++p->attempts == p->fail_at;
 }
+
+#ifdef AH_POOL_SYSTEM_MALLOC
+static void *link_blk(pool *p, blk *b)
+{
+	b->next = p->head.next;
+	b->prev = &p->head;
+	b->next->prev = b;
+	p->head.next = b;
+	return b + 1;
+}
+
+static blk *unlink_blk(void *ptr)
+{
+	blk *b = (blk *)ptr - 1;
+
+	b->prev->next = b->next;
+	b->next->prev = b->prev;
+	return b;
+}
+#endif
 
 static void count_alloc(pool *p, size_t size)
 {
@@ -91,7 +130,9 @@ void *pool_malloc(pool *p, size_t size)
 	if (p == NULL || size == 0 || injected(p))
 		return NULL;
 #ifdef AH_POOL_SYSTEM_MALLOC
-	ptr = malloc(size);
+	ptr = size < SIZE_MAX - sizeof(blk) ? malloc(sizeof(blk) + size) : NULL;
+	if (ptr != NULL)
+		ptr = link_blk(p, ptr);
 #else
 	ptr = mallocx(size, p->flags);
 #endif
@@ -109,7 +150,15 @@ void *pool_realloc(pool *p, void *ptr, size_t old_size, size_t new_size)
 	if (p == NULL || new_size == 0 || injected(p))
 		return NULL;
 #ifdef AH_POOL_SYSTEM_MALLOC
-	np = realloc(ptr, new_size);
+	if (new_size >= SIZE_MAX - sizeof(blk))
+		return NULL;
+	blk *b = unlink_blk(ptr), *nb = realloc(b, sizeof(blk) + new_size);
+
+	if (nb == NULL) {
+		link_blk(p, b); /* the old block stays live */
+		return NULL;
+	}
+	np = link_blk(p, nb);
 #else
 	np = rallocx(ptr, new_size, p->flags);
 #endif
@@ -128,7 +177,7 @@ void pool_free(pool *p, void *ptr, size_t size)
 	if (p == NULL || ptr == NULL)
 		return;
 #ifdef AH_POOL_SYSTEM_MALLOC
-	free(ptr);
+	free(unlink_blk(ptr));
 #else
 	sdallocx(ptr, size, p->flags);
 #endif
@@ -141,7 +190,10 @@ void pool_reset(pool *p)
 {
 	if (p == NULL)
 		return;
-#ifndef AH_POOL_SYSTEM_MALLOC
+#ifdef AH_POOL_SYSTEM_MALLOC
+	while (p->head.next != &p->head)
+		free(unlink_blk(p->head.next + 1));
+#else
 	char name[64];
 
 	snprintf(name, sizeof name, "arena.%u.reset", p->arena);

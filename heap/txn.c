@@ -40,14 +40,30 @@ int heap_txn_fail(heap_txn *t, int rc)
 	return rc;
 }
 
+/* The end of a write txn, while this thread still holds LMDB's writer
+ * lock: the pool is reset and the writer fields cleared BEFORE
+ * mdb_txn_commit/abort releases the lock.  Afterwards the next writer (any
+ * thread) may already be inside its own txn: it owns the pool and the
+ * writer fields from that moment, and nothing of ours may touch them. */
+static void writer_end(heap_txn *t)
+{
+	heap *h = t->h;
+
+	if (t->rdonly)
+		return;
+	pool_reset(h->pool);
+	pthread_mutex_lock(&h->mu);
+	h->writer_active = false;
+	pthread_mutex_unlock(&h->mu);
+}
+
+/* After LMDB ended the txn: only the count of open txns. */
 static void release(heap_txn *t)
 {
 	heap *h = t->h;
 
 	pthread_mutex_lock(&h->mu);
 	h->ntxn--;
-	if (!t->rdonly)
-		h->writer_active = false;
 	pthread_mutex_unlock(&h->mu);
 	free(t);
 }
@@ -99,12 +115,22 @@ int heap_txn_begin(heap *h, bool rdonly, heap_txn **out)
 		free(t);
 		return rc;
 	}
+	/* A reader killed while holding a snapshot leaves its slot behind,
+	 * and the slot pins every page the snapshot could see.  Clearing
+	 * such slots only at open would let a long-lived writer's file grow
+	 * without bound, so every write txn clears them first (one fcntl
+	 * probe per other process in the reader table). */
+	if (!rdonly)
+		rc = heap_err(HEAP_MDB(mdb_reader_check(h->env, NULL)));
+	if (rc != 0) {
+		release(t);
+		return rc;
+	}
 	rc = HEAP_MDB(mdb_txn_begin(h->env, NULL, rdonly ? MDB_RDONLY : 0, &t->txn));
 	if (rc == MDB_MAP_RESIZED && (rc = adopt_map(h)) == 0)
 		rc = mdb_txn_begin(h->env, NULL, rdonly ? MDB_RDONLY : 0,
 		                   &t->txn);
 	if ((rc = heap_err(rc)) != 0) {
-		t->rdonly = true; /* release() must not clear another's writer */
 		release(t);
 		return rc;
 	}
@@ -115,6 +141,7 @@ int heap_txn_begin(heap *h, bool rdonly, heap_txn **out)
 		h->writer = pthread_self();
 		pthread_mutex_unlock(&h->mu);
 		if ((rc = heap_space_begin(t)) != 0) {
+			writer_end(t);
 			mdb_txn_abort(t->txn);
 			release(t);
 			return rc;
@@ -135,6 +162,7 @@ int heap_txn_commit(heap_txn *t)
 		return rc;
 	}
 	heap_fault_order();
+	writer_end(t);
 	if (t->poisoned) {
 		mdb_txn_abort(t->txn);
 		rc = AH_EBADTXN;
@@ -156,6 +184,7 @@ void heap_txn_abort(heap_txn *t)
 		return;
 	}
 	heap_fault_order();
+	writer_end(t);
 	mdb_txn_abort(t->txn);
 	release(t);
 }

@@ -167,7 +167,7 @@ typedef struct ah_heap_stat {
 	uint64_t pages_used;        /* last used page + 1 */
 	uint64_t pages_free;        /* pages on LMDB's free list */
 	uint64_t last_txn_id;       /* id of the last commit */
-	uint32_t readers_used;      /* reader slots in use */
+	uint32_t readers_used;      /* reader slots in use by live processes */
 	uint32_t readers_max;
 } ah_heap_stat;
 
@@ -514,7 +514,8 @@ typedef struct ah_space_info {
 } ah_space_info;
 
 /* Fills *si from txn's snapshot (the free list) and the reader table.
- * Readers of the calling process are not counted as holding pages back.
+ * Readers of the calling process are not counted as holding pages back;
+ * slots of dead processes are cleared first, so a dead pid is never named.
  * Cost: reads the whole free list.  Errors: AH_EINVAL, AH_ECORRUPT,
  * AH_ENOMEM, AH_EIO, AH_EBADTXN, AH_EFORK. */
 int ah_space_get(ah_txn *txn, ah_space_info *si);
@@ -529,7 +530,8 @@ typedef struct ah_reader_info {
 
 typedef int (*ah_reader_fn)(const ah_reader_info *r, void *user);
 
-/* Calls fn for each reader slot held by a live process (mdb_reader_list).
+/* Calls fn for each reader slot held by a live process (mdb_reader_list,
+ * after mdb_reader_check has cleared the slots of dead processes).
  * Errors: AH_EINVAL, AH_EIO, AH_EFORK, or fn's value. */
 int ah_reader_foreach(ah_heap *heap, ah_reader_fn fn, void *user);
 

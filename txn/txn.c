@@ -177,13 +177,6 @@ int ah_txn_begin(ah_heap *ah, unsigned flags, ah_txn **out)
 	if (rc)
 		return rc;
 	bool rdonly = flags & AH_TXN_RDONLY;
-	if (!rdonly) {
-		pthread_mutex_lock(&ah->mu);
-		bool mine = ah->has_writer && pthread_equal(ah->writer, pthread_self());
-		pthread_mutex_unlock(&ah->mu);
-		if (mine)
-			return AH_ESTATE; /* LMDB would deadlock on its own lock */
-	}
 	ah_txn *t = calloc(1, sizeof *t);
 	if (!t)
 		return AH_ENOMEM;
@@ -195,20 +188,19 @@ int ah_txn_begin(ah_heap *ah, unsigned flags, ah_txn **out)
 	}
 	pthread_mutex_lock(&ah->mu);
 	ah->open_txns++;
-	if (!rdonly) {
-		ah->has_writer = true;
-		ah->writer = pthread_self();
-	}
 	pthread_mutex_unlock(&ah->mu);
 	*out = t;
 	return 0;
 }
 
-/* Detaches cursors and builders and releases the heap-level bookkeeping. */
-static void txn_release(ah_txn *t)
+/* Detaches cursors and the builder: before the heap txn ends, because the
+ * builder's memory is in the pool, which heap_txn_commit/abort reset while
+ * this thread still holds the writer lock. */
+static void txn_detach(ah_txn *t)
 {
 	for (ah_cursor *c = t->cursors; c; c = c->next)
 		c->txn = NULL;
+	t->cursors = NULL;
 	if (t->builder) {
 		/* The caller still owns the handle: detach it (later calls are
 		 * AH_ESTATE, abandon frees the shell). */
@@ -217,14 +209,16 @@ static void txn_release(ah_txn *t)
 		t->builder->txn = NULL;
 		t->builder = NULL;
 	}
+}
+
+/* After the heap txn ended: the heap-level count, and the handle. */
+static void txn_release(ah_txn *t)
+{
 	ah_heap *ah = t->heap;
+
 	pthread_mutex_lock(&ah->mu);
 	ah->open_txns--;
-	if (!t->rdonly)
-		ah->has_writer = false;
 	pthread_mutex_unlock(&ah->mu);
-	if (!t->rdonly)
-		pool_reset(heap_pool_if_any(ah->h));
 	free(t);
 }
 
@@ -237,9 +231,11 @@ int ah_txn_commit(ah_txn *t)
 		return rc;
 	if (t->builder && !t->poisoned)
 		txn_poison(t, AH_ESTATE, "commit with an open builder");
+	bool had_builder = t->builder != NULL;
+	txn_detach(t);
 	if (t->poisoned) {
 		heap_txn_abort(t->ht);
-		rc = t->builder ? AH_ESTATE : AH_EBADTXN;
+		rc = had_builder ? AH_ESTATE : AH_EBADTXN;
 	} else {
 		rc = heap_txn_commit(t->ht);
 	}
@@ -251,6 +247,7 @@ void ah_txn_abort(ah_txn *t)
 {
 	if (!t || heap_check_pid(t->heap->h))
 		return;
+	txn_detach(t);
 	heap_txn_abort(t->ht);
 	txn_release(t);
 }

@@ -20,9 +20,7 @@
 
 struct ah_heap {
 	heap *h;
-	pthread_mutex_t mu;      /* guards the fields below */
-	pthread_t writer;        /* thread holding the write txn */
-	bool has_writer;
+	pthread_mutex_t mu;      /* guards open_txns */
 	unsigned open_txns;
 	uint64_t merge_quantum;  /* ah_open_opts.merge_quantum */
 };

@@ -130,7 +130,7 @@ Test(stress, readers_killed, .timeout = 120)
 		cr_assert(WIFSIGNALED(status), "reader %d exited with %d", i,
 		          WEXITSTATUS(status));
 	}
-	/* Dead readers' slots still pin pages until someone clears them:
+	/* Dead readers' slots are cleared by the writer's next txn:
 	 * the writer keeps going regardless. */
 	round_(h, r++);
 	cr_assert_eq(ah_close(h), 0);
@@ -238,5 +238,67 @@ Test(stress, pinned_reader_growth, .timeout = 120)
 	printf("stress/pinned_reader_growth: %" PRIu64 " pages steady, %"
 	       PRIu64 " while a reader pinned a snapshot for 20 rounds, %"
 	       PRIu64 " 40 rounds after it ended\n", p1, p2, p4);
+	rel_rmdir(&d);
+}
+
+/* A reader killed while it holds a snapshot stops pinning pages at the
+ * writer's next transaction, with no reopen: a long-lived writer clears
+ * dead readers' slots itself, and ah_space_get / ah_heap_stat_get never
+ * name a dead process.  (Before, only ah_open cleared them: a killed
+ * reader pinned space for as long as the writer lived.) */
+Test(stress, dead_reader_released_without_reopen, .timeout = 120)
+{
+	rel_dir d;
+	ah_open_opts o = opts();
+	ah_heap *h;
+	ah_heap_stat st;
+	ah_space_info si;
+	ah_txn *t;
+	int up[2], status;
+	uint64_t r = 0, p1, p2, p3, p4;
+	pid_t pid;
+	char c;
+
+	cr_assert_eq(rel_mkdir(&d), 0);
+	cr_assert_eq(ah_open(d.path, &o, &h), 0);
+	for (; r < 30; r++)
+		round_(h, r);
+	p1 = pages_used(h);
+	cr_assert_eq(pipe(up), 0);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		close(up[0]);
+		reader_child(d.path, up[1], -1);
+	}
+	close(up[1]);
+	cr_assert_eq(read(up[0], &c, 1), 1);
+	close(up[0]);
+	for (int i = 0; i < 20; i++)
+		round_(h, r++);
+	p2 = pages_used(h);
+	cr_assert_gt(p2, p1 + 20, "the snapshot should pin pages");
+	cr_assert_eq(kill(pid, SIGKILL), 0);
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFSIGNALED(status));
+	/* No reopen: the same handle. */
+	cr_assert_eq(ah_heap_stat_get(h, &st), 0);
+	cr_assert_eq(st.readers_used, 0, "a dead reader counted as used");
+	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
+	cr_assert_eq(ah_space_get(t, &si), 0);
+	ah_txn_abort(t);
+	cr_assert_eq(si.oldest_reader_pid, 0, "dead pid %d named as the "
+	             "oldest reader", (int)si.oldest_reader_pid);
+	for (int i = 0; i < 20; i++)
+		round_(h, r++);
+	p3 = pages_used(h);
+	for (int i = 0; i < 20; i++)
+		round_(h, r++);
+	p4 = pages_used(h);
+	cr_assert_eq(p3, p2, "the dead reader still pins pages (%" PRIu64
+	             " -> %" PRIu64 ")", p2, p3);
+	cr_assert_eq(p4, p3);
+	cr_assert_eq(rel_verify(h, NULL), 0);
+	cr_assert_eq(ah_close(h), 0);
 	rel_rmdir(&d);
 }
