@@ -192,32 +192,26 @@ static int check_catalog(heap *h, const char *path, unsigned readers)
 	return rc;
 }
 
-static void unlink_created(const char *path)
-{
-	char lock[PATH_MAX];
-
-	unlink(path);
-	if ((size_t)snprintf(lock, sizeof lock, "%s-lock", path) < sizeof lock)
-		unlink(lock);
-}
-
 /* Creates the heap file at path atomically: the environment and its catalog
- * are made under PATH.creating, without WRITEMAP (LMDB then writes with
- * pwrite, so a full disk is an error, not a SIGBUS), committed durably, and
- * renamed into place.  A process killed at any moment leaves either no PATH
- * or a complete empty heap; a stale PATH.creating is simply replaced. */
-static int create_file(heap *h, const char *path, unsigned readers)
+ * are made under PATH.creating.<pid> (this creator's own name), without
+ * WRITEMAP (LMDB then writes with pwrite, so a full disk is an error, not
+ * a SIGBUS), committed durably, and published without replacing anything
+ * (heap/path.c).  A process killed at any moment leaves either no PATH or
+ * a complete empty heap.  *exists is set when another process published
+ * the heap first: the caller then opens that one. */
+static int create_file(heap *h, const char *path, unsigned readers,
+                       bool *exists)
 {
-	char tmp[PATH_MAX], tmplock[PATH_MAX], dir[PATH_MAX];
+	char tmp[PATH_MAX], tmplock[PATH_MAX];
 	MDB_env *env = NULL;
 	uint64_t map = h->map_bytes;
 	int rc, dfd;
 
-	if ((size_t)snprintf(tmp, sizeof tmp, "%s.creating", path) >= sizeof tmp ||
-	    (size_t)snprintf(tmplock, sizeof tmplock, "%s.creating-lock", path) >= sizeof tmplock)
+	*exists = false;
+	if ((rc = heap_path_temp(path, tmp)) != 0)
+		return rc;
+	if ((size_t)snprintf(tmplock, sizeof tmplock, "%s-lock", tmp) >= sizeof tmplock)
 		return AH_EINVAL;
-	unlink(tmp);
-	unlink(tmplock);
 	/* Name a missing or unwritable directory as such (LMDB would only say
 	 * it cannot open the file). */
 	dfd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -234,28 +228,11 @@ static int create_file(heap *h, const char *path, unsigned readers)
 		rc = catalog(h, env, true, false);
 	if (env != NULL)
 		mdb_env_close(env);
-	if (rc == 0 && rename(tmp, path) != 0)
-		rc = heap_err(errno);
+	if (rc == 0)
+		rc = heap_path_publish(tmp, path, exists);
 	unlink(tmplock);
-	if (rc != 0) {
+	if (rc != 0)
 		unlink(tmp);
-		return rc;
-	}
-	/* The rename itself must survive a power loss. */
-	snprintf(dir, sizeof dir, "%s", path);
-	char *slash = strrchr(dir, '/');
-	if (slash == dir)
-		slash[1] = 0;
-	else if (slash)
-		*slash = 0;
-	else
-		strcpy(dir, ".");
-	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd >= 0) {
-		if (fsync(dfd) != 0)
-			rc = AH_EIO;
-		close(dfd);
-	}
 	return rc;
 }
 
@@ -266,7 +243,7 @@ static int open_locked(heap *h, const char *path, const ah_open_opts *o)
 {
 	unsigned readers = o->max_readers ? o->max_readers : DEFAULT_READERS;
 	struct stat st;
-	bool created = false, unborn = false;
+	bool unborn = false, exists;
 	int fd, rc;
 
 	fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -275,10 +252,12 @@ static int open_locked(heap *h, const char *path, const ah_open_opts *o)
 			return AH_ENOTFOUND;
 		if (o->flags & AH_OPEN_RDONLY)
 			return AH_EREADONLY;
-		rc = create_file(h, path, readers);
+		rc = create_file(h, path, readers, &exists);
 		if (rc != 0)
 			return rc;
-		created = true;
+		/* Published (by us or by a concurrent creator): from here on
+		 * it is a heap like any other, which another process may
+		 * already be using, so a failure below never removes it. */
 		fd = open(path, O_RDONLY | O_CLOEXEC);
 	}
 	if (fd < 0)
@@ -299,6 +278,9 @@ static int open_locked(heap *h, const char *path, const ah_open_opts *o)
 		o->max_bytes ? 0 : heap_space_fs_bytes(path, -1), o->max_bytes,
 		h->psize);
 	HEAP_TRY(heap_space_lockfile(path, readers));
+	/* Before LMDB reads a byte through PATH-lock: refuse if another
+	 * process uses this data file through another lock file. */
+	HEAP_TRY(heap_path_claim(h, path));
 	if (!unborn && !(o->flags & AH_OPEN_RDONLY))
 		HEAP_TRY(check_catalog(h, path, readers));
 	HEAP_TRY(env_start(h, path, mdb_flags(o->flags), readers, &h->env));
@@ -315,8 +297,7 @@ out:
 		if (h->env != NULL)
 			mdb_env_close(h->env);
 		h->env = NULL;
-		if (created)
-			unlink_created(path);
+		heap_path_unclaim(h);
 	}
 	return rc;
 }
@@ -348,12 +329,20 @@ int heap_open(const char *path, const ah_open_opts *opts, heap **out)
 	h->max_bytes = o.max_bytes;
 	h->psize = (uint32_t)sysconf(_SC_PAGESIZE);
 	h->fd = -1;
+	h->claim_fd = -1;
 	if (pthread_mutex_init(&h->mu, NULL) != 0) {
 		free(h);
 		return AH_ENOMEM;
 	}
+	char real[PATH_MAX];
+
+	if ((rc = heap_path_resolve(path, real)) != 0) {
+		pthread_mutex_destroy(&h->mu);
+		free(h);
+		return rc;
+	}
 	pthread_mutex_lock(&registry_mu);
-	rc = open_locked(h, path, &o);
+	rc = open_locked(h, real, &o);
 	if (rc == 0) {
 		h->reg_next = registry;
 		registry = h;
@@ -408,6 +397,7 @@ int heap_close(heap *h)
 	unregister(h);
 	pthread_mutex_unlock(&registry_mu);
 	mdb_env_close(h->env);
+	heap_path_unclaim(h);
 	pool_destroy(h->pool);
 	pthread_mutex_destroy(&h->mu);
 	free(h);

@@ -23,6 +23,7 @@ struct heap {
 	MDB_env *env;
 	MDB_dbi dbi[HEAP_DBI__COUNT];
 	int fd;                /* the data file (LMDB's descriptor; not ours) */
+	int claim_fd;          /* ours: holds the opener claim (path.c), or -1 */
 	pid_t pid;             /* opener: any other pid gets AH_EFORK */
 	dev_t dev;             /* registry key: (dev, ino) of the data file */
 	ino_t ino;
@@ -67,6 +68,22 @@ int heap_space_begin(heap_txn *t);
 int heap_space_need(heap_txn *t, uint64_t pages);
 int heap_space_ensure(heap *h, uint64_t bytes);
 int heap_space_lockfile(const char *path, unsigned readers);
+
+/* path.c: one lock file per data file (see there). */
+#include <limits.h>
+/* The canonical path (realpath; for a file to be created, its directory's
+ * realpath and its name).  AH_ENOTFOUND for a missing directory or a
+ * dangling symlink, AH_EINVAL for a name too long. */
+int heap_path_resolve(const char *path, char out[PATH_MAX]);
+/* Takes the opener claim on the data file (h->dev/ino, already checked):
+ * AH_EBUSY when another process has it open through another lock file. */
+int heap_path_claim(heap *h, const char *path);
+void heap_path_unclaim(heap *h);
+/* This creator's temporary name for path (stale ones of dead creators are
+ * removed), and its publication: never replaces an existing path; *exists
+ * when one was there (tmp is then removed). */
+int heap_path_temp(const char *path, char tmp[PATH_MAX]);
+int heap_path_publish(const char *tmp, const char *path, bool *exists);
 
 /* format.c */
 int heap_format_precheck(int fd, uint32_t psize);

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define XXH_INLINE_ALL
@@ -308,15 +309,27 @@ int heap_reader_list(heap *h, int (*fn)(const heap_reader *r, void *user),
 
 int heap_backup(heap *h, const char *path)
 {
+	char real[PATH_MAX], tmp[PATH_MAX];
+	struct stat st;
+	bool exists;
 	int fd, rc;
 
 	if (h == NULL || path == NULL || *path == '\0')
 		return AH_EINVAL;
 	if ((rc = heap_check_pid(h)) != 0)
 		return rc;
-	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if ((rc = heap_path_resolve(path, real)) == 0 && stat(real, &st) == 0)
+		rc = AH_EEXIST;
+	if (rc != 0)
+		return rc;
+	/* Written under this process's temporary name and published without
+	 * replacing anything, like a new heap: a backup killed half-way
+	 * never leaves a partial file at PATH. */
+	if ((rc = heap_path_temp(real, tmp)) != 0)
+		return rc;
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 	if (fd < 0)
-		return errno == EEXIST ? AH_EEXIST : heap_err(errno);
+		return heap_err(errno);
 	{
 		/* The map has no read-around (MDB_NORDAHEAD): ask for the used
 		 * pages up front so a cold copy reads in large requests, not a
@@ -333,7 +346,12 @@ int heap_backup(heap *h, const char *path)
 		rc = heap_err(errno);
 	if (close(fd) != 0 && rc == 0)
 		rc = heap_err(errno);
+	if (rc == 0) {
+		rc = heap_path_publish(tmp, real, &exists);
+		if (rc == 0 && exists)
+			rc = AH_EEXIST;
+	}
 	if (rc != 0)
-		unlink(path);
+		unlink(tmp);
 	return rc;
 }

@@ -32,6 +32,12 @@
  *  - Open a heap file at most once per process (LMDB's fcntl locks break when
  *    a second descriptor on the same file is closed); a second ah_open of the
  *    same file in one process fails with AH_EBUSY.
+ *  - Any number of processes may open one heap; every name that resolves
+ *    to the same file (symlinks, relative paths) shares one writer lock and
+ *    one reader table.  A second name of the same file that cannot share
+ *    its lock (a hard link, a file renamed or a lock file deleted while the
+ *    heap is open) is refused with AH_EBUSY while another process has the
+ *    heap open under the first.
  *  - Never use a handle across fork(): calls from a forked child fail with
  *    AH_EFORK, and the parent is unaffected.  Open the heap anew in the child.
  *  - A long-lived read transaction pins every page it can see: the file
@@ -126,7 +132,10 @@ typedef struct ah_open_opts {
 } ah_open_opts;
 
 /* Opens (or, with AH_OPEN_CREATE, creates) the heap at PATH: one file PATH
- * plus its lock file PATH-lock (LMDB, MDB_NOSUBDIR).  Opening maps the file;
+ * plus its lock file PATH-lock (LMDB, MDB_NOSUBDIR), PATH resolved first
+ * (realpath).  Creation is atomic and never replaces a file: of several
+ * processes creating one heap at once, one creates it and the others open
+ * it.  Opening maps the file;
  * it reads the two LMDB meta pages and the arrheap meta record, clears reader
  * slots of dead processes (mdb_reader_check) and nothing else: its cost does
  * not depend on the amount of data.
@@ -135,7 +144,8 @@ typedef struct ah_open_opts {
  * AH_ENOTFOUND (no file and no AH_OPEN_CREATE, or no such directory), AH_EFORMAT (empty file, not
  * LMDB, LMDB but not arrheap, other format version, page size or byte
  * order), AH_ECORRUPT (truncated file, damaged meta), AH_EBUSY (already open
- * in this process), AH_EREADONLY (AH_OPEN_CREATE with AH_OPEN_RDONLY on a
+ * in this process, or open in another process through a lock file of
+ * another name: see Caveats), AH_EREADONLY (AH_OPEN_CREATE with AH_OPEN_RDONLY on a
  * missing file), AH_EIO, AH_ENOMEM, AH_EFULL (no space to create).
  * A failed open changes nothing on disk.
  * Source: LMDB mdb_env_open, mdb_reader_check. */
@@ -540,7 +550,9 @@ int ah_reader_foreach(ah_heap *heap, ah_reader_fn fn, void *user);
  * snapshot and never blocks a writer, in this or another process), then
  * fsyncs it.  The copy is itself a heap: restoring is ah_open on it (chunk
  * file offsets differ, contents and checksums are equal).  PATH must not
- * exist; on failure it is removed.  Errors: AH_EINVAL, AH_EEXIST,
+ * exist.  The copy is written under a temporary name beside PATH and
+ * published complete, never replacing a file, so PATH never holds a partial
+ * copy, even if the process is killed; on failure nothing is left.  Errors: AH_EINVAL, AH_EEXIST,
  * AH_ENOTFOUND (no such directory), AH_EREADONLY (no permission), AH_EFULL,
  * AH_EIO, AH_EFORK. */
 int ah_backup(ah_heap *heap, const char *path);

@@ -1,0 +1,274 @@
+/*
+ * heap/path.c - one heap file, one name for its lock: path resolution, the
+ * publication of a newly created heap, and the opener claim that refuses
+ * a second lock file for the same data file.
+ *
+ * LMDB (MDB_NOSUBDIR) names the lock file after the path it is given,
+ * PATH-lock, and the lock file holds the writer mutex and the reader
+ * table.  Two processes that reach one data file through different names
+ * (a symlink, a hard link, a file renamed while open, a lock file deleted
+ * and recreated) would each get their own lock file: two writers at once,
+ * and a writer that reuses pages a reader still sees.  So:
+ *
+ *  1. heap_path_resolve turns the caller's path into the canonical one
+ *     (realpath: symlinks, ".", "..", relative paths), so every name that
+ *     resolves to the same directory entry shares PATH-lock.
+ *  2. heap_path_claim covers what no name can: every opener takes a shared
+ *     open-file-description lock (F_OFD_SETLK, F_RDLCK, one byte) on the
+ *     DATA file at an offset far beyond its end that is a hash of the
+ *     lock file's (dev, inode), then probes the rest of that range for
+ *     another opener's byte (F_OFD_GETLK).  Openers through the same lock
+ *     file hold the same byte and never conflict; an opener through
+ *     another lock file finds the other byte and is refused with
+ *     AH_EBUSY before it reads or writes anything.  Each opener locks
+ *     before it probes, so of two simultaneous openers at least the
+ *     second sees the first.  OFD locks belong to the descriptor, not the
+ *     process, so they survive LMDB's fcntl locking and its closes; LMDB
+ *     itself never locks the data file (only PATH-lock), so nothing
+ *     interferes.
+ *  3. heap_path_publish moves a heap made under a temporary name into
+ *     place without ever replacing an existing file (renameat2
+ *     RENAME_NOREPLACE, or link + unlink), so of two processes creating
+ *     the same heap at once one publishes and the other opens that heap;
+ *     neither deletes the other's file.
+ *
+ * This file must never open, and so never close, a descriptor of a lock
+ * file (closing any descriptor of a file drops the process's fcntl locks
+ * on it, LMDB's included), and never unlink a file it did not create in
+ * this call.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "heap/heap_int.h"
+
+/* The claim bytes: [CLAIM_BASE, CLAIM_BASE + CLAIM_SLOTS) of the data
+ * file, far past any real file size (off_t is signed 64-bit). */
+#define CLAIM_BASE ((off_t)1 << 61)
+#define CLAIM_SLOTS ((off_t)1 << 40)
+
+int heap_path_resolve(const char *path, char out[PATH_MAX])
+{
+	char dir[PATH_MAX], rdir[PATH_MAX];
+	const char *base;
+	struct stat st;
+
+	if (realpath(path, out) != NULL)
+		return 0;
+	if (errno != ENOENT)
+		return errno == ENAMETOOLONG ? AH_EINVAL : heap_err(errno);
+	if (lstat(path, &st) == 0)
+		return AH_ENOTFOUND; /* a dangling symlink: its target is missing */
+	/* A file to be created: resolve its directory, keep its name. */
+	if (strlen(path) >= sizeof dir)
+		return AH_EINVAL;
+	strcpy(dir, path);
+	char *slash = strrchr(dir, '/');
+	if (slash == NULL) {
+		strcpy(dir, ".");
+		base = path;
+	} else {
+		base = path + (slash - dir) + 1;
+		if (slash == dir)
+			slash[1] = '\0';
+		else
+			*slash = '\0';
+	}
+	if (*base == '\0' || strcmp(base, ".") == 0 || strcmp(base, "..") == 0)
+		return AH_EINVAL;
+	if (realpath(dir, rdir) == NULL)
+		return errno == ENOENT || errno == ENOTDIR ? AH_ENOTFOUND
+		                                           : heap_err(errno);
+	if ((size_t)snprintf(out, PATH_MAX, "%s/%s",
+	                     strcmp(rdir, "/") == 0 ? "" : rdir, base) >= PATH_MAX)
+		return AH_EINVAL;
+	return 0;
+}
+
+/* FNV-1a over the lock file's identity: the claim byte's slot. */
+static off_t claim_slot(const struct stat *ls)
+{
+	uint64_t x = 1469598103934665603ull, v[2] = { (uint64_t)ls->st_dev,
+	                                             (uint64_t)ls->st_ino };
+	const unsigned char *p = (const unsigned char *)v;
+
+	for (size_t i = 0; i < sizeof v; i++)
+		x = (x ^ p[i]) * 1099511628211ull;
+	return (off_t)(x & (uint64_t)(CLAIM_SLOTS - 1));
+}
+
+/* Another open file description holds a claim byte in [start, start+len)? */
+static int probe(int fd, off_t start, off_t len, bool *other)
+{
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET,
+	                    .l_start = start, .l_len = len };
+
+	*other = false;
+	if (len == 0)
+		return 0;
+	if (fcntl(fd, F_OFD_GETLK, &fl) != 0)
+		return errno;
+	*other = fl.l_type != F_UNLCK;
+	return 0;
+}
+
+int heap_path_claim(heap *h, const char *path)
+{
+	char lock[PATH_MAX];
+	struct stat ds, ls;
+	off_t slot;
+	bool other = false;
+	int fd, err;
+
+	if ((size_t)snprintf(lock, sizeof lock, "%s-lock", path) >= sizeof lock)
+		return AH_EINVAL;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return heap_err(errno);
+	if (fstat(fd, &ds) != 0) {
+		close(fd);
+		return AH_EIO;
+	}
+	if (ds.st_dev != h->dev || ds.st_ino != h->ino) {
+		close(fd); /* replaced between our checks: try again */
+		return AH_EBUSY;
+	}
+	/* No lock file (a read-only heap on a read-only filesystem, where
+	 * LMDB runs without one): nobody can write, slot 0 stands for it. */
+	slot = stat(lock, &ls) == 0 ? claim_slot(&ls) : 0;
+	struct flock fl = { .l_type = F_RDLCK, .l_whence = SEEK_SET,
+	                    .l_start = CLAIM_BASE + slot, .l_len = 1 };
+	if (fcntl(fd, F_OFD_SETLK, &fl) != 0) {
+		err = errno;
+		close(fd);
+		/* A filesystem without OFD locks: the names' rule (1.) is all
+		 * that protects the heap there. */
+		if (err == EINVAL || err == ENOLCK || err == EOPNOTSUPP)
+			return 0;
+		return heap_err(err);
+	}
+	err = probe(fd, CLAIM_BASE, slot, &other);
+	if (err == 0 && !other)
+		err = probe(fd, CLAIM_BASE + slot + 1, CLAIM_SLOTS - slot - 1,
+		            &other);
+	if (err != 0 || other) {
+		close(fd);
+		return other ? AH_EBUSY : heap_err(err);
+	}
+	h->claim_fd = fd;
+	return 0;
+}
+
+void heap_path_unclaim(heap *h)
+{
+	if (h->claim_fd >= 0)
+		close(h->claim_fd);
+	h->claim_fd = -1;
+}
+
+/* Removes PATH.creating.<pid> files (and their locks) left by creators
+ * that died: a pid that no longer exists.  Best effort. */
+static void sweep_stale(const char *path)
+{
+	char dir[PATH_MAX], name[PATH_MAX];
+	const char *base = strrchr(path, '/');
+	size_t blen;
+	DIR *d;
+	struct dirent *e;
+
+	if (base == NULL || (size_t)(base - path) >= sizeof dir)
+		return;
+	memcpy(dir, path, (size_t)(base - path));
+	dir[base - path] = '\0';
+	if (dir[0] == '\0')
+		strcpy(dir, "/");
+	base++;
+	blen = strlen(base);
+	if ((d = opendir(dir)) == NULL)
+		return;
+	while ((e = readdir(d)) != NULL) {
+		const char *s = e->d_name;
+		char *end;
+		long pid;
+
+		if (strncmp(s, base, blen) != 0 ||
+		    strncmp(s + blen, ".creating.", 10) != 0)
+			continue;
+		pid = strtol(s + blen + 10, &end, 10);
+		if (pid <= 0 || (*end != '\0' && strcmp(end, "-lock") != 0))
+			continue;
+		if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+			continue;
+		if ((size_t)snprintf(name, sizeof name, "%s/%s",
+		                     strcmp(dir, "/") == 0 ? "" : dir, s) < sizeof name)
+			unlink(name);
+	}
+	closedir(d);
+}
+
+int heap_path_temp(const char *path, char tmp[PATH_MAX])
+{
+	char lock[PATH_MAX];
+
+	if ((size_t)snprintf(tmp, PATH_MAX, "%s.creating.%d", path,
+	                     (int)getpid()) >= PATH_MAX ||
+	    (size_t)snprintf(lock, sizeof lock, "%s-lock", tmp) >= sizeof lock)
+		return AH_EINVAL;
+	sweep_stale(path);
+	/* Our own pid's leftovers are a dead process's (pids are reused);
+	 * within this process, heap_open is serialized. */
+	unlink(tmp);
+	unlink(lock);
+	return 0;
+}
+
+int heap_path_publish(const char *tmp, const char *path, bool *exists)
+{
+	char dir[PATH_MAX];
+	int rc = 0, dfd;
+
+	*exists = false;
+	if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_NOREPLACE) != 0) {
+		int err = errno;
+		bool linked = false;
+
+		if (err == EINVAL || err == ENOSYS) {
+			/* No RENAME_NOREPLACE here: link never replaces. */
+			err = link(tmp, path) == 0 ? 0 : errno;
+			linked = err == 0;
+		}
+		if (err == EEXIST) {
+			*exists = true; /* another creator won: open its heap */
+			unlink(tmp);
+			return 0;
+		}
+		if (err != 0)
+			return heap_err(err);
+		if (linked)
+			unlink(tmp);
+	}
+	/* The new name must survive a power loss. */
+	snprintf(dir, sizeof dir, "%s", path);
+	char *slash = strrchr(dir, '/');
+	if (slash == dir)
+		slash[1] = '\0';
+	else if (slash != NULL)
+		*slash = '\0';
+	else
+		strcpy(dir, ".");
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd >= 0) {
+		if (fsync(dfd) != 0)
+			rc = AH_EIO;
+		close(dfd);
+	}
+	return rc;
+}
