@@ -79,7 +79,7 @@ $(BUILD)/tests/suite: $(TEST_OBJ) $(TOOL_COMMON_OBJ) $(BUILD)/libarrheap.a
 	$(CC) $(SAN) -o $@ $^ $(LDLIBS_ALL) -lcriterion
 
 # The suite finds the tools and the cases through these variables.
-TEST_ENV = AH_BUILD=$(abspath $(BUILD)) AH_SRC=$(abspath .) \
+TEST_ENV = AH_BUILD=$(abspath $(BUILD)) AH_SRC=$(abspath .) AH_SAN='$(SAN)' \
 	LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp):print_suppressions=0 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 CRITERION_FLAGS ?= -j2

@@ -41,6 +41,14 @@ static void check(int rc, ah_txn *t, const char *what)
 		          t ? ah_txn_errmsg(t) : "");
 }
 
+/* A cursor movement: 1 (positioned) or 0 (the end); an error dies. */
+static int moved(int rc, ah_txn *t, const char *what)
+{
+	if (rc < 0)
+		check(rc, t, what);
+	return rc;
+}
+
 /* The sparse map: large enough for any size here, allocated only as used. */
 static uint64_t max_bytes(uint64_t n)
 {
@@ -173,17 +181,17 @@ static int64_t db_get(void *p, const uint8_t key[8])
 	int64_t sum = 0, s;
 
 	check(ah_txn_begin(d->heap, AH_TXN_RDONLY, &t), NULL, "begin");
-	check(ah_cursor_open(t, ARR, &c), t, "cursor");
-	check(ah_cursor_seek_key(c, key, 8), t, "seek");
+	check(ah_cursor_open_at(t, ARR, key, 8, &c), t, "cursor");
 	if (ah_cursor_key_valid(c)) {
 		check(ah_cursor_key(c, &k, &kl), t, "key");
 		if (kl == 8 && memcmp(k, key, 8) == 0)
-			for (; ah_cursor_val_valid(c); ah_cursor_step_val(c)) {
+			for (int v = ah_cursor_val_valid(c); v == 1;
+			     v = moved(ah_cursor_step_val(c), t, "step")) {
 				check(ah_cursor_accumulate(c, d->as_of, &s), t, "acc");
 				sum += s;
 			}
 	}
-	ah_cursor_close(c);
+	check(ah_cursor_close(c), t, "cursor");
 	ah_txn_abort(t);
 	return sum;
 }
@@ -197,13 +205,15 @@ static void db_scan(void *p, uint64_t *groups, int64_t *sum)
 
 	check(ah_txn_begin(d->heap, AH_TXN_RDONLY, &t), NULL, "begin");
 	check(ah_cursor_open(t, ARR, &c), t, "cursor");
-	for (; ah_cursor_key_valid(c); check(ah_cursor_step_key(c), t, "step"))
-		for (; ah_cursor_val_valid(c); check(ah_cursor_step_val(c), t, "step")) {
+	for (int k = ah_cursor_key_valid(c); k == 1;
+	     k = moved(ah_cursor_step_key(c), t, "step"))
+		for (int v = ah_cursor_val_valid(c); v == 1;
+		     v = moved(ah_cursor_step_val(c), t, "step")) {
 			check(ah_cursor_accumulate(c, d->as_of, &s), t, "acc");
 			*groups += s != 0;
 			*sum += s;
 		}
-	ah_cursor_close(c);
+	check(ah_cursor_close(c), t, "cursor");
 	ah_txn_abort(t);
 }
 

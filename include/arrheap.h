@@ -358,33 +358,69 @@ int ah_source_next(ah_txn *txn, const char *after, char *buf);
 
 /* ------------------------------------------------------------- cursors */
 
-/* Opens a cursor over all batches of NAME: a k-way merge by key, then val
- * (differential dataflow's Cursor trait).  Times are reported advanced to
- * the arrangement's since.  The cursor starts at the first key and its
- * first val.  *out is owned by the caller; close it with ah_cursor_close
- * (also after its txn ended).  Once the txn ends, or a mutation runs in the
- * same write txn, the cursor is detached and every call on it returns
- * AH_ESTATE.  Errors: AH_EINVAL, AH_ENOTFOUND, AH_EBADTXN, AH_ENOMEM,
- * AH_ECORRUPT.  Source: differential dataflow's trace::cursor::Cursor and
- * CursorList. */
-int ah_cursor_open(ah_txn *txn, const char *name, ah_cursor **out);
-void ah_cursor_close(ah_cursor *c);
+/* Cursors (differential dataflow's Cursor trait).  A cursor merges all
+ * batches of NAME by key, then val; times are reported advanced to the
+ * arrangement's since.
+ *
+ * Return values: every movement returns 1 when the cursor is positioned
+ * afterwards (on a key for key movements, on a val of the current key for
+ * val movements), 0 at the end, or a negative AH_E* error.  Errors are
+ * sticky: after the first error every call on the cursor returns that
+ * error, key_valid/val_valid return 0, and ah_cursor_close returns it.
+ * Only the errors about one call's arguments, which leave the cursor where
+ * it was, are not: AH_EINVAL, AH_ECOMPACTED and AH_ENOTREADY (as_of
+ * outside [since, upper)), AH_ELIMIT (a sum that does not fit int64).  So
+ * a loop driven by the movements' values cannot end "successfully" on
+ * damage, also when the damage is met in an inner loop:
+ *
+ *	int rc = ah_cursor_open(txn, name, &c);
+ *	if (rc == 0) {
+ *		for (rc = ah_cursor_key_valid(c); rc == 1; rc = ah_cursor_step_key(c))
+ *			for (rc = ah_cursor_val_valid(c); rc == 1; rc = ah_cursor_step_val(c))
+ *				if ((rc = ah_cursor_accumulate(c, as_of, &n)) < 0)
+ *					goto done;
+ *	done:	rc = rc < 0 ? (ah_cursor_close(c), rc) : ah_cursor_close(c);
+ *	}
+ *
+ * A cursor belongs to its txn: once the txn ends, or a mutation runs in
+ * the same write txn, it is detached and every call on it returns
+ * AH_ESTATE (close it still).  Source: differential dataflow's
+ * trace::cursor::Cursor and CursorList; LMDB's mdb_cursor_get (0,
+ * MDB_NOTFOUND or an error). */
 
-/* 1 while the cursor is on a key (val), 0 past the end (or after an error). */
+/* Opens a cursor positioned at the first key of NAME and its first val
+ * (reading the first chunk of every batch).  *out is owned by the caller
+ * until ah_cursor_close.  Errors: AH_EINVAL, AH_ENOTFOUND, AH_EBADTXN,
+ * AH_ENOMEM, AH_ECORRUPT (a record or the first chunk of a batch is
+ * damaged): then *out is NULL and nothing is to be closed. */
+int ah_cursor_open(ah_txn *txn, const char *name, ah_cursor **out);
+/* As ah_cursor_open, positioned at the first key >= KEY (len bytes; ptr may
+ * be NULL when len is 0) instead: every batch binary-searches its fence
+ * keys and reads only the one chunk that can hold KEY, so a point query
+ * costs one chunk per batch.  Same errors. */
+int ah_cursor_open_at(ah_txn *txn, const char *name, const void *key,
+                      size_t len, ah_cursor **out);
+/* Frees the cursor (also after its txn ended; NULL is a no-op).  Returns
+ * the cursor's first error (0 if none): the last chance to see one. */
+int ah_cursor_close(ah_cursor *c);
+
+/* 1 while the cursor is on a key (val), 0 past the end or once the cursor
+ * has failed (the error is what the failing call returned, and what later
+ * calls and ah_cursor_close return). */
 int ah_cursor_key_valid(const ah_cursor *c);
 int ah_cursor_val_valid(const ah_cursor *c);
 
 /* The current key (val): *ptr points into the map, valid until the txn ends.
- * Errors: AH_ESTATE (not valid), AH_EINVAL. */
-int ah_cursor_key(const ah_cursor *c, const void **ptr, size_t *len);
-int ah_cursor_val(const ah_cursor *c, const void **ptr, size_t *len);
+ * Errors: AH_ESTATE (not on a key / val), AH_EINVAL. */
+int ah_cursor_key(ah_cursor *c, const void **ptr, size_t *len);
+int ah_cursor_val(ah_cursor *c, const void **ptr, size_t *len);
 
-/* Movement.  step past the end is a no-op returning 0.  seek_key moves to
- * the first key >= the given one (forward only, as DD's); seek_val to the
- * first val >= the given one within the current key.  Moving to a key
- * positions on its first val.  Errors: AH_ECORRUPT (a chunk failed its
- * bounds checks or, with AH_OPEN_VERIFY_READS, its checksum), AH_EINVAL,
- * AH_ESTATE (cursor used after its transaction ended, or misuse). */
+/* Movement: 1, 0 or an error, as above.  step past the end stays at the
+ * end (0).  seek_key moves to the first key >= the given one (forward
+ * only, as DD's); seek_val to the first val >= the given one within the
+ * current key.  Moving to a key positions on its first val.  Errors:
+ * AH_ECORRUPT (a chunk failed its checks), AH_EINVAL, AH_ESTATE (cursor
+ * used after its transaction ended, or misuse), AH_EBADTXN. */
 int ah_cursor_step_key(ah_cursor *c);
 int ah_cursor_seek_key(ah_cursor *c, const void *key, size_t len);
 int ah_cursor_step_val(ah_cursor *c);
@@ -395,17 +431,18 @@ int ah_cursor_rewind_vals(ah_cursor *c);
 /* Walks the (time, diff) pairs of the current (key, val) over all batches
  * (DD's map_times), times advanced to since, not sorted across batches.
  * time_next returns 1 and fills *time and *diff, 0 at the end, or an error.
- * times_rewind restarts the walk. */
+ * times_rewind restarts the walk (0 or an error). */
 int ah_cursor_time_next(ah_cursor *c, uint64_t *time, int64_t *diff);
 int ah_cursor_times_rewind(ah_cursor *c);
 
 /* Sums the diffs of the current (key, val) with time <= as_of, walking its
- * times (afterwards time_next returns 0 until times_rewind).  as_of must
- * lie in [since, upper): AH_ECOMPACTED (as_of < since) or AH_ENOTREADY
- * (as_of >= upper) otherwise, never an empty success.  Errors also
- * AH_ESTATE, AH_ELIMIT (sum overflows int64), AH_ECORRUPT.  Source:
- * differential dataflow's accumulation in consolidation; persist's
- * snapshot(as_of) frontier rules. */
+ * times (afterwards time_next returns 0 until times_rewind).  Returns 0 and
+ * sets *sum.  as_of must lie in [since, upper): AH_ECOMPACTED (as_of <
+ * since) or AH_ENOTREADY (as_of >= upper) otherwise, never an empty
+ * success (check first with ah_check_as_of: like every cursor error, these
+ * are sticky).  Errors also AH_ESTATE, AH_ELIMIT (sum overflows int64),
+ * AH_ECORRUPT.  Source: differential dataflow's accumulation in
+ * consolidation; persist's snapshot(as_of) frontier rules. */
 int ah_cursor_accumulate(ah_cursor *c, uint64_t as_of, int64_t *sum);
 
 /* Checks as_of against NAME's [since, upper) as ah_cursor_accumulate does;

@@ -6,10 +6,18 @@
  * history has been compacted (AH_ECOMPACTED), at or after upper it is not
  * yet complete (AH_ENOTREADY).  Never an empty success.
  *
- * The trace cursor is opened lazily, at the first call that needs a
- * position: when that call is seek_key, every batch reads only the chunk
- * its fences name, so a point query touches one chunk per batch (cold: one
- * dependent page read fewer per batch than rewinding first).
+ * Opening positions the cursor (ah_cursor_open at the first key,
+ * ah_cursor_open_at at the first key >= a given one, where every batch
+ * reads only the chunk its fences name: a point query touches one chunk per
+ * batch), so an open fails when the first chunk it needs is damaged.
+ *
+ * Errors are sticky: the first error a cursor returns (but for the
+ * argument errors of one call: see failed()) is kept in c->err, every
+ * later call returns it, the valid() tests say 0, and ah_cursor_close
+ * returns it.  So the natural loop, driven by the values
+ * the movements return (1 = positioned, 0 = the end, < 0 = error), ends
+ * on the error, and an inner loop that stopped on one cannot be resumed
+ * by the outer loop's next step.
  *
  * A cursor belongs to its transaction: the txn keeps a list of its open
  * cursors and detaches them when it ends, so a use after the end is caught
@@ -59,7 +67,9 @@ static void cursor_free(ah_cursor *c)
 	free(c);
 }
 
-int ah_cursor_open(ah_txn *t, const char *name, ah_cursor **out)
+/* Loads the spine and batch records of name; the trace cursor is opened
+ * by the callers. */
+static int cursor_new(ah_txn *t, const char *name, ah_cursor **out)
 {
 	int rc = txn_enter(t, false);
 	if (rc)
@@ -89,6 +99,18 @@ int ah_cursor_open(ah_txn *t, const char *name, ah_cursor **out)
 		return txn_fail(t, rc, "arrangement '%s': %s", name, ah_strerror(rc));
 	}
 	strcpy(c->name, name);
+	*out = c;
+	return 0;
+}
+
+/* Links a positioned cursor into its txn, or frees it on error. */
+static int cursor_done(ah_txn *t, ah_cursor *c, int rc, ah_cursor **out)
+{
+	if (rc) {
+		txn_fail(t, rc, "arrangement '%s': %s", c->name, ah_strerror(rc));
+		cursor_free(c);
+		return rc;
+	}
 	c->txn = t;
 	c->next = t->cursors;
 	if (t->cursors)
@@ -98,10 +120,40 @@ int ah_cursor_open(ah_txn *t, const char *name, ah_cursor **out)
 	return 0;
 }
 
-void ah_cursor_close(ah_cursor *c)
+int ah_cursor_open(ah_txn *t, const char *name, ah_cursor **out)
+{
+	ah_cursor *c;
+	int rc;
+
+	if (out)
+		*out = NULL;
+	if ((rc = cursor_new(t, name, &c)))
+		return rc;
+	rc = tcur_open(t->ht, c->batches, c->nbatches, c->since, &c->tc);
+	return cursor_done(t, c, rc, out);
+}
+
+int ah_cursor_open_at(ah_txn *t, const char *name, const void *key, size_t len,
+                      ah_cursor **out)
+{
+	ah_cursor *c;
+	int rc;
+
+	if (out)
+		*out = NULL;
+	if (len && !key)
+		return AH_EINVAL;
+	if ((rc = cursor_new(t, name, &c)))
+		return rc;
+	rc = tcur_open_at(t->ht, c->batches, c->nbatches, c->since, key, len,
+	                  &c->tc);
+	return cursor_done(t, c, rc, out);
+}
+
+int ah_cursor_close(ah_cursor *c)
 {
 	if (!c)
-		return;
+		return 0;
 	if (c->txn) {
 		if (c->prev)
 			c->prev->next = c->next;
@@ -110,89 +162,152 @@ void ah_cursor_close(ah_cursor *c)
 		if (c->next)
 			c->next->prev = c->prev;
 	}
+	int rc = c->err;
 	cursor_free(c);
+	return rc;
 }
 
-/* A cursor is usable while its txn lives and is not poisoned; the first
- * use positions it at the first key. */
-static int live(const ah_cursor *cc)
+/* Keeps the first error (sticky) and returns it.  Errors about the
+ * arguments of one call, which leave the cursor where it was and say
+ * nothing about the heap, are only returned: a bad argument, an as_of
+ * outside [since, upper), a sum that does not fit int64. */
+static int failed(ah_cursor *c, int rc)
 {
-	if (!cc)
+	if (rc == AH_EINVAL || rc == AH_ECOMPACTED || rc == AH_ENOTREADY ||
+	    rc == AH_ELIMIT)
+		return rc;
+	if (rc < 0 && !c->err)
+		c->err = rc;
+	return c->err ? c->err : rc;
+}
+
+/* A cursor is usable while its txn lives and is not poisoned, and until
+ * its first error. */
+static int live(ah_cursor *c)
+{
+	if (!c)
 		return AH_EINVAL;
-	if (!cc->txn)
-		return AH_ESTATE;
-	if (cc->txn->poisoned)
-		return AH_EBADTXN;
-	ah_cursor *c = (ah_cursor *)cc; /* lazy open: logically const */
-	if (!c->tc && !c->err)
-		c->err = tcur_open(c->txn->ht, c->batches, c->nbatches, c->since, &c->tc);
-	return c->err;
+	if (c->err)
+		return c->err;
+	if (!c->txn)
+		return failed(c, AH_ESTATE);
+	if (c->txn->poisoned)
+		return failed(c, AH_EBADTXN);
+	return 0;
+}
+
+static bool usable(const ah_cursor *c)
+{
+	return c && !c->err && c->txn && !c->txn->poisoned;
 }
 
 int ah_cursor_key_valid(const ah_cursor *c)
 {
-	return live(c) == 0 && tcur_key_valid(c->tc);
+	return usable(c) && tcur_key_valid(c->tc);
 }
 
 int ah_cursor_val_valid(const ah_cursor *c)
 {
-	return live(c) == 0 && tcur_val_valid(c->tc);
+	return usable(c) && tcur_val_valid(c->tc);
 }
 
-int ah_cursor_key(const ah_cursor *c, const void **ptr, size_t *len)
+int ah_cursor_key(ah_cursor *c, const void **ptr, size_t *len)
 {
 	int rc = live(c);
 	if (rc)
 		return rc;
 	if (!ptr || !len)
-		return AH_EINVAL;
+		return failed(c, AH_EINVAL);
 	if (!tcur_key_valid(c->tc))
-		return AH_ESTATE;
+		return failed(c, AH_ESTATE);
 	tcur_key(c->tc, ptr, len);
 	return 0;
 }
 
-int ah_cursor_val(const ah_cursor *c, const void **ptr, size_t *len)
+int ah_cursor_val(ah_cursor *c, const void **ptr, size_t *len)
 {
 	int rc = live(c);
 	if (rc)
 		return rc;
 	if (!ptr || !len)
-		return AH_EINVAL;
+		return failed(c, AH_EINVAL);
 	if (!tcur_val_valid(c->tc))
-		return AH_ESTATE;
+		return failed(c, AH_ESTATE);
 	tcur_val(c->tc, ptr, len);
 	return 0;
 }
 
-#define MOVE(fn, call)                         \
-	int fn                                 \
-	{                                      \
-		int rc = live(c);              \
-		return rc ? rc : (call);       \
-	}
+/* A key movement: 1 when on a key afterwards, 0 past the last. */
+static int key_moved(ah_cursor *c, int rc)
+{
+	return rc < 0 ? failed(c, rc) : tcur_key_valid(c->tc);
+}
 
-MOVE(ah_cursor_step_key(ah_cursor *c), tcur_step_key(c->tc))
-MOVE(ah_cursor_step_val(ah_cursor *c), tcur_step_val(c->tc))
-MOVE(ah_cursor_rewind_keys(ah_cursor *c), tcur_rewind_keys(c->tc))
-MOVE(ah_cursor_rewind_vals(ah_cursor *c), tcur_rewind_vals(c->tc))
-MOVE(ah_cursor_times_rewind(ah_cursor *c), tcur_times_rewind(c->tc))
+/* A val movement: 1 when on a val of the current key, 0 past its last. */
+static int val_moved(ah_cursor *c, int rc)
+{
+	return rc < 0 ? failed(c, rc) : tcur_val_valid(c->tc);
+}
+
+int ah_cursor_step_key(ah_cursor *c)
+{
+	int rc = live(c);
+	return rc ? rc : key_moved(c, tcur_step_key(c->tc));
+}
+
 int ah_cursor_seek_key(ah_cursor *c, const void *key, size_t len)
 {
-	if (!c || (len && !key))
-		return AH_EINVAL;
-	if (c->txn && !c->txn->poisoned && !c->tc && !c->err) {
-		c->err = tcur_open_at(c->txn->ht, c->batches, c->nbatches, c->since,
-		                      key, len, &c->tc);
-		return c->err;
-	}
 	int rc = live(c);
-	return rc ? rc : tcur_seek_key(c->tc, key, len);
+	if (rc)
+		return rc;
+	if (len && !key)
+		return failed(c, AH_EINVAL);
+	return key_moved(c, tcur_seek_key(c->tc, key, len));
 }
-MOVE(ah_cursor_seek_val(ah_cursor *c, const void *val, size_t len),
-     (len && !val) ? AH_EINVAL : tcur_seek_val(c->tc, val, len))
-MOVE(ah_cursor_time_next(ah_cursor *c, uint64_t *time, int64_t *diff),
-     (!time || !diff) ? AH_EINVAL : tcur_time_next(c->tc, time, diff))
+
+int ah_cursor_rewind_keys(ah_cursor *c)
+{
+	int rc = live(c);
+	return rc ? rc : key_moved(c, tcur_rewind_keys(c->tc));
+}
+
+int ah_cursor_step_val(ah_cursor *c)
+{
+	int rc = live(c);
+	return rc ? rc : val_moved(c, tcur_step_val(c->tc));
+}
+
+int ah_cursor_seek_val(ah_cursor *c, const void *val, size_t len)
+{
+	int rc = live(c);
+	if (rc)
+		return rc;
+	if (len && !val)
+		return failed(c, AH_EINVAL);
+	return val_moved(c, tcur_seek_val(c->tc, val, len));
+}
+
+int ah_cursor_rewind_vals(ah_cursor *c)
+{
+	int rc = live(c);
+	return rc ? rc : val_moved(c, tcur_rewind_vals(c->tc));
+}
+
+int ah_cursor_times_rewind(ah_cursor *c)
+{
+	int rc = live(c);
+	return rc ? rc : failed(c, tcur_times_rewind(c->tc));
+}
+
+int ah_cursor_time_next(ah_cursor *c, uint64_t *time, int64_t *diff)
+{
+	int rc = live(c);
+	if (rc)
+		return rc;
+	if (!time || !diff)
+		return failed(c, AH_EINVAL);
+	return failed(c, tcur_time_next(c->tc, time, diff));
+}
 
 int ah_cursor_accumulate(ah_cursor *c, uint64_t as_of, int64_t *sum)
 {
@@ -200,21 +315,21 @@ int ah_cursor_accumulate(ah_cursor *c, uint64_t as_of, int64_t *sum)
 	if (rc)
 		return rc;
 	if (!sum)
-		return AH_EINVAL;
+		return failed(c, AH_EINVAL);
 	if ((rc = frontier(c->txn, c->name, c->since, c->upper, as_of)))
-		return rc;
+		return failed(c, rc);
 	if (!tcur_val_valid(c->tc))
-		return AH_ESTATE;
+		return failed(c, AH_ESTATE);
 	if ((rc = tcur_times_rewind(c->tc)))
-		return rc;
+		return failed(c, rc);
 	int64_t s = 0;
 	uint64_t tm;
 	int64_t d;
 	while ((rc = tcur_time_next(c->tc, &tm, &d)) == 1)
 		if (tm <= as_of && __builtin_add_overflow(s, d, &s))
-			return AH_ELIMIT;
+			return failed(c, AH_ELIMIT);
 	if (rc < 0)
-		return rc;
+		return failed(c, rc);
 	*sum = s;
 	return 0;
 }

@@ -38,8 +38,8 @@ struct ah_txn {
 struct ah_cursor {
 	ah_txn *txn;             /* NULL once the txn ended: use is AH_ESTATE */
 	ah_cursor *next, *prev;
-	trace_cursor *tc;        /* opened at first use (lazy) */
-	int err;                 /* the lazy open's error, if it failed */
+	trace_cursor *tc;        /* positioned at open */
+	int err;                 /* the first error returned: sticky */
 	batch **batches;
 	uint32_t nbatches;
 	uint64_t upper, since;

@@ -117,13 +117,13 @@ static void check(ah_txn *t, const model *m, uint64_t seed, long step)
 		}
 		ah_cursor *c;
 		cr_assert_eq(ah_cursor_open(t, names[i], &c), 0);
-		for (int rc = 0; rc == 0 && ah_cursor_key_valid(c); rc = ah_cursor_step_key(c)) {
+		for (int rc = 0; rc >= 0 && ah_cursor_key_valid(c); rc = ah_cursor_step_key(c)) {
 			const void *kp;
 			size_t kl;
 			cr_assert_eq(ah_cursor_key(c, &kp, &kl), 0);
 			int k = kl == 6 && memcmp(kp, "key", 3) == 0 ? atoi((const char *)kp + 3) : -1;
 			cr_assert(k >= 0 && k < NKEY, "seed %" PRIu64 " step %ld: stray key", seed, step);
-			for (int rv = 0; rv == 0 && ah_cursor_val_valid(c); rv = ah_cursor_step_val(c)) {
+			for (int rv = 0; rv >= 0 && ah_cursor_val_valid(c); rv = ah_cursor_step_val(c)) {
 				const void *vp;
 				size_t vl;
 				cr_assert_eq(ah_cursor_val(c, &vp, &vl), 0);

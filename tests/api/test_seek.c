@@ -1,7 +1,7 @@
 /*
- * tests/api/test_seek.c - a cursor whose first call is seek_key (opened
- * lazily at the key, one chunk per batch) lands exactly where a cursor that
- * was positioned first and then seeks lands, for present, absent, first,
+ * tests/api/test_seek.c - a cursor opened at a key (ah_cursor_open_at: one
+ * chunk per batch) lands exactly where a cursor that was positioned at the
+ * first key and then seeks lands, for present, absent, first,
  * before-first and after-last keys, across several multi-chunk batches.
  */
 #include "util.h"
@@ -15,11 +15,18 @@ static void key_of(uint32_t i, char out[12])
 static void landing(ah_txn *t, const char *key, size_t len, bool seek_first, tu_buf *b)
 {
 	ah_cursor *c;
-	cr_assert_eq(ah_cursor_open(t, "a", &c), 0);
-	if (!seek_first)
+	int rc;
+
+	if (seek_first) {
+		cr_assert_eq(ah_cursor_open_at(t, "a", key, len, &c), 0);
+		rc = ah_cursor_key_valid(c);
+	} else {
+		cr_assert_eq(ah_cursor_open(t, "a", &c), 0);
 		cr_assert_eq(ah_cursor_key_valid(c), 1); /* positions at the first key */
-	cr_assert_eq(ah_cursor_seek_key(c, key, len), 0);
-	if (!ah_cursor_key_valid(c)) {
+		rc = ah_cursor_seek_key(c, key, len);
+		cr_assert_eq(rc, ah_cursor_key_valid(c), "seek returns 1 on a key, 0 at the end");
+	}
+	if (rc == 0) {
 		tu_put(b, "end\n");
 	} else {
 		const void *k, *v;
@@ -33,7 +40,7 @@ static void landing(ah_txn *t, const char *key, size_t len, bool seek_first, tu_
 		tu_put_bytes(b, v, vl);
 		tu_put(b, "|%" PRId64 "\n", s);
 	}
-	ah_cursor_close(c);
+	cr_assert_eq(ah_cursor_close(c), 0);
 }
 
 Test(api_seek, first_call_seek_equals_positioned_seek, .timeout = 120)

@@ -109,10 +109,11 @@ static inline int tu_try_dump_as_of(ah_txn *t, const char *name, uint64_t as_of,
 				tu_put_bytes(b, v, vl);
 				tu_put(b, " %" PRId64 "\n", sum);
 			}
-			rc = ah_cursor_step_val(c);
+			if ((rc = ah_cursor_step_val(c)) > 0)
+				rc = 0;
 		}
-		if (!rc)
-			rc = ah_cursor_step_key(c);
+		if (!rc && (rc = ah_cursor_step_key(c)) > 0)
+			rc = 0;
 	}
 	if (c)
 		ah_cursor_close(c);

@@ -159,11 +159,11 @@ static inline int rel_hash_arr(ah_txn *t, const char *name, XXH3_state_t *st,
 			XXH3_64bits_update(st, &len, sizeof len);
 			XXH3_64bits_update(st, p, len);
 			rc = rel_hash_times(c, st, &buf, &cap, nupd);
-			if (rc == 0)
-				rc = ah_cursor_step_val(c);
+			if (rc == 0 && (rc = ah_cursor_step_val(c)) > 0)
+				rc = 0;
 		}
-		if (rc == 0)
-			rc = ah_cursor_step_key(c);
+		if (rc == 0 && (rc = ah_cursor_step_key(c)) > 0)
+			rc = 0;
 	}
 	ah_cursor_close(c);
 	free(buf);

@@ -99,7 +99,8 @@ static int scan(ah_txn *t, const char *name, uint64_t as_of, uint64_t *live,
 			(*live)++;
 			*hash += XXH3_64bits(p, len);
 		}
-		rc = ah_cursor_step_key(c);
+		if ((rc = ah_cursor_step_key(c)) > 0)
+			rc = 0;
 	}
 	ah_cursor_close(c);
 	return rc;

@@ -311,7 +311,12 @@ int cmd_read(dump *d, int argc, char **argv)
 		if (rc < 0)
 			break;
 	}
-	ah_cursor_close(c);
+	{
+		int crc = ah_cursor_close(c);
+
+		if (rc >= 0)
+			rc = crc;
+	}
 	if (rc < 0)
 		return dump_lib_error(d, rc, what);
 	if (d->json) {
@@ -336,8 +341,7 @@ int cmd_get(dump *d, int argc, char **argv)
 	    (rc = unescape_arg("KEY", a.key, &key, &klen)) ||
 	    (rc = resolve_as_of(d, &a, what, sizeof what)))
 		goto out;
-	if ((rc = ah_cursor_open(d->txn, a.name, &c)) < 0 ||
-	    (rc = ah_cursor_seek_key(c, key, klen)) < 0)
+	if ((rc = ah_cursor_open_at(d->txn, a.name, key, klen, &c)) < 0)
 		goto fail;
 	if (d->json)
 		json_head(d, &a, "vals");
@@ -379,8 +383,7 @@ int cmd_keys(dump *d, int argc, char **argv)
 	    (a.prefix && (rc = unescape_arg("--prefix", a.prefix, &pre, &plen))) ||
 	    (rc = arrangement(d, a.name, &info)))
 		goto out;
-	if ((rc = ah_cursor_open(d->txn, a.name, &c)) < 0 ||
-	    (plen && (rc = ah_cursor_seek_key(c, pre, plen)) < 0))
+	if ((rc = ah_cursor_open_at(d->txn, a.name, pre, plen, &c)) < 0)
 		goto fail;
 	dump_json_list(d, a.name, "keys");
 	for (; ah_cursor_key_valid(c); rc = ah_cursor_step_key(c)) {
