@@ -409,6 +409,9 @@ int merger_step(merger *m, uint64_t fuel, bool *done, uint64_t *spent)
 	return rc;
 }
 
+/* The Description of a merge's output, also of its partial output: the
+ * inputs' span, and the merge's since even when it lies beyond their upper
+ * (its times were advanced to it: B3 allows t <= since). */
 static batch_desc span_desc(const merger *m)
 {
 	batch_desc d = { 0, 0, m->since };
@@ -416,8 +419,6 @@ static batch_desc span_desc(const merger *m)
 		d.lower = m->inputs[0]->desc.lower;
 		d.upper = m->inputs[m->n - 1]->desc.upper;
 	}
-	if (d.since > d.upper)
-		d.since = d.upper;
 	return d;
 }
 
