@@ -8,7 +8,10 @@
  * of the inputs, compared on cached 8-byte prefixes first), every input
  * that holds it contributes its (time, diff) pairs, the pairs are sorted by time,
  * equal times summed (in 128 bits, so the result does not depend on the
- * order of the inputs; a sum outside int64 is AH_ELIMIT) and zeros dropped.
+ * order of the inputs) and zeros dropped.  A sum outside int64, possible
+ * only where advancing to since made distinct times equal, is written as
+ * several updates at distinct times <= since (emit_split), never refused:
+ * a merge that could not complete would wedge the arrangement.
  * Memory is per group: the pairs of one (key, val) in one pool buffer.
  *
  * Invariants:
@@ -319,6 +322,36 @@ static void sort_pairs(tpair *a, size_t n)
 	}
 }
 
+/* Writes a sum that does not fit int64 as several updates that each do:
+ * at distinct times since - (p - 1) .. since, increasing (B1).  Only a run
+ * at time since can need it: every input's times are distinct and the
+ * inputs' ranges disjoint, so equal times come only from advancing to
+ * since, and the colliding entries had distinct times in [lower, since],
+ * at least as many as the pieces.  Times <= since read the same at every
+ * readable as_of (>= since), so the pieces mean exactly the sum: the
+ * updates are kept apart instead of the arrangement being wedged. */
+__extension__ typedef __int128 i128;
+
+static int emit_split(merger *m, i128 sum, uint64_t time,
+                      const void *k, size_t kl, const void *v, size_t vl)
+{
+	i128 left = sum;
+	uint64_t p = 0, lower = m->n ? m->inputs[0]->desc.lower : 0;
+
+	for (; left > INT64_MAX || left < INT64_MIN; p++)
+		left -= sum > 0 ? INT64_MAX : INT64_MIN;
+	if (time != m->since || time - lower < p)
+		return AH_ELIMIT; /* cannot happen in a spine (see above) */
+	for (uint64_t i = p; i > 0; i--) {
+		int rc = batch_writer_push(m->w, k, kl, v, vl, time - i,
+		                           sum > 0 ? INT64_MAX : INT64_MIN);
+		if (rc)
+			return rc;
+	}
+	return left != 0 ? batch_writer_push(m->w, k, kl, v, vl, time,
+	                                     (int64_t)left) : 0;
+}
+
 /* Sorts, sums equal times and writes the non-zero sums. */
 static int emit(merger *m, size_t np, bool sorted, const void *k, size_t kl,
                 const void *v, size_t vl)
@@ -328,16 +361,16 @@ static int emit(merger *m, size_t np, bool sorted, const void *k, size_t kl,
 	for (size_t i = 0; i < np;) {
 		__extension__ __int128 sum = 0;
 		uint64_t time = m->pairs[i].time;
+		int rc = 0;
 		for (; i < np && m->pairs[i].time == time; i++)
 			sum += m->pairs[i].diff;
 		if (sum > INT64_MAX || sum < INT64_MIN)
-			return AH_ELIMIT;
-		if (sum != 0) {
-			int rc = batch_writer_push(m->w, k, kl, v, vl, time,
-			                           (int64_t)sum);
-			if (rc)
-				return rc;
-		}
+			rc = emit_split(m, sum, time, k, kl, v, vl);
+		else if (sum != 0)
+			rc = batch_writer_push(m->w, k, kl, v, vl, time,
+			                       (int64_t)sum);
+		if (rc)
+			return rc;
 	}
 	return 0;
 }

@@ -285,7 +285,9 @@ typedef struct ah_update {
  * new_upper.  The caller's memory is copied; it may be reused on return.
  * Errors: AH_EUPPER (NAME's upper != expected_upper; the message names both),
  * AH_EFRONTIER (new_upper < expected_upper, or an update time outside
- * [expected_upper, new_upper)), AH_ELIMIT (a diff sum overflows int64),
+ * [expected_upper, new_upper)), AH_ELIMIT (updates of one (key, val, time)
+ * sum outside int64; updates of different times never do: a compaction
+ * that would overflow keeps them apart, see ARCHITECTURE.md §10),
  * AH_ENOTFOUND, AH_EINVAL, AH_EREADONLY, AH_EBADTXN, AH_EFULL, AH_ENOMEM,
  * AH_EIO.  On any error the transaction is poisoned.
  * Appending also spends merge fuel proportional to n (spine_fueled).

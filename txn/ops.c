@@ -281,6 +281,12 @@ int ah_builder_finish(ah_builder *b)
 			batch_free(bt);
 		}
 	}
+	if (rc == AH_ELIMIT) {
+		spine_clear(&sp);
+		return txn_poison(t, rc, "arrangement '%s': the diffs of one (key, val, "
+		                  "time) in this batch sum outside int64: nothing "
+		                  "appended", name);
+	}
 	if (rc) {
 		spine_clear(&sp);
 		return txn_poison(t, rc, "arrangement '%s': %s", name, ah_strerror(rc));
