@@ -50,19 +50,26 @@ static uint64_t rd64(const uint8_t *p)
 	return v;
 }
 
-int bchunk_open(const void *body, size_t body_used, bchunk *c)
+#define TOUCH(c, p, n)                                                         \
+	do {                                                                   \
+		if (heap_chunk_touch(&(c)->hv, (p), (n)) != 0)                 \
+			return CORRUPT;                                        \
+	} while (0)
+
+/* The header checks on a view whose page 0 (the header) is checked. */
+static int open_view(bchunk *c, const uint8_t *b, size_t body_used)
 {
-	const uint8_t *b = body;
 	uint32_t off[9];
 	uint64_t nk, nv, nu;
 
 	if (!b || body_used < BCHUNK_HDR || ((uintptr_t)b & 7u))
 		return CORRUPT;
+	TOUCH(c, b, BCHUNK_HDR);
 	if (memcmp(b, BCHUNK_MAGIC, 4) != 0)
 		return CORRUPT;
 	uint16_t ver;
 	memcpy(&ver, b + 4, 2);
-	if (ver != HEAP_FORMAT_VERSION || b[7] != 8)
+	if (ver != BCHUNK_VERSION || b[7] != 8)
 		return CORRUPT;
 	c->body = b;
 	c->flags = b[6];
@@ -102,40 +109,56 @@ int bchunk_open(const void *body, size_t body_used, bchunk *c)
 	c->vu = (const uint32_t *)(b + off[5]);
 	c->times = (const uint64_t *)(b + off[6]);
 	c->diffs = (const int64_t *)(b + off[7]);
+	TOUCH(c, &c->kv[0], 4);
+	TOUCH(c, &c->kv[nk], 4);
+	TOUCH(c, &c->vu[0], 4);
+	TOUCH(c, &c->vu[nv], 4);
 	if (c->kv[0] != 0 || c->kv[nk] != nv || c->vu[0] != 0 ||
 	    c->vu[nv] != nu)
 		return CORRUPT;
 	return 0;
 }
 
-int bchunk_key(const bchunk *c, uint32_t i, const uint8_t **p, size_t *len)
+int bchunk_open(const void *body, size_t body_used, bchunk *c)
+{
+	memset(&c->hv, 0, sizeof c->hv);
+	c->hv.all = true; /* the caller's own, checked bytes */
+	return open_view(c, body, body_used);
+}
+
+int bchunk_key(bchunk *c, uint32_t i, const uint8_t **p, size_t *len)
 {
 	if (i >= c->nkeys)
 		return CORRUPT;
+	TOUCH(c, &c->ko[i], 8);
 	uint32_t lo = c->ko[i], hi = c->ko[i + 1];
 	if (lo < c->kb_lo || lo > hi || hi > c->kb_hi)
 		return CORRUPT;
+	TOUCH(c, c->body + lo, hi - lo);
 	*p = c->body + lo;
 	*len = hi - lo;
 	return 0;
 }
 
-int bchunk_val(const bchunk *c, uint32_t j, const uint8_t **p, size_t *len)
+int bchunk_val(bchunk *c, uint32_t j, const uint8_t **p, size_t *len)
 {
 	if (j >= c->nvals)
 		return CORRUPT;
+	TOUCH(c, &c->vo[j], 8);
 	uint32_t lo = c->vo[j], hi = c->vo[j + 1];
 	if (lo < c->vb_lo || lo > hi || hi > c->vb_hi)
 		return CORRUPT;
+	TOUCH(c, c->body + lo, hi - lo);
 	*p = c->body + lo;
 	*len = hi - lo;
 	return 0;
 }
 
-int bchunk_key_vals(const bchunk *c, uint32_t i, uint32_t *lo, uint32_t *hi)
+int bchunk_key_vals(bchunk *c, uint32_t i, uint32_t *lo, uint32_t *hi)
 {
 	if (i >= c->nkeys)
 		return CORRUPT;
+	TOUCH(c, &c->kv[i], 8);
 	*lo = c->kv[i];
 	*hi = c->kv[i + 1];
 	if (*lo >= *hi || *hi > c->nvals)
@@ -143,10 +166,11 @@ int bchunk_key_vals(const bchunk *c, uint32_t i, uint32_t *lo, uint32_t *hi)
 	return 0;
 }
 
-int bchunk_val_upds(const bchunk *c, uint32_t j, uint32_t *lo, uint32_t *hi)
+int bchunk_val_upds(bchunk *c, uint32_t j, uint32_t *lo, uint32_t *hi)
 {
 	if (j >= c->nvals)
 		return CORRUPT;
+	TOUCH(c, &c->vu[j], 8);
 	*lo = c->vu[j];
 	*hi = c->vu[j + 1];
 	if (*lo >= *hi || *hi > c->nupds)
@@ -154,16 +178,23 @@ int bchunk_val_upds(const bchunk *c, uint32_t j, uint32_t *lo, uint32_t *hi)
 	return 0;
 }
 
-int bchunk_get(heap_txn *t, uint64_t id, bchunk *out)
+int bchunk_touch_upds(bchunk *c, uint32_t lo, uint32_t hi)
 {
-	const void *body;
-	size_t used;
-	int rc = heap_chunk_get(t, id, &body, &used);
+	if (lo > hi || hi > c->nupds)
+		return CORRUPT;
+	TOUCH(c, &c->times[lo], 8 * (size_t)(hi - lo));
+	TOUCH(c, &c->diffs[lo], 8 * (size_t)(hi - lo));
+	return 0;
+}
+
+int bchunk_get(heap_txn *t, uint64_t id, enum heap_chunk_how how, bchunk *out)
+{
+	int rc = heap_chunk_open(t, id, how, &out->hv);
 	if (rc == AH_ENOTFOUND)
 		return CORRUPT; /* a record names a chunk that is not there */
 	if (rc)
 		return rc;
-	return bchunk_open(body, used, out);
+	return open_view(out, out->hv.body, out->hv.body_used);
 }
 
 /* ---------------------------------------------------------- batch record */
@@ -192,7 +223,7 @@ static int record_decode(uint64_t id, const uint8_t *rec, size_t len,
 		return CORRUPT;
 	uint16_t ver;
 	memcpy(&ver, rec + 4, 2);
-	if (ver != HEAP_FORMAT_VERSION || rec[6] != 8 ||
+	if (ver != BREC_VERSION || rec[6] != 8 ||
 	    (rec[7] & ~BREC_PARTIAL))
 		return CORRUPT;
 	n = rd32(rec + 72);
@@ -288,7 +319,7 @@ int batch_record_put(heap_txn *t, const batch *b)
 	uint8_t *rec = malloc(fbytes + fsum);
 	if (!rec)
 		return AH_ENOMEM;
-	uint16_t ver = HEAP_FORMAT_VERSION;
+	uint16_t ver = BREC_VERSION;
 	uint32_t n32 = (uint32_t)n, zero = 0, off = 0;
 	memcpy(rec, BREC_MAGIC, 4);
 	memcpy(rec + 4, &ver, 2);
@@ -413,7 +444,7 @@ static bool time_ok(const batch_desc *d, uint64_t t)
 }
 
 /* Checks val j's updates: B1 (times increasing), B2, B3. */
-static const char *check_upds(check_state *s, const bchunk *c, uint32_t j,
+static const char *check_upds(check_state *s, bchunk *c, uint32_t j,
                               bool cont)
 {
 	uint32_t lo, hi;
@@ -432,7 +463,7 @@ static const char *check_upds(check_state *s, const bchunk *c, uint32_t j,
 	return NULL;
 }
 
-static const char *check_key(check_state *s, const bchunk *c, uint32_t i)
+static const char *check_key(check_state *s, bchunk *c, uint32_t i)
 {
 	const uint8_t *k, *v;
 	size_t kl, vl;
@@ -470,18 +501,17 @@ static int check_chunk(check_state *s, heap_txn *t, uint32_t ci,
                        bool checksums)
 {
 	const batch *b = s->b;
-	const void *body;
-	size_t used;
 	bchunk c;
 	const char *e = NULL;
 
-	int rc = heap_chunk_get(t, b->chunk_ids[ci], &body, &used);
-	if (rc)
-		return check_fail(s, ci, rc == AH_ENOTFOUND ? "chunk missing"
-		                                             : "bad chunk header");
-	if (checksums && heap_chunk_verify(t, b->chunk_ids[ci]))
-		return check_fail(s, ci, "checksum mismatch");
-	if (bchunk_open(body, used, &c) || c.used != used)
+	/* Checked whole: the structure pass must not read unchecked bytes. */
+	int rc = heap_chunk_open(t, b->chunk_ids[ci], HEAP_CHUNK_WHOLE, &c.hv);
+	if (rc == AH_ENOTFOUND)
+		return check_fail(s, ci, "chunk missing");
+	if (rc || (checksums && heap_chunk_verify(t, b->chunk_ids[ci])))
+		return check_fail(s, ci, heap_chunk_verify(t, b->chunk_ids[ci]) ?
+		                  "checksum mismatch" : "bad chunk header");
+	if (open_view(&c, c.hv.body, c.hv.body_used) || c.used != c.hv.body_used)
 		return check_fail(s, ci, "bad batch chunk header (B4)");
 	if (ci == 0 && c.flags)
 		return check_fail(s, ci, "first chunk flagged as continuation");
@@ -504,7 +534,7 @@ static int check_chunk(check_state *s, heap_txn *t, uint32_t ci,
 		return check_fail(s, ci, e);
 	s->updates += c.nupds;
 	s->bytes += c.used;
-	s->chunk_bytes += heap_chunk_fit(heap_txn_heap(t), c.used) + HEAP_CHUNK_HDR;
+	s->chunk_bytes += c.hv.value_bytes;
 	return 0;
 }
 

@@ -168,7 +168,7 @@ int bcur_times_rewind(batch_cursor *c);
  *
  *   off  size  field
  *     0     4  magic "AHBC"
- *     4     2  version (HEAP_FORMAT_VERSION)
+ *     4     2  version (BCHUNK_VERSION, 1)
  *     6     1  flags: BCHUNK_KEY_CONT 0x1 = key 0 continues the previous
  *              chunk's last key; BCHUNK_VAL_CONT 0x2 = (key 0, val 0)
  *              continues the previous chunk's last (key, val) (implies
@@ -198,6 +198,7 @@ int bcur_times_rewind(batch_cursor *c);
  * every chunk is self-contained and fence[i] is simply chunk i's key 0.
  */
 #define BCHUNK_MAGIC "AHBC"
+#define BCHUNK_VERSION 1
 #define BCHUNK_HDR 64
 #define BCHUNK_KEY_CONT 0x1u
 #define BCHUNK_VAL_CONT 0x2u
@@ -208,7 +209,7 @@ int bcur_times_rewind(batch_cursor *c);
  *
  *   off       size  field
  *     0          4  magic "AHBR"
- *     4          2  version (HEAP_FORMAT_VERSION)
+ *     4          2  version (BREC_VERSION, 1)
  *     6          1  time_width (8)
  *     7          1  flags: BREC_PARTIAL 0x1 = a suspended merge's output,
  *                   linked to no spine
@@ -219,7 +220,8 @@ int bcur_times_rewind(batch_cursor *c);
  *    40          8  keys (logical: a continued key counts once)
  *    48          8  vals (logical)
  *    56          8  bytes (sum of chunk body bytes used)
- *    64          8  chunk_bytes (sum of class body capacity + HEAP_CHUNK_HDR)
+ *    64          8  chunk_bytes (sum of the chunks' stored bytes: their
+ *                   class's value size)
  *    72          4  nchunks
  *    76          4  reserved, 0
  *    80     8*nchunks  chunk ids, in key order
@@ -231,6 +233,7 @@ int bcur_times_rewind(batch_cursor *c);
  * reused, even after a drop.  Iterations over HEAP_T_BATCH skip that key.
  */
 #define BREC_MAGIC "AHBR"
+#define BREC_VERSION 1
 #define BREC_HDR 80
 #define BREC_PARTIAL 0x1u
 #define BATCH_ID_COUNTER UINT64_MAX
@@ -238,8 +241,11 @@ int bcur_times_rewind(batch_cursor *c);
 /* ------------------------------------ internal: shared by batch*.c only */
 
 /* A chunk body whose header passed bchunk_open: column pointers into the
- * map.  The per-item accessors check each offset they use. */
+ * map.  The per-item accessors check each offset they use, and touch
+ * (heap_chunk_touch) every byte they hand out first, so a chunk opened
+ * page by page is checked exactly where it is read. */
 typedef struct bchunk {
+	heap_chunk_view hv;
 	const uint8_t *body;
 	uint32_t used, flags, nkeys, nvals, nupds;
 	const uint32_t *ko, *kv, *vo, *vu;
@@ -249,16 +255,20 @@ typedef struct bchunk {
 } bchunk;
 
 /* Checks the header (magic, version, flags, counts, column offsets and
- * sizes against body_used, alignment).  Errors: AH_ECORRUPT. */
+ * sizes against body_used, alignment) of a body already checked whole (a
+ * test's or a writer's own bytes).  Errors: AH_ECORRUPT. */
 int bchunk_open(const void *body, size_t body_used, bchunk *out);
 /* Key i / val j bytes; val range of key i (non-empty, inside [0, nvals]);
  * update range of val j (non-empty).  Errors: AH_ECORRUPT. */
-int bchunk_key(const bchunk *c, uint32_t i, const uint8_t **p, size_t *len);
-int bchunk_val(const bchunk *c, uint32_t j, const uint8_t **p, size_t *len);
-int bchunk_key_vals(const bchunk *c, uint32_t i, uint32_t *lo, uint32_t *hi);
-int bchunk_val_upds(const bchunk *c, uint32_t j, uint32_t *lo, uint32_t *hi);
-/* heap_chunk_get + bchunk_open. */
-int bchunk_get(heap_txn *t, uint64_t id, bchunk *out);
+int bchunk_key(bchunk *c, uint32_t i, const uint8_t **p, size_t *len);
+int bchunk_val(bchunk *c, uint32_t j, const uint8_t **p, size_t *len);
+int bchunk_key_vals(bchunk *c, uint32_t i, uint32_t *lo, uint32_t *hi);
+int bchunk_val_upds(bchunk *c, uint32_t j, uint32_t *lo, uint32_t *hi);
+/* Updates [lo, hi) of the chunk's times and diffs are about to be read. */
+int bchunk_touch_upds(bchunk *c, uint32_t lo, uint32_t hi);
+/* heap_chunk_open (how: HEAP_CHUNK_WHOLE for a walk, HEAP_CHUNK_PAGES for
+ * a seek) + the header checks of bchunk_open. */
+int bchunk_get(heap_txn *t, uint64_t id, enum heap_chunk_how how, bchunk *out);
 
 /* Encodes b (id, desc, counts, chunk ids, fences, rec_flags) as its record
  * and puts it.  Errors: AH_ENOMEM, AH_ELIMIT, heap_put's. */

@@ -37,7 +37,10 @@ static int load_at(batch_cursor *c, uint32_t idx, bool seq, bchunk *out)
 	}
 	if (seq)
 		c->ahead = idx + 2;
-	int rc = bchunk_get(c->t, c->b->chunk_ids[idx], out);
+	/* A walk reads the whole chunk: check it whole, once.  A seek
+	 * checks each page when it first reads from it. */
+	int rc = bchunk_get(c->t, c->b->chunk_ids[idx],
+	                    seq ? HEAP_CHUNK_WHOLE : HEAP_CHUNK_PAGES, out);
 	if (!rc && idx == 0 && out->flags)
 		rc = AH_ECORRUPT; /* nothing to continue */
 	return rc;
@@ -184,7 +187,7 @@ int bcur_step_val(batch_cursor *c)
 }
 
 /* First index in [lo, hi) whose key (val) is >= target, or hi. */
-static int search(const bchunk *cv, bool keys, uint32_t lo, uint32_t hi,
+static int search(bchunk *cv, bool keys, uint32_t lo, uint32_t hi,
                   const void *target, size_t tlen, uint32_t *at)
 {
 	while (lo < hi) {
@@ -365,7 +368,9 @@ static int times_cont(batch_cursor *c)
 	c->tv = next;
 	c->tc++;
 	c->tvi = 0;
-	return bchunk_val_upds(&c->tv, 0, &c->tu, &c->tend);
+	if ((rc = bchunk_val_upds(&c->tv, 0, &c->tu, &c->tend)))
+		return rc;
+	return bchunk_touch_upds(&c->tv, c->tu, c->tend);
 }
 
 int bcur_time_next(batch_cursor *c, uint64_t *time, int64_t *diff)
@@ -378,7 +383,8 @@ int bcur_time_next(batch_cursor *c, uint64_t *time, int64_t *diff)
 		c->tc = c->c;
 		c->tvi = c->vi;
 		c->tpending = false;
-		if ((rc = bchunk_val_upds(&c->tv, c->tvi, &c->tu, &c->tend)))
+		if ((rc = bchunk_val_upds(&c->tv, c->tvi, &c->tu, &c->tend)) ||
+		    (rc = bchunk_touch_upds(&c->tv, c->tu, c->tend)))
 			return rc;
 	}
 	while (c->tu >= c->tend) {

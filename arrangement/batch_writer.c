@@ -211,7 +211,7 @@ static uint64_t staged_size(const batch_writer *w)
 static void write_header(uint8_t *body, const batch_writer *w,
                          const uint32_t off[8], uint32_t used)
 {
-	uint16_t ver = HEAP_FORMAT_VERSION;
+	uint16_t ver = BCHUNK_VERSION;
 	memset(body, 0, BCHUNK_HDR);
 	memcpy(body, BCHUNK_MAGIC, 4);
 	memcpy(body + 4, &ver, 2);
@@ -261,7 +261,7 @@ static int flush(batch_writer *w)
 	    (rc = put32(w->pool, &w->fence_offs, (uint32_t)w->fences.len)))
 		return rc;
 	w->bytes += o;
-	w->chunk_bytes += cap + HEAP_CHUNK_HDR;
+	w->chunk_bytes += heap_chunk_stored(heap_txn_heap(w->t), size);
 	stage_reset(w);
 	return 0;
 }
@@ -292,7 +292,7 @@ int batch_writer_new(heap_txn *t, pool *p, batch_writer **out)
 }
 
 /* Copies chunk c's items into the (empty) staging, checking every range. */
-static int stage_chunk(batch_writer *w, const bchunk *c)
+static int stage_chunk(batch_writer *w, bchunk *c)
 {
 	int rc = 0;
 	if ((rc = stage_begin(w)))
@@ -345,9 +345,10 @@ int batch_writer_resume(heap_txn *t, pool *p, uint64_t partial_id,
 		    (rc = put32(p, &w->fence_offs, (uint32_t)w->fences.len)))
 			goto out;
 	uint64_t last = b->chunk_ids[b->nchunks - 1];
-	if ((rc = bchunk_get(t, last, &c)) || (rc = stage_chunk(w, &c)))
+	if ((rc = bchunk_get(t, last, HEAP_CHUNK_WHOLE, &c)) ||
+	    (rc = stage_chunk(w, &c)))
 		goto out;
-	size_t last_cap = heap_chunk_fit(heap_txn_heap(t), c.used) + HEAP_CHUNK_HDR;
+	size_t last_cap = c.hv.value_bytes;
 	if ((c.flags && b->nchunks == 1) || b->bytes < c.used ||
 	    b->chunk_bytes < last_cap) {
 		rc = AH_ECORRUPT;

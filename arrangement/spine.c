@@ -6,7 +6,7 @@
  *
  *   off  size  field
  *     0     4  magic "AHAR"
- *     4     2  format version (HEAP_FORMAT_VERSION)
+ *     4     2  layout version (SPINE_VERSION, 1)
  *     6     2  reserved, 0
  *     8     8  upper
  *    16     8  since
@@ -37,6 +37,7 @@
 #include "arrangement/spine.h"
 
 #define SPINE_MAGIC 0x52414841u /* "AHAR" little-endian */
+#define SPINE_VERSION 1
 #define SPINE_HDR 32
 
 /* ----------------------------------------------------------- encoding */
@@ -127,7 +128,7 @@ int spine_load(heap_txn *t, const char *name, spine *sp)
 	sp->upper = rd_u64(&r);
 	sp->since = rd_u64(&r);
 	uint32_t nb = rd_u32(&r), nm = rd_u32(&r);
-	if (r.bad || magic != SPINE_MAGIC || ver != HEAP_FORMAT_VERSION ||
+	if (r.bad || magic != SPINE_MAGIC || ver != SPINE_VERSION ||
 	    sp->since > sp->upper || (uint64_t)nb * 16 > r.left ||
 	    nm > nb)
 		return AH_ECORRUPT;
@@ -170,7 +171,7 @@ int spine_store(heap_txn *t, const char *name, const spine *sp)
 		return AH_ENOMEM;
 #define PUT(v, n) do { memcpy(p, (v), (n)); p += (n); } while (0)
 	uint32_t magic = SPINE_MAGIC, u32;
-	uint16_t ver = HEAP_FORMAT_VERSION, zero16 = 0;
+	uint16_t ver = SPINE_VERSION, zero16 = 0;
 	PUT(&magic, 4);
 	PUT(&ver, 2);
 	PUT(&zero16, 2);

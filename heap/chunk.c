@@ -9,20 +9,38 @@
  * a whole multiple of 256 pages.  Uniform sizes keep LMDB's free list in
  * runs it can reuse without a long search for contiguous pages.
  *
- * Chunk header (HEAP_CHUNK_HDR = 32 bytes, native byte order), then the
- * body (16-byte aligned), then zeroes up to the end of the value:
+ * Pages of a chunk ("blocks"): block i is the part of the value in its
+ * i-th page, value bytes [i * psize - 16, (i + 1) * psize - 16) (block 0
+ * starts at 0).  A reader that seeks touches a few of them; each carries
+ * its own checksum so that it can be checked alone.
+ *
+ * Format 2 chunk (magic "AHC2"), native byte order:
  *
  *   off  size  field
- *     0     8  xxh3        XXH3_64bits of bytes [8, value size): the rest of
- *                          the header, the body and the zeroed tail
- *     8     4  magic       "AHCK"
- *    12     4  class_pages pages of the value; must match its LMDB size
- *    16     8  id          the chunk's own key
- *    24     8  body_used   body bytes in use, <= value size - 32
+ *     0     8  xxh3        XXH3-64 of bytes [8, value size): everything
+ *                          after it, page checksums and zeroed tail too
+ *     8     4  sum0        low 32 bits of XXH3-64 of block 0 from byte 12:
+ *                          the rest of the header, the page checksums and
+ *                          the start of the body
+ *    12     4  magic       "AHC2"
+ *    16     4  class_pages pages of the value; must match its LMDB size
+ *    20     4  nblocks     pages with a checksum: class_pages for the
+ *                          regular classes, 0 for jumbo chunks (checked
+ *                          whole only)
+ *    24     8  id          the chunk's own key
+ *    32     8  body_used   body bytes in use, <= capacity
+ *    40  4(n-1) sums       low 32 bits of XXH3-64 of block i, i = 1..n-1
+ *     B        body, B = 40 + 4 (n - 1) rounded up to 16 (48 for jumbo
+ *              and 1-page chunks, 1072 for 256 pages: always inside
+ *              block 0), then zeroes to the end of the value
+ *
+ * Format 1 chunk (magic "AHCK", arrheap 0.1.0; read, never written):
+ *     0 xxh3 of [8, size), 8 magic, 12 class_pages, 16 id, 24 body_used,
+ *     32 body.  No page checksums: always checked whole.
  *
  * Everything read back is untrusted: a header that disagrees with the
- * LMDB value holding it is AH_ECORRUPT.  The format version of this layout
- * is HEAP_FORMAT_VERSION (in the heap's meta record).
+ * LMDB value holding it, or a checksum that does not match, is
+ * AH_ECORRUPT.  Never trust a byte of a page before its checksum passed.
  */
 #include <string.h>
 #include <sys/mman.h>
@@ -40,20 +58,46 @@ const uint32_t heap_class_pages[HEAP_NCLASSES] = { 1, 4, 16, 64, 256 };
 #define PREFETCH_MAX (8u << 20) /* bytes one heap_chunk_prefetch asks for */
 #define MAX_VALUE 0xFFFFFFFFull
 #define PIECE ((size_t)1 << 20)
-static const char chunk_magic[4] = { 'A', 'H', 'C', 'K' };
+#define HDR1 32u  /* format 1 header */
+#define HDR2 40u  /* format 2 header, before the page checksums */
+static const char magic1[4] = { 'A', 'H', 'C', 'K' };
+static const char magic2[4] = { 'A', 'H', 'C', '2' };
 
-struct hdr {
+struct hdr2 {
 	uint64_t xxh3;
+	uint32_t sum0;
 	char magic[4];
 	uint32_t class_pages;
+	uint32_t nblocks;
 	uint64_t id;
 	uint64_t body_used;
 };
-_Static_assert(sizeof(struct hdr) == HEAP_CHUNK_HDR, "chunk header size");
+_Static_assert(sizeof(struct hdr2) == HDR2, "chunk header size");
+
+/* A decoded header of either format. */
+typedef struct chdr {
+	int format;            /* 1 or 2 */
+	uint64_t xxh3, id, body_used;
+	uint32_t sum0, class_pages, nblocks;
+	uint64_t body_off;
+} chdr;
+
+static uint32_t nblocks_of(uint64_t pages)
+{
+	return pages <= LARGEST ? (uint32_t)pages : 0;
+}
+
+static uint64_t body_off(uint64_t pages)
+{
+	uint32_t n = nblocks_of(pages);
+	uint64_t end = HDR2 + 4 * (uint64_t)(n > 1 ? n - 1 : 0);
+
+	return (end + 15) / 16 * 16;
+}
 
 static uint64_t cap_of(const heap *h, uint64_t pages)
 {
-	return pages * h->psize - VALUE_PAD - HEAP_CHUNK_HDR;
+	return pages * h->psize - VALUE_PAD - body_off(pages);
 }
 
 /* Pages for a body of want bytes; 0 when over LMDB's largest value. */
@@ -66,7 +110,10 @@ static uint64_t pages_for(const heap *h, uint64_t want)
 			return heap_class_pages[i];
 	if (want > MAX_VALUE)
 		return 0;
-	pages = (want + VALUE_PAD + HEAP_CHUNK_HDR + unit - 1) / unit * LARGEST;
+	pages = (want + VALUE_PAD + body_off(LARGEST + 1) + unit - 1) / unit *
+	        LARGEST;
+	if (pages <= LARGEST) /* the jumbo header is smaller than 256 pages' */
+		pages = 2 * LARGEST;
 	return pages * h->psize - VALUE_PAD > MAX_VALUE ? 0 : pages;
 }
 
@@ -82,6 +129,13 @@ size_t heap_chunk_fit(const heap *h, size_t want)
 	return pages ? (size_t)cap_of(h, pages) : 0;
 }
 
+size_t heap_chunk_stored(const heap *h, size_t want)
+{
+	uint64_t pages = pages_for(h, want);
+
+	return pages ? (size_t)(pages * h->psize - VALUE_PAD) : 0;
+}
+
 static bool valid_class(uint64_t pages)
 {
 	for (int i = 0; i < HEAP_NCLASSES; i++)
@@ -90,28 +144,74 @@ static bool valid_class(uint64_t pages)
 	return pages > LARGEST && pages % LARGEST == 0;
 }
 
-/* Checks a chunk value against its key and LMDB size. */
-static int check(const heap *h, uint64_t id, const MDB_val *v)
+static uint64_t block_start(uint32_t psize, uint64_t i)
 {
-	struct hdr hd;
+	return i ? i * psize - VALUE_PAD : 0;
+}
+
+static uint32_t sum32(const void *p, size_t len)
+{
+	return (uint32_t)XXH3_64bits(p, len);
+}
+
+/* The checksum of block i of a value of vsize bytes (block 0 from byte
+ * 12, after the two whole-chunk checksums). */
+static uint32_t block_sum(uint32_t psize, const uint8_t *val, uint64_t vsize,
+                          uint64_t i)
+{
+	uint64_t lo = i ? block_start(psize, i) : 12, hi = block_start(psize, i + 1);
+
+	return sum32(val + lo, (size_t)((hi < vsize ? hi : vsize) - lo));
+}
+
+/* Decodes and checks a chunk header against its key and LMDB value; the
+ * problem as static text, or NULL.  Only header fields are trusted after
+ * this, and only as far as their checksum has been checked (see
+ * heap_chunk_open). */
+static const char *parse(const heap *h, uint64_t id, const MDB_val *v,
+                         chdr *c)
+{
+	const uint8_t *p = v->mv_data;
 	uint64_t pages;
 
+	memset(c, 0, sizeof *c);
 	if ((v->mv_size + VALUE_PAD) % h->psize != 0 ||
 	    v->mv_size < (size_t)h->psize - VALUE_PAD)
-		return HEAP_CORRUPT("chunk value size is not a whole class");
+		return "chunk value size is not a whole class";
 	if ((uintptr_t)v->mv_data % 16 != 0)
-		return HEAP_CORRUPT("chunk not 16-byte aligned");
+		return "chunk not 16-byte aligned";
 	pages = (v->mv_size + VALUE_PAD) / h->psize;
-	memcpy(&hd, v->mv_data, sizeof hd);
-	if (memcmp(hd.magic, chunk_magic, 4) != 0)
-		return HEAP_CORRUPT("chunk magic");
-	if (!valid_class(pages) || hd.class_pages != pages)
-		return HEAP_CORRUPT("chunk class does not match its size");
-	if (hd.id != id)
-		return HEAP_CORRUPT("chunk id does not match its key");
-	if (hd.body_used > v->mv_size - HEAP_CHUNK_HDR)
-		return HEAP_CORRUPT("chunk body_used beyond capacity");
-	return 0;
+	if (memcmp(p + 12, magic2, 4) == 0) {
+		struct hdr2 hd;
+
+		memcpy(&hd, p, sizeof hd);
+		c->format = 2;
+		c->xxh3 = hd.xxh3;
+		c->sum0 = hd.sum0;
+		c->class_pages = hd.class_pages;
+		c->nblocks = hd.nblocks;
+		c->id = hd.id;
+		c->body_used = hd.body_used;
+		c->body_off = body_off(pages);
+		if (hd.nblocks != nblocks_of(pages))
+			return "chunk page count does not match its class";
+	} else if (memcmp(p + 8, magic1, 4) == 0) {
+		c->format = 1;
+		memcpy(&c->xxh3, p, 8);
+		memcpy(&c->class_pages, p + 12, 4);
+		memcpy(&c->id, p + 16, 8);
+		memcpy(&c->body_used, p + 24, 8);
+		c->body_off = HDR1;
+	} else {
+		return "chunk magic";
+	}
+	if (!valid_class(pages) || c->class_pages != pages)
+		return "chunk class does not match its size";
+	if (c->id != id)
+		return "chunk id does not match its key";
+	if (c->body_used > v->mv_size - c->body_off)
+		return "chunk body_used beyond capacity";
+	return NULL;
 }
 
 static uint64_t checksum(const MDB_val *v)
@@ -119,12 +219,57 @@ static uint64_t checksum(const MDB_val *v)
 	return XXH3_64bits((const char *)v->mv_data + 8, v->mv_size - 8);
 }
 
-static int lookup(heap_txn *t, uint64_t id, MDB_val *v)
+/* Every checksum of the chunk: the whole XXH3 and, in format 2, sum0 and
+ * each block's.  The problem, or NULL. */
+static const char *check_all(const heap *h, const MDB_val *v, const chdr *c)
+{
+	const uint8_t *p = v->mv_data;
+
+	if (c->xxh3 != checksum(v))
+		return "chunk checksum mismatch";
+	if (c->format == 2) {
+		if (c->sum0 != block_sum(h->psize, p, v->mv_size, 0))
+			return "chunk page 0 checksum mismatch";
+		for (uint32_t i = 1; i < c->nblocks; i++) {
+			uint32_t s;
+
+			memcpy(&s, p + HDR2 + 4 * (i - 1), 4);
+			if (s != block_sum(h->psize, p, v->mv_size, i))
+				return "chunk page checksum mismatch";
+		}
+	}
+	return NULL;
+}
+
+const char *heap_chunk_problem(const heap *h, uint64_t id, const MDB_val *v,
+                               bool checksums, heap_chunk_info *ci)
+{
+	chdr c;
+	const char *problem = parse(h, id, v, &c);
+
+	if (ci != NULL) {
+		ci->id = id;
+		ci->class_pages = c.class_pages;
+		ci->body_used = c.body_used;
+		ci->xxh3 = c.xxh3;
+		ci->format = (uint32_t)c.format;
+	}
+	if (problem == NULL && checksums)
+		problem = check_all(h, v, &c);
+	return problem;
+}
+
+static int lookup(heap_txn *t, uint64_t id, MDB_val *v, chdr *c)
 {
 	MDB_val k = { sizeof id, &id };
 	int rc = heap_err(HEAP_MDB(mdb_get(t->txn, t->h->dbi[HEAP_DBI_CHUNKS], &k, v)));
+	const char *problem;
 
-	return rc ? rc : check(t->h, id, v);
+	if (rc != 0)
+		return rc;
+	if ((problem = parse(t->h, id, v, c)) != NULL)
+		return HEAP_CORRUPT(problem);
+	return 0;
 }
 
 static int next_id(heap_txn *t)
@@ -158,7 +303,7 @@ out:
 int heap_chunk_reserve(heap_txn *t, size_t body_bytes, uint64_t *id,
                        void **body, size_t *body_cap)
 {
-	struct hdr hd = { 0 };
+	struct hdr2 hd = { 0 };
 	MDB_val k, v;
 	uint64_t pages, nid;
 	int rc;
@@ -184,15 +329,16 @@ int heap_chunk_reserve(heap_txn *t, size_t body_bytes, uint64_t *id,
 		rc = HEAP_CORRUPT("reserved chunk not 16-byte aligned");
 		goto out;
 	}
-	memcpy(hd.magic, chunk_magic, 4);
+	memcpy(hd.magic, magic2, 4);
 	hd.class_pages = (uint32_t)pages;
+	hd.nblocks = nblocks_of(pages);
 	hd.id = nid;
 	memcpy(v.mv_data, &hd, sizeof hd);
 	t->next_id++;
 	*id = nid;
-	*body = (char *)v.mv_data + HEAP_CHUNK_HDR;
+	*body = (char *)v.mv_data + body_off(pages);
 	if (body_cap != NULL)
-		*body_cap = v.mv_size - HEAP_CHUNK_HDR;
+		*body_cap = v.mv_size - body_off(pages);
 out:
 	return heap_txn_fail(t, rc);
 }
@@ -200,48 +346,113 @@ out:
 int heap_chunk_seal(heap_txn *t, uint64_t id, void *body, size_t body_used)
 {
 	MDB_val v;
+	chdr c;
+	uint8_t *val;
 	char *p, *end;
 	uint64_t sum;
+	uint32_t s;
 	int rc;
 
 	if ((rc = heap_txn_usable(t, true)) != 0)
 		return rc;
-	HEAP_TRY(lookup(t, id, &v));
-	if (body != (char *)v.mv_data + HEAP_CHUNK_HDR ||
-	    body_used > v.mv_size - HEAP_CHUNK_HDR)
+	HEAP_TRY(lookup(t, id, &v, &c));
+	val = v.mv_data;
+	if (c.format != 2 || body != val + c.body_off ||
+	    body_used > v.mv_size - c.body_off)
 		return AH_EINVAL;
-	memcpy((char *)v.mv_data + offsetof(struct hdr, body_used), &body_used,
+	memcpy(val + offsetof(struct hdr2, body_used), &body_used,
 	       sizeof(uint64_t));
 	/* Fresh map pages fill fastest in pieces (see background notes). */
-	end = (char *)v.mv_data + v.mv_size;
+	end = (char *)val + v.mv_size;
 	for (p = (char *)body + body_used; p < end; p += PIECE)
 		memset(p, 0, (size_t)(end - p) < PIECE ? (size_t)(end - p)
 		                                       : PIECE);
+	/* Pages 1.. first: their sums live in page 0, which sum0 covers. */
+	for (uint32_t i = 1; i < c.nblocks; i++) {
+		s = block_sum(t->h->psize, val, v.mv_size, i);
+		memcpy(val + HDR2 + 4 * (i - 1), &s, 4);
+	}
+	s = block_sum(t->h->psize, val, v.mv_size, 0);
+	memcpy(val + offsetof(struct hdr2, sum0), &s, 4);
 	sum = checksum(&v);
-	memcpy(v.mv_data, &sum, sizeof sum);
+	memcpy(val, &sum, sizeof sum);
 out:
 	return heap_txn_fail(t, rc);
+}
+
+int heap_chunk_open(heap_txn *t, uint64_t id, enum heap_chunk_how how,
+                    heap_chunk_view *cv)
+{
+	MDB_val v;
+	chdr c;
+	int rc;
+
+	if ((rc = heap_txn_usable(t, false)) != 0)
+		return rc;
+	if (cv == NULL)
+		return AH_EINVAL;
+	if ((rc = lookup(t, id, &v, &c)) != 0)
+		return rc;
+	memset(cv, 0, sizeof *cv);
+	cv->value = v.mv_data;
+	cv->value_bytes = v.mv_size;
+	cv->pshift = (uint32_t)__builtin_ctz(t->h->psize);
+	if (how == HEAP_CHUNK_WHOLE || c.format == 1 || c.nblocks == 0 ||
+	    heap_verify_reads(t->h)) {
+		if (c.xxh3 != checksum(&v))
+			return HEAP_CORRUPT("chunk checksum");
+		cv->all = true;
+	} else {
+		/* Page 0 holds the header and the other pages' sums. */
+		if (c.sum0 != block_sum(t->h->psize, v.mv_data, v.mv_size, 0))
+			return HEAP_CORRUPT("chunk page 0 checksum");
+		cv->seen[0] = 1;
+		cv->all = c.nblocks == 1;
+	}
+	cv->body = (const uint8_t *)v.mv_data + c.body_off;
+	cv->body_used = c.body_used;
+	return 0;
+}
+
+int heap_chunk_touch_slow(heap_chunk_view *cv, uint64_t off, size_t len)
+{
+	uint32_t psize = 1u << cv->pshift;
+	uint64_t first, last;
+
+	if (cv->all || len == 0)
+		return 0;
+	if (off > cv->value_bytes || len > cv->value_bytes - off)
+		return HEAP_CORRUPT("read outside the chunk");
+	first = (off + VALUE_PAD) >> cv->pshift;
+	last = (off + len - 1 + VALUE_PAD) >> cv->pshift;
+	for (uint64_t i = first; i <= last; i++) {
+		uint32_t want;
+
+		if ((cv->seen[i >> 6] >> (i & 63)) & 1)
+			continue;
+		/* Block mode holds only regular chunks: i < 256, and sum i
+		 * lies in page 0, which was checked at open. */
+		memcpy(&want, cv->value + HDR2 + 4 * (i - 1), 4);
+		if (want != block_sum(psize, cv->value, cv->value_bytes, i))
+			return HEAP_CORRUPT("chunk page checksum");
+		cv->seen[i >> 6] |= (uint64_t)1 << (i & 63);
+	}
+	return 0;
 }
 
 int heap_chunk_get(heap_txn *t, uint64_t id, const void **body,
                    size_t *body_used)
 {
-	MDB_val v;
-	struct hdr hd;
+	heap_chunk_view cv;
 	int rc;
 
-	if ((rc = heap_txn_usable(t, false)) != 0)
-		return rc;
 	if (body == NULL)
 		return AH_EINVAL;
-	if ((rc = lookup(t, id, &v)) != 0)
+	if ((rc = heap_chunk_open(t, id, HEAP_CHUNK_WHOLE, &cv)) != 0)
 		return rc;
-	memcpy(&hd, v.mv_data, sizeof hd);
-	if (heap_verify_reads(t->h) && hd.xxh3 != checksum(&v))
-		return HEAP_CORRUPT("chunk checksum");
-	*body = (const char *)v.mv_data + HEAP_CHUNK_HDR;
+	*body = cv.body;
 	if (body_used != NULL)
-		*body_used = hd.body_used;
+		*body_used = cv.body_used;
 	return 0;
 }
 
@@ -258,7 +469,7 @@ int heap_chunk_prefetch(heap_txn *t, uint64_t id)
 	HEAP_TRY(heap_err(HEAP_MDB(mdb_get(t->txn, t->h->dbi[HEAP_DBI_CHUNKS], &k,
 	                                   &v))));
 	psize = t->h->psize;
-	if (v.mv_size < HEAP_CHUNK_HDR)
+	if (v.mv_size < HDR2)
 		return HEAP_CORRUPT("chunk smaller than its header");
 	start = ((uintptr_t)v.mv_data - VALUE_PAD) / psize * psize;
 	end = ((uintptr_t)v.mv_data + v.mv_size + psize - 1) / psize * psize;
@@ -272,15 +483,16 @@ out:
 int heap_chunk_verify(heap_txn *t, uint64_t id)
 {
 	MDB_val v;
-	uint64_t stored;
+	chdr c;
+	const char *problem;
 	int rc;
 
 	if ((rc = heap_txn_usable(t, false)) != 0)
 		return rc;
-	if ((rc = lookup(t, id, &v)) != 0)
+	if ((rc = lookup(t, id, &v, &c)) != 0)
 		return rc;
-	memcpy(&stored, v.mv_data, sizeof stored);
-	return stored == checksum(&v) ? 0 : HEAP_CORRUPT("chunk checksum");
+	problem = check_all(t->h, &v, &c);
+	return problem ? HEAP_CORRUPT(problem) : 0;
 }
 
 int heap_chunk_free(heap_txn *t, uint64_t id)
@@ -322,7 +534,8 @@ int heap_chunk_next(heap_txn *t, uint64_t after, bool first,
 	MDB_cursor *cur = NULL;
 	MDB_val k, v;
 	uint64_t key = after + 1;
-	struct hdr hd;
+	chdr c;
+	const char *problem;
 	int rc;
 
 	if ((rc = heap_txn_usable(t, false)) != 0)
@@ -342,13 +555,16 @@ int heap_chunk_next(heap_txn *t, uint64_t after, bool first,
 		goto out;
 	}
 	memcpy(&key, k.mv_data, sizeof key);
-	HEAP_TRY(check(t->h, key, &v));
-	memcpy(&hd, v.mv_data, sizeof hd);
+	if ((problem = parse(t->h, key, &v, &c)) != NULL) {
+		rc = HEAP_CORRUPT(problem);
+		goto out;
+	}
 	ci->id = key;
-	ci->class_pages = hd.class_pages;
-	ci->body_used = hd.body_used;
+	ci->class_pages = c.class_pages;
+	ci->body_used = c.body_used;
+	ci->format = (uint32_t)c.format;
 	HEAP_TRY(file_offset(t->h, &v, &ci->file_offset));
-	ci->xxh3 = hd.xxh3;
+	ci->xxh3 = c.xxh3;
 out:
 	if (cur != NULL)
 		mdb_cursor_close(cur);

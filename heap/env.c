@@ -131,7 +131,8 @@ static int catalog(heap *h, MDB_env *env, bool create, bool prealloc)
 		}
 		h->uuid[6] = (uint8_t)((h->uuid[6] & 0x0f) | 0x40);
 		h->uuid[8] = (uint8_t)((h->uuid[8] & 0x3f) | 0x80);
-		heap_meta_encode(rec, h->psize, h->uuid);
+		heap_meta_encode(rec, h->psize, h->uuid, HEAP_FORMAT_VERSION);
+		h->format = HEAP_FORMAT_VERSION;
 		v.mv_size = sizeof rec;
 		v.mv_data = rec;
 		HEAP_TRY(heap_err(HEAP_MDB(mdb_put(txn, h->dbi[HEAP_DBI_META], &k, &v,
@@ -142,7 +143,7 @@ static int catalog(heap *h, MDB_env *env, bool create, bool prealloc)
 	} else {
 		HEAP_TRY(heap_err(rc));
 		HEAP_TRY(heap_meta_check(v.mv_data, v.mv_size, h->psize,
-		                         h->uuid));
+		                         h->uuid, &h->format));
 	}
 	for (i = 0; i < HEAP_DBI__COUNT; i++) {
 		if (i == HEAP_DBI_META)
@@ -348,6 +349,12 @@ int heap_open(const char *path, const ah_open_opts *opts, heap **out)
 		registry = h;
 	}
 	pthread_mutex_unlock(&registry_mu);
+	/* A writable open of a format-1 heap makes it format 2 (heap.h). */
+	if (rc == 0 && h->format < HEAP_FORMAT_VERSION &&
+	    !(o.flags & AH_OPEN_RDONLY) && (rc = heap_upgrade(h)) != 0) {
+		heap_close(h);
+		return rc;
+	}
 	if (rc != 0) {
 		pthread_mutex_destroy(&h->mu);
 		free(h);
@@ -502,7 +509,7 @@ int heap_stat(heap *h, ah_heap_stat *st)
 	if ((rc = heap_check_pid(h)) != 0)
 		return rc;
 	memset(st, 0, sizeof *st);
-	st->format_version = HEAP_FORMAT_VERSION;
+	st->format_version = h->format;
 	st->page_size = h->psize;
 	memcpy(st->uuid, h->uuid, sizeof st->uuid);
 	HEAP_TRY(heap_err(HEAP_MDB(mdb_reader_check(h->env, NULL))));

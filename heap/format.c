@@ -36,21 +36,28 @@
  *
  *   off  size  field
  *     0     8  magic              "ARRHEAP\0"
- *     8     4  format version     HEAP_FORMAT_VERSION
+ *     8     4  format version     1 or 2 (HEAP_FORMAT_VERSION)
  *    12     4  page size          bytes
  *    16     4  byte-order marker  0x01020304
  *    20     4  number of classes  HEAP_NCLASSES
  *    24    20  class page counts  u32 each: 1, 4, 16, 64, 256
- *    44     4  reserved           0
+ *    44     4  check              format 2: low 32 bits of XXH3-64 of the
+ *                                 other 60 bytes; format 1: 0
  *    48    16  uuid               random, fixed at creation
  *
- * Any mismatch is AH_EFORMAT.
+ * Any mismatch of the fixed fields is AH_EFORMAT; a format-2 record whose
+ * check fails is AH_ECORRUPT (a flipped uuid byte, say).
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "heap/fault.h"
 #include "heap/heap_int.h"
 
 #define LMDB_MAGIC 0xBEEFC0DEu
@@ -159,15 +166,23 @@ bool heap_format_unborn(int fd, uint32_t psize)
 	       m1.psize == psize && m0.txnid == 0 && m1.txnid == 0;
 }
 
+static uint32_t meta_check(const uint8_t *p)
+{
+	uint8_t tmp[HEAP_META_BYTES];
+
+	memcpy(tmp, p, sizeof tmp);
+	memset(tmp + 44, 0, 4);
+	return (uint32_t)XXH3_64bits(tmp, sizeof tmp);
+}
+
 void heap_meta_encode(uint8_t out[HEAP_META_BYTES], uint32_t psize,
-                      const uint8_t uuid[16])
+                      const uint8_t uuid[16], uint32_t version)
 {
 	uint32_t v;
 
 	memset(out, 0, HEAP_META_BYTES);
 	memcpy(out, meta_magic, 8);
-	v = HEAP_FORMAT_VERSION;
-	memcpy(out + 8, &v, 4);
+	memcpy(out + 8, &version, 4);
 	memcpy(out + 12, &psize, 4);
 	v = BYTE_ORDER_MARK;
 	memcpy(out + 16, &v, 4);
@@ -175,22 +190,111 @@ void heap_meta_encode(uint8_t out[HEAP_META_BYTES], uint32_t psize,
 	memcpy(out + 20, &v, 4);
 	memcpy(out + 24, heap_class_pages, 4 * HEAP_NCLASSES);
 	memcpy(out + 48, uuid, 16);
+	if (version >= 2) {
+		v = meta_check(out);
+		memcpy(out + 44, &v, 4);
+	}
 }
 
 int heap_meta_check(const void *val, size_t len, uint32_t psize,
-                    uint8_t uuid[16])
+                    uint8_t uuid[16], uint32_t *version)
 {
 	uint8_t want[HEAP_META_BYTES];
 	const uint8_t *p = val;
+	uint32_t ver;
 
 	if (len != HEAP_META_BYTES)
 		return AH_EFORMAT;
-	heap_meta_encode(want, psize, p + 48);
 	/* Byte order first, so a foreign-endian heap is named as such. */
-	if (memcmp(p, want, 8) != 0 || get32(p + 16) != BYTE_ORDER_MARK)
+	if (memcmp(p, meta_magic, 8) != 0 || get32(p + 16) != BYTE_ORDER_MARK)
 		return AH_EFORMAT;
-	if (memcmp(p, want, HEAP_META_BYTES) != 0)
+	ver = get32(p + 8);
+	if (ver < HEAP_FORMAT_MIN || ver > HEAP_FORMAT_VERSION)
 		return AH_EFORMAT;
+	heap_meta_encode(want, psize, p + 48, ver);
+	if (memcmp(p, want, 44) != 0)
+		return AH_EFORMAT;
+	if (memcmp(p + 44, want + 44, 4) != 0)
+		return ver >= 2 ? HEAP_CORRUPT("meta record checksum")
+		                : AH_EFORMAT;
 	memcpy(uuid, p + 48, 16);
+	*version = ver;
 	return 0;
+}
+
+/* Frames every value of table tb in place (MDB_CURRENT). */
+static int upgrade_table(heap_txn *t, int tb)
+{
+	MDB_cursor *cur = NULL;
+	MDB_val k, v, nv;
+	uint8_t *key = NULL, *buf = NULL;
+	size_t kcap = 0, bcap = 0;
+	int rc, op = MDB_FIRST;
+
+	HEAP_TRY(heap_err(HEAP_MDB(mdb_cursor_open(t->txn, t->h->dbi[tb], &cur))));
+	while ((rc = HEAP_MDB(mdb_cursor_get(cur, &k, &v, op))) == 0) {
+		op = MDB_NEXT;
+		if (k.mv_size > kcap || v.mv_size + HEAP_RECORD_FRAME > bcap) {
+			kcap = k.mv_size > kcap ? k.mv_size : kcap;
+			bcap = v.mv_size + HEAP_RECORD_FRAME > bcap ?
+			       v.mv_size + HEAP_RECORD_FRAME : bcap;
+			free(key);
+			free(buf);
+			key = malloc(kcap ? kcap : 1);
+			buf = malloc(bcap);
+			if (key == NULL || buf == NULL) {
+				rc = AH_ENOMEM;
+				goto out;
+			}
+		}
+		memcpy(key, k.mv_data, k.mv_size);
+		heap_record_frame(tb, key, k.mv_size, v.mv_data, v.mv_size, buf);
+		k.mv_data = key;
+		nv.mv_size = v.mv_size + HEAP_RECORD_FRAME;
+		nv.mv_data = buf;
+		HEAP_TRY(heap_space_need(t, (k.mv_size + nv.mv_size + 16) /
+		                                    t->h->psize + 2));
+		HEAP_TRY(heap_err(HEAP_MDB(mdb_cursor_put(cur, &k, &nv,
+		                                          MDB_CURRENT))));
+	}
+	rc = rc == MDB_NOTFOUND ? 0 : heap_err(rc);
+out:
+	if (cur != NULL)
+		mdb_cursor_close(cur);
+	free(key);
+	free(buf);
+	return rc;
+}
+
+int heap_upgrade(heap *h)
+{
+	heap_txn *t;
+	MDB_val k = { sizeof HEAP_META_KEY - 1, (void *)HEAP_META_KEY }, v;
+	uint8_t rec[HEAP_META_BYTES], uuid[16];
+	uint32_t ver;
+	int rc;
+
+	if ((rc = heap_txn_begin(h, false, &t)) != 0)
+		return rc;
+	/* Inside the writer lock: another process may have upgraded it. */
+	HEAP_TRY(heap_err(HEAP_MDB(mdb_get(t->txn, h->dbi[HEAP_DBI_META], &k, &v))));
+	HEAP_TRY(heap_meta_check(v.mv_data, v.mv_size, h->psize, uuid, &ver));
+	if (ver < HEAP_FORMAT_VERSION) {
+		for (int tb = 0; tb < HEAP_T__COUNT; tb++)
+			HEAP_TRY(upgrade_table(t, tb));
+		heap_meta_encode(rec, h->psize, uuid, HEAP_FORMAT_VERSION);
+		v.mv_size = sizeof rec;
+		v.mv_data = rec;
+		HEAP_TRY(heap_space_need(t, 2));
+		HEAP_TRY(heap_err(HEAP_MDB(mdb_put(t->txn, h->dbi[HEAP_DBI_META], &k,
+		                                   &v, 0))));
+	}
+	rc = heap_txn_commit(t);
+	t = NULL;
+	if (rc == 0)
+		h->format = HEAP_FORMAT_VERSION;
+out:
+	if (t != NULL)
+		heap_txn_abort(t);
+	return rc;
 }

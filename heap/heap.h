@@ -27,10 +27,20 @@
 typedef struct heap heap;
 typedef struct heap_txn heap_txn;
 
-/* Format version of everything the heap layer and the layers above write.
- * Bump it on any change of a byte layout (chunk header, batch chunk, batch
- * record, arrangement record): a heap of another version is AH_EFORMAT. */
-#define HEAP_FORMAT_VERSION 1
+/* Format version of the heap: the meta record's version field.
+ *  1  arrheap 0.1.0: chunks checksummed whole only, table values raw.
+ *  2  chunks carry a checksum per page (block) so that a reader checks
+ *     exactly the pages it touches; every table value (arrangement and
+ *     batch records, source positions, the batch id counter) is framed
+ *     with a checksum over its table, key and bytes (record.c).
+ * This library writes version 2.  It reads version 1; the first writable
+ * open of a version-1 heap upgrades it in one transaction (meta record and
+ * every table value rewritten; chunks stay as they are, version-1 chunks
+ * are checked whole, and merges rewrite them).  Any other version is
+ * AH_EFORMAT.  The layouts inside chunk bodies and records have their own
+ * version fields (arrangement/). */
+#define HEAP_FORMAT_VERSION 2
+#define HEAP_FORMAT_MIN 1
 
 /* Small tables, one LMDB named database each.  Keys 1 to 511 bytes
  * (AH_EINVAL otherwise).  HEAP_T_BATCH is MDB_INTEGERKEY: its keys must be
@@ -85,9 +95,9 @@ uint64_t heap_txn_id(const heap_txn *t);
  * LMDB value of c * page_size - 16 bytes (so exactly c overflow pages, the
  * data 16-byte aligned).  A body larger than the largest class gets a jumbo
  * chunk of a whole multiple of the largest class, which keeps the free list
- * in large uniform runs.  The first HEAP_CHUNK_HDR bytes are the header
- * (checksum, magic, id, class, used); the body follows, 16-byte aligned. */
-#define HEAP_CHUNK_HDR 32
+ * in large uniform runs.  The header (checksums, magic, id, class, used,
+ * and one checksum per page) comes first; the body follows, 16-byte
+ * aligned (layout in chunk.c). */
 #define HEAP_NCLASSES 5
 
 /* Capacity in body bytes of the largest regular class. */
@@ -95,6 +105,9 @@ size_t heap_chunk_max_body(const heap *h);
 /* Smallest class body capacity >= want (jumbo for large want); 0 when no
  * chunk can hold want (over LMDB's 4 GiB - 1 value limit). */
 size_t heap_chunk_fit(const heap *h, size_t want);
+/* Bytes stored in the file for the chunk that heap_chunk_fit(want) picks
+ * (header, capacity, tail: the class's value size); 0 as above. */
+size_t heap_chunk_stored(const heap *h, size_t want);
 
 /* Reserves a chunk whose body holds at least body_bytes (the smallest class
  * that fits), allocating a fresh id (the largest id committed + 1, so the id
@@ -106,13 +119,58 @@ size_t heap_chunk_fit(const heap *h, size_t want);
  * AH_EREADONLY, AH_EIO, AH_ENOMEM. */
 int heap_chunk_reserve(heap_txn *t, size_t body_bytes, uint64_t *id,
                        void **body, size_t *body_cap);
-/* Records body_used, zeroes the rest of the chunk, computes its XXH3-64. */
+/* Records body_used, zeroes the rest of the chunk, computes its checksums
+ * (one per page, then the whole chunk's XXH3-64). */
 int heap_chunk_seal(heap_txn *t, uint64_t id, void *body, size_t body_used);
 
-/* Finds chunk id; checks its header (magic, id, class against the LMDB
- * value size, used <= capacity, alignment), not its checksum (unless the heap
- * has AH_OPEN_VERIFY_READS).  *body points into the map, valid until the txn
- * ends.  Errors: AH_ENOTFOUND, AH_ECORRUPT. */
+/* A chunk opened for reading: where its body is, and which of its pages
+ * this view has checked.  Plain data: it may be copied (a copy keeps what
+ * the original had checked).  Valid until the txn ends. */
+typedef struct heap_chunk_view {
+	const uint8_t *value;  /* the LMDB value (its first byte) */
+	const uint8_t *body;   /* 16-byte aligned */
+	uint64_t body_used;
+	uint64_t value_bytes;  /* stored bytes */
+	uint32_t pshift;       /* log2(page size) */
+	bool all;              /* every byte is checked: touches are free */
+	uint64_t seen[4];      /* pages checked (at most 256 in block mode) */
+} heap_chunk_view;
+
+/* How a reader opens a chunk: HEAP_CHUNK_WHOLE checks the whole chunk now
+ * (XXH3 over all of it): for readers that walk it all (scans, merges,
+ * verify).  HEAP_CHUNK_PAGES checks only the header page now, and each
+ * further page when heap_chunk_touch first covers it: for seeks, which
+ * read a few pages.  A version-1 chunk (no page checksums) and a jumbo
+ * chunk are always checked whole; so is every chunk of a heap opened with
+ * AH_OPEN_VERIFY_READS. */
+enum heap_chunk_how { HEAP_CHUNK_WHOLE = 0, HEAP_CHUNK_PAGES = 1 };
+
+/* Finds chunk id, checks its header against its LMDB value (magic, id,
+ * class against the value size, used <= capacity, alignment) and its
+ * checksum as `how` says, and fills *v.  Errors: AH_ENOTFOUND,
+ * AH_ECORRUPT (header or checksum). */
+int heap_chunk_open(heap_txn *t, uint64_t id, enum heap_chunk_how how,
+                    heap_chunk_view *v);
+/* The slow half of heap_chunk_touch: checks every unchecked page of
+ * value bytes [off, off + len).  AH_ECORRUPT on a mismatch or a range
+ * outside the value. */
+int heap_chunk_touch_slow(heap_chunk_view *v, uint64_t off, size_t len);
+/* Before reading [p, p + len) of a chunk's body: checks the pages it lies
+ * in unless this view already did.  0 or AH_ECORRUPT.  A view made
+ * without a chunk (value NULL, all true) accepts everything. */
+static inline int heap_chunk_touch(heap_chunk_view *v, const void *p,
+                                   size_t len)
+{
+	if (v->all)
+		return 0;
+	uint64_t o = (uint64_t)((const uint8_t *)p - v->value);
+	uint64_t b = (o + 16) >> v->pshift;
+	if (len != 0 && b == (o + 15 + len) >> v->pshift && b < 256 &&
+	    ((v->seen[b >> 6] >> (b & 63)) & 1))
+		return 0;
+	return heap_chunk_touch_slow(v, o, len);
+}
+/* heap_chunk_open(WHOLE), for callers that want only the body. */
 int heap_chunk_get(heap_txn *t, uint64_t id, const void **body,
                    size_t *body_used);
 /* Asks the kernel to start reading chunk id's pages now
@@ -123,7 +181,8 @@ int heap_chunk_get(heap_txn *t, uint64_t id, const void **body,
  * returns 0 whether or not the kernel acts.  Errors: AH_ENOTFOUND,
  * AH_ECORRUPT (a value too small to be a chunk). */
 int heap_chunk_prefetch(heap_txn *t, uint64_t id);
-/* Recomputes the checksum over the whole chunk (header and tail included).
+/* Recomputes every checksum of the chunk: the whole chunk's XXH3 (header
+ * and tail included) and, in version 2, each page's.
  * Errors: AH_ECORRUPT, AH_ENOTFOUND. */
 int heap_chunk_verify(heap_txn *t, uint64_t id);
 /* Deletes chunk id; its pages return to LMDB's free list at commit (reused
@@ -132,6 +191,7 @@ int heap_chunk_free(heap_txn *t, uint64_t id);
 
 typedef struct heap_chunk_info {
 	uint64_t id;
+	uint32_t format;       /* chunk format: 1 or 2 */
 	uint32_t class_pages;
 	uint64_t body_used;    /* body bytes used */
 	uint64_t file_offset;  /* offset of the chunk's first byte in the file */
@@ -144,8 +204,12 @@ int heap_chunk_next(heap_txn *t, uint64_t after, bool first,
 
 /* -------------------------------------------------------------- tables */
 
-/* *val points into the map (only 2-byte aligned: decode with memcpy), valid
- * until the next write in t or its end.  Errors: AH_ENOTFOUND, AH_EINVAL. */
+/* Values are checked records (record.c): heap_put frames the bytes with a
+ * checksum over (table, key, bytes), heap_get and heap_next check it and
+ * return the bytes, so a flipped byte in a value or its key is AH_ECORRUPT.
+ * *val points into the map (only 2-byte aligned: decode with memcpy), valid
+ * until the next write in t or its end.  Errors: AH_ENOTFOUND, AH_EINVAL,
+ * AH_ECORRUPT. */
 int heap_get(heap_txn *t, enum heap_table tb, const void *key, size_t klen,
              const void **val, size_t *vlen);
 int heap_put(heap_txn *t, enum heap_table tb, const void *key, size_t klen,

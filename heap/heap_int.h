@@ -33,6 +33,7 @@ struct heap {
 	uint64_t map_bytes;    /* current LMDB map size */
 	uint64_t reserved_to;  /* bytes [0, reserved_to) fallocated (space.c) */
 	uint8_t uuid[16];
+	uint32_t format;       /* HEAP_FORMAT_VERSION of the file (1 or 2) */
 	pool *pool;
 	pthread_mutex_t mu;    /* guards ntxn and the writer fields */
 	unsigned ntxn;         /* open txns (heap_close refuses while > 0) */
@@ -85,6 +86,17 @@ void heap_path_unclaim(heap *h);
 int heap_path_temp(const char *path, char tmp[PATH_MAX]);
 int heap_path_publish(const char *tmp, const char *path, bool *exists);
 
+/* record.c: the checksum frame of every table value (see there). */
+#define HEAP_RECORD_FRAME 8
+/* Writes the frame and the bytes (vlen + HEAP_RECORD_FRAME) to out; val may
+ * lie at out (the bytes are moved). */
+void heap_record_frame(int tb, const void *key, size_t klen, const void *val,
+                       size_t vlen, void *out);
+/* Checks a stored value and narrows (*val, *vlen) to the bytes.
+ * AH_ECORRUPT when the check fails in a format-2 heap. */
+int heap_record_unframe(const heap *h, int tb, const void *key, size_t klen,
+                        const void **val, size_t *vlen);
+
 /* format.c */
 int heap_format_precheck(int fd, uint32_t psize);
 /* True for a heap file whose creation was interrupted (killed inside
@@ -95,9 +107,13 @@ bool heap_format_unborn(int fd, uint32_t psize);
 #define HEAP_META_KEY "arrheap.meta"
 #define HEAP_META_BYTES 64
 void heap_meta_encode(uint8_t out[HEAP_META_BYTES], uint32_t psize,
-                      const uint8_t uuid[16]);
+                      const uint8_t uuid[16], uint32_t version);
+/* Checks a stored meta record; *version gets its format version. */
 int heap_meta_check(const void *val, size_t len, uint32_t psize,
-                    uint8_t uuid[16]);
+                    uint8_t uuid[16], uint32_t *version);
+/* Rewrites a format-1 heap as format 2 in one write txn: the meta record
+ * and every table value framed (record.c).  A no-op for format 2. */
+int heap_upgrade(heap *h);
 
 /* txn.c: the checks every txn operation starts with. */
 int heap_txn_usable(const heap_txn *t, bool write);
@@ -105,5 +121,10 @@ int heap_txn_fail(heap_txn *t, int rc);
 
 /* chunk.c: the size classes. */
 extern const uint32_t heap_class_pages[HEAP_NCLASSES];
+/* What is wrong with chunk value v stored under key id (header against
+ * key and value size; with checksums, every checksum), as static text, or
+ * NULL; fills *ci (may be NULL) from the header as stored. */
+const char *heap_chunk_problem(const heap *h, uint64_t id, const MDB_val *v,
+                               bool checksums, heap_chunk_info *ci);
 
 #endif /* HEAP_HEAP_INT_H */

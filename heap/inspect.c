@@ -27,23 +27,6 @@
 #include "heap/heap_int.h"
 
 #define VALUE_PAD 16u
-#define LARGEST 256u
-
-struct chunk_hdr {
-	uint64_t xxh3;
-	char magic[4];
-	uint32_t class_pages;
-	uint64_t id;
-	uint64_t body_used;
-};
-
-static bool class_ok(uint64_t pages)
-{
-	for (int i = 0; i < HEAP_NCLASSES; i++)
-		if (pages == heap_class_pages[i])
-			return true;
-	return pages > LARGEST && pages % LARGEST == 0;
-}
 
 /* The file offset of an overflow value: its first page's header starts with
  * the page number (MDB_page.mp_pgno), see chunk.c. */
@@ -75,8 +58,7 @@ static int prefetch(const heap *h, const MDB_val *v)
 static void scan_one(const heap *h, const MDB_val *k, const MDB_val *v,
                      bool checksums, heap_chunk_scan_entry *e)
 {
-	struct chunk_hdr hd;
-	uint64_t pages;
+	uint64_t id;
 
 	memset(e, 0, sizeof *e);
 	e->stored_bytes = v->mv_size;
@@ -84,31 +66,14 @@ static void scan_one(const heap *h, const MDB_val *k, const MDB_val *v,
 		e->problem = "chunk key is not a u64";
 		return;
 	}
-	memcpy(&e->ci.id, k->mv_data, sizeof(uint64_t));
-	if (v->mv_size < sizeof hd || (v->mv_size + VALUE_PAD) % h->psize != 0) {
-		e->problem = "chunk value size is not a whole class";
-		return;
-	}
-	memcpy(&hd, v->mv_data, sizeof hd);
-	pages = (v->mv_size + VALUE_PAD) / h->psize;
-	e->ci.class_pages = hd.class_pages;
-	e->ci.body_used = hd.body_used;
-	e->ci.xxh3 = hd.xxh3;
+	memcpy(&id, k->mv_data, sizeof(uint64_t));
+	e->problem = heap_chunk_problem(h, id, v, false, &e->ci);
+	e->ci.id = id;
 	e->ci.file_offset = value_offset(h, v);
-	if ((uintptr_t)v->mv_data % 16 != 0 || e->ci.file_offset == 0)
+	if (e->problem == NULL && e->ci.file_offset == 0)
 		e->problem = "chunk page header";
-	else if (memcmp(hd.magic, "AHCK", 4) != 0)
-		e->problem = "chunk magic";
-	else if (!class_ok(pages) || hd.class_pages != pages)
-		e->problem = "chunk class does not match its size";
-	else if (hd.id != e->ci.id)
-		e->problem = "chunk id does not match its key";
-	else if (hd.body_used > v->mv_size - HEAP_CHUNK_HDR)
-		e->problem = "chunk body_used beyond capacity";
-	else if (checksums && !prefetch(h, v) &&
-	         XXH3_64bits((const char *)v->mv_data + 8, v->mv_size - 8) !=
-	                 hd.xxh3)
-		e->problem = "chunk checksum mismatch";
+	if (e->problem == NULL && checksums && !prefetch(h, v))
+		e->problem = heap_chunk_problem(h, id, v, true, NULL);
 }
 
 int heap_chunk_scan(heap_txn *t, bool checksums,

@@ -4,7 +4,10 @@
  * must be exactly 8 bytes (a native u64), which keeps them in numeric order.
  *
  * Values point into the map and are only 2-byte aligned (LMDB leaf nodes):
- * callers decode with memcpy.  Every MDB_* code is translated here.
+ * callers decode with memcpy.  Every value is stored framed with a
+ * checksum over (table, key, bytes) and checked on every read (record.c);
+ * the layers above see only the bytes.  Every MDB_* code is translated
+ * here.
  */
 #include <string.h>
 
@@ -37,6 +40,7 @@ int heap_get(heap_txn *t, enum heap_table tb, const void *key, size_t klen,
 	if (rc == 0) {
 		*val = v.mv_data;
 		*vlen = v.mv_size;
+		rc = heap_record_unframe(t->h, tb, key, klen, val, vlen);
 	}
 	return rc;
 }
@@ -50,11 +54,16 @@ int heap_put(heap_txn *t, enum heap_table tb, const void *key, size_t klen,
 	if ((rc = heap_txn_usable(t, true)) != 0)
 		return rc;
 	if ((rc = check_key(tb, key, klen)) != 0 ||
-	    (val == NULL && vlen > 0) || vlen > UINT32_MAX)
+	    (val == NULL && vlen > 0) || vlen > UINT32_MAX - HEAP_RECORD_FRAME)
 		return AH_EINVAL;
-	rc = heap_space_need(t, (klen + vlen + 16) / t->h->psize + 1);
+	v.mv_size = vlen + HEAP_RECORD_FRAME;
+	rc = heap_space_need(t, (klen + v.mv_size + 16) / t->h->psize + 1);
+	/* Reserved, then framed in place: the bytes are written once. */
 	if (rc == 0)
-		rc = heap_err(HEAP_MDB(mdb_put(t->txn, t->h->dbi[tb], &k, &v, 0)));
+		rc = heap_err(HEAP_MDB(mdb_put(t->txn, t->h->dbi[tb], &k, &v,
+		                               MDB_RESERVE)));
+	if (rc == 0)
+		heap_record_frame(tb, key, klen, val, vlen, v.mv_data);
 	return heap_txn_fail(t, rc);
 }
 
@@ -104,6 +113,7 @@ int heap_next(heap_txn *t, enum heap_table tb, const void *after, size_t alen,
 	*klen = k.mv_size;
 	*val = v.mv_data;
 	*vlen = v.mv_size;
+	rc = heap_record_unframe(t->h, tb, k.mv_data, k.mv_size, val, vlen);
 out:
 	if (cur != NULL)
 		mdb_cursor_close(cur);

@@ -69,7 +69,7 @@ Test(dump, empty_heap, .init = du_setup, .fini = du_teardown)
 	every_command(heap, NULL);
 	du_json_eq(heap, "", "d['arrangements'], d['sources'], d['format_version'], "
 	           "d['page_size'], d['readers_used'], len(d['uuid'])",
-	           "[] [] 1 4096 1 36");
+	           "[] [] 2 4096 1 36");
 	du_json_eq(heap, "arrangements", "d", "{'arrangements': []}");
 	du_json_eq(heap, "verify", "d['ok'], d['problems'], d['chunks'], d['batches']",
 	           "True [] 0 0");

@@ -35,7 +35,7 @@ static uint32_t count_flag(bt_env *e, const batch *b, uint32_t f)
 	uint32_t n = 0;
 	for (uint32_t i = 0; i < b->nchunks; i++) {
 		bchunk c;
-		cr_assert_eq(bchunk_get(e->t, b->chunk_ids[i], &c), 0);
+		cr_assert_eq(bchunk_get(e->t, b->chunk_ids[i], HEAP_CHUNK_WHOLE, &c), 0);
 		n += (c.flags & f) != 0;
 	}
 	return n;

@@ -68,21 +68,28 @@ Test(heap_basic, size_classes)
 
 	ht_mkdir(&d);
 	cr_assert_eq(heap_open(d.path, &o, &h), 0);
+	/* Header before the body (chunk.c): 40 bytes and one u32 per page
+	 * after the first, rounded up to 16; jumbo chunks have no page sums. */
+	static const size_t hdr[] = { 48, 64, 112, 304, 1072 };
 	ps = heap_page_size(h);
-	cr_assert_eq(heap_chunk_max_body(h), (size_t)256 * ps - 48);
-	cr_assert_eq(heap_chunk_fit(h, 0), (size_t)ps - 48);
+	cr_assert_eq(heap_chunk_max_body(h), (size_t)256 * ps - 16 - 1072);
+	cr_assert_eq(heap_chunk_fit(h, 0), (size_t)ps - 16 - 48);
+	cr_assert_eq(heap_chunk_stored(h, 0), (size_t)ps - 16);
 	cr_assert_eq(heap_txn_begin(h, false, &t), 0);
 	for (int c = 0; c < 5; c++) {
-		size_t cap = (size_t)cls[c] * ps - 48;
+		size_t cap = (size_t)cls[c] * ps - 16 - hdr[c];
 		size_t sz[3] = { cap - 1, cap, cap + 1 };
 		uint32_t want[3] = { cls[c], cls[c],
 		                     c < 4 ? cls[c + 1] : 512 };
+		size_t whdr[3] = { hdr[c], hdr[c], c < 4 ? hdr[c + 1] : 48 };
 
 		for (int k = 0; k < 3; k++) {
 			uint64_t id = ht_put_chunk(t, sz[k], SEED);
 
 			cr_assert_eq(heap_chunk_fit(h, sz[k]),
-			             (size_t)want[k] * ps - 48);
+			             (size_t)want[k] * ps - 16 - whdr[k]);
+			cr_assert_eq(heap_chunk_stored(h, sz[k]),
+			             (size_t)want[k] * ps - 16);
 			cr_assert_eq(heap_chunk_next(t, id - 1, false, &ci), 0);
 			cr_assert_eq(ci.id, id);
 			cr_assert_eq(ci.class_pages, want[k], "size %zu",
@@ -92,7 +99,7 @@ Test(heap_basic, size_classes)
 	}
 	/* Jumbo: whole multiples of 256 pages; LMDB caps a value at 4 GiB-1. */
 	cr_assert_eq(heap_chunk_fit(h, (size_t)1000 * ps),
-	             (size_t)1024 * ps - 48);
+	             (size_t)1024 * ps - 16 - 48);
 	cr_assert_eq(heap_chunk_fit(h, (size_t)5 << 30), 0);
 	{
 		uint64_t id;
@@ -148,9 +155,10 @@ Test(heap_basic, flipped_byte)
 
 	fd = open(d.path, O_RDWR);
 	cr_assert_geq(fd, 0);
-	cr_assert_eq(pread(fd, &b, 1, (off_t)ci.file_offset + 32 + 777), 1);
+	/* A byte in the chunk's third page (value bytes [8176, 12272)). */
+	cr_assert_eq(pread(fd, &b, 1, (off_t)ci.file_offset + 9000), 1);
 	b ^= 0x10;
-	cr_assert_eq(pwrite(fd, &b, 1, (off_t)ci.file_offset + 32 + 777), 1);
+	cr_assert_eq(pwrite(fd, &b, 1, (off_t)ci.file_offset + 9000), 1);
 	close(fd);
 
 	cr_assert_eq(heap_open(d.path, &o, &h), 0);
@@ -158,16 +166,29 @@ Test(heap_basic, flipped_byte)
 	cr_assert_eq(heap_chunk_verify(t, 1), 0);
 	cr_assert_eq(heap_chunk_verify(t, 2), AH_ECORRUPT);
 	cr_assert_eq(heap_chunk_verify(t, 3), 0);
-	/* Without VERIFY_READS the header checks pass: the body is returned. */
-	cr_assert_eq(heap_chunk_get(t, 2, &body, NULL), 0);
+	/* Read whole, the damage is found at once. */
+	cr_assert_eq(heap_chunk_get(t, 2, &body, NULL), AH_ECORRUPT);
+	cr_assert_eq(heap_chunk_get(t, 3, &body, NULL), 0);
+	/* Read page by page, exactly when the damaged page is touched. */
+	heap_chunk_view v;
+	cr_assert_eq(heap_chunk_open(t, 2, HEAP_CHUNK_PAGES, &v), 0);
+	cr_assert_eq(heap_chunk_touch(&v, v.body, 100), 0, "page 0");
+	cr_assert_eq(heap_chunk_touch(&v, v.value + 4100, 4000), 0, "page 1");
+	cr_assert_eq(heap_chunk_touch(&v, v.value + 9000, 1), AH_ECORRUPT);
+	cr_assert_eq(heap_chunk_touch(&v, v.value + 8000, 300), AH_ECORRUPT,
+	             "a range that reaches into page 2");
+	cr_assert_eq(heap_chunk_touch(&v, v.value + 12300, 10), 0, "page 3");
+	cr_assert_eq(heap_chunk_touch(&v, v.value + v.value_bytes - 4, 8),
+	             AH_ECORRUPT, "past the end of the chunk");
 	heap_txn_abort(t);
 	cr_assert_eq(heap_close(h), 0);
 
+	/* With VERIFY_READS a page-by-page open checks the whole chunk. */
 	o.flags = AH_OPEN_VERIFY_READS;
 	cr_assert_eq(heap_open(d.path, &o, &h), 0);
 	cr_assert_eq(heap_txn_begin(h, true, &t), 0);
-	cr_assert_eq(heap_chunk_get(t, 2, &body, NULL), AH_ECORRUPT);
-	cr_assert_eq(heap_chunk_get(t, 3, &body, NULL), 0);
+	cr_assert_eq(heap_chunk_open(t, 2, HEAP_CHUNK_PAGES, &v), AH_ECORRUPT);
+	cr_assert_eq(heap_chunk_open(t, 3, HEAP_CHUNK_PAGES, &v), 0);
 	heap_txn_abort(t);
 	cr_assert_eq(heap_close(h), 0);
 	ht_rmdir(&d);
@@ -302,8 +323,9 @@ Test(heap_basic, errors_and_version)
 	cr_assert_str_eq(ah_err_name(AH_ESTATE), "AH_ESTATE");
 }
 
-/* The map has no read-around (MDB_NORDAHEAD): reading a chunk's header
- * from a cold file brings in that one page, not the 256 of its 1 MiB class;
+/* The map has no read-around (MDB_NORDAHEAD): opening a chunk page by
+ * page from a cold file brings in its first page (header and page sums),
+ * not the 256 of its 1 MiB class; touching a byte brings in its page;
  * heap_chunk_prefetch then reads the whole chunk (asynchronously: polled for
  * up to 10 s). */
 Test(heap_basic, cold_reads_and_prefetch)
@@ -313,7 +335,6 @@ Test(heap_basic, cold_reads_and_prefetch)
 	heap_txn *t;
 	ah_open_opts o = ht_opts(AH_OPEN_CREATE, 256 * MiB);
 	heap_chunk_info ci;
-	const void *body;
 	uint64_t off;
 	size_t len, n = 0;
 
@@ -337,8 +358,11 @@ Test(heap_basic, cold_reads_and_prefetch)
 	o.flags = 0;
 	cr_assert_eq(heap_open(d.path, &o, &h), 0);
 	cr_assert_eq(heap_txn_begin(h, true, &t), 0);
-	cr_assert_eq(heap_chunk_get(t, 2, &body, NULL), 0);
+	heap_chunk_view v;
+	cr_assert_eq(heap_chunk_open(t, 2, HEAP_CHUNK_PAGES, &v), 0);
 	cr_assert_eq(ht_resident(d.path, off, len), 1);
+	cr_assert_eq(heap_chunk_touch(&v, v.value + 20000, 8), 0);
+	cr_assert_eq(ht_resident(d.path, off, len), 2);
 	cr_assert_eq(heap_chunk_prefetch(t, 2), 0);
 	for (int i = 0; i < 1000 && (n = ht_resident(d.path, off, len)) < 256; i++)
 		usleep(10000);

@@ -99,7 +99,7 @@ static void rewrite(heap *h, int n)
 		cr_assert_eq(heap_chunk_free(t, ci.id), 0);
 	}
 	for (int i = 0; i < n; i++)
-		ht_put_chunk(t, MiB - 48, SEED);
+		ht_put_chunk(t, heap_chunk_max_body(h), SEED);
 	cr_assert_eq(heap_txn_commit(t), 0);
 }
 

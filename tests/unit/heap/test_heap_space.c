@@ -107,12 +107,13 @@ Test(heap_space, full_at_max_bytes)
 	heap *h;
 	heap_txn *t;
 	ah_open_opts o = ht_opts(AH_OPEN_CREATE, 8 * MiB);
-	const size_t n = MiB - 48; /* one 256-page chunk */
+	size_t n; /* one 256-page chunk */
 	uint64_t n_ok = 0, id;
 	int rc = 0;
 
 	ht_mkdir(&d);
 	cr_assert_eq(heap_open(d.path, &o, &h), 0);
+	n = heap_chunk_max_body(h);
 	for (;;) {
 		cr_assert_eq(heap_txn_begin(h, false, &t), 0);
 		id = put_big(t, n, &rc);
@@ -164,7 +165,7 @@ Test(heap_space, full_disk_tmpfs, .timeout = 60)
 	heap_txn *t;
 	ah_open_opts o = ht_opts(AH_OPEN_CREATE, 0);
 	ah_heap_stat st;
-	const size_t n = MiB - 48;
+	size_t n;
 	uint64_t n_ok = 0, id;
 	int rc = 0;
 
@@ -180,6 +181,7 @@ Test(heap_space, full_disk_tmpfs, .timeout = 60)
 	snprintf(path, sizeof path, "%s/heap", d.dir);
 	snprintf(filler, sizeof filler, "%s/filler", d.dir);
 	cr_assert_eq(heap_open(path, &o, &h), 0);
+	n = heap_chunk_max_body(h);
 	cr_assert_eq(heap_stat(h, &st), 0);
 	cr_assert_eq(st.map_bytes, 32 * MiB); /* the filesystem's size */
 	write_filler(filler, 12 * MiB);
