@@ -117,9 +117,16 @@ typedef struct ah_builder ah_builder;
 #define AH_OPEN_RDONLY 0x2u      /* read only (MDB_RDONLY): no write txns */
 #define AH_OPEN_NOSYNC 0x4u      /* relaxed: no sync per commit (MDB_NOSYNC) */
 #define AH_OPEN_NOMETASYNC 0x8u  /* relaxed: no meta sync (MDB_NOMETASYNC) */
-#define AH_OPEN_VERIFY_READS 0x10u /* check a chunk's XXH3 on first use */
+#define AH_OPEN_VERIFY_READS 0x10u /* seeks check whole chunks too (below) */
 
-/* Options for ah_open.  Set .size = sizeof(ah_open_opts) so the struct can
+/* Every read checks what it reads, whatever the flags: a walk (scan, merge
+ * input) checks each chunk's XXH3 whole, a seek checks each 4 KiB page of a
+ * chunk when it first reads from it, and every record (arrangement, batch,
+ * source position, meta) carries a checksum over its key and bytes; damage
+ * is AH_ECORRUPT, never a wrong answer (ARCHITECTURE.md §2).
+ * AH_OPEN_VERIFY_READS makes seeks check whole chunks as well.
+ *
+ * Options for ah_open.  Set .size = sizeof(ah_open_opts) so the struct can
  * grow; zero-initialised fields take their defaults.  opts may be NULL. */
 typedef struct ah_open_opts {
 	size_t size;          /* sizeof(ah_open_opts) */
@@ -168,7 +175,8 @@ int ah_sync(ah_heap *heap);
 int ah_set_max_bytes(ah_heap *heap, uint64_t max_bytes);
 
 typedef struct ah_heap_stat {
-	uint32_t format_version;
+	uint32_t format_version;    /* the file's: 1 (read-only opens of old
+	                             * heaps) or 2 */
 	uint32_t page_size;         /* bytes */
 	uint8_t uuid[16];           /* heap UUID, fixed at creation */
 	uint64_t map_bytes;         /* virtual map size (= size limit) */

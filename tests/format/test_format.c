@@ -1,12 +1,15 @@
 /*
  * tests/format/test_format.c - the on-disk format across versions (issue
  * 7).  tests/fixtures/heap-v1 is a small heap written by format version 1
- * (arrheap 0.1.0, 4 KiB pages, little endian, 1 MiB map) and
- * tests/fixtures/heap-v1.expect its whole contents as text.  Every future
- * version must open the fixture, verify it, read exactly that text, and
- * write to it.  `make fixture` (AH_FIXTURE_REGEN=1) rewrites both files
- * from the deterministic generator below; without it the generator is run
- * in a temporary directory and must reproduce the expected text.
+ * (arrheap 0.1.0, 4 KiB pages, little endian, 1 MiB map), frozen;
+ * tests/fixtures/heap-v2 the same heap written by format version 2; both
+ * hold the contents in tests/fixtures/heap-v1.expect.  Every future
+ * version must open both fixtures, verify them, read exactly that text,
+ * and write to them; a read-only open of the v1 fixture leaves it a
+ * version-1 file, a writable one upgrades it to version 2.  `make fixture`
+ * (AH_FIXTURE_REGEN=1) rewrites heap-v2 from the deterministic generator
+ * below (never heap-v1 or the text); without it the generator is run in a
+ * temporary directory and must reproduce the expected text.
  * A heap from a different page size or byte order (LMDB meta fields patched
  * in a copy) is refused with AH_EFORMAT and left unchanged.
  */
@@ -15,7 +18,8 @@
 
 #include "../fault/rel.h"
 
-#define FIXTURE "tests/fixtures/heap-v1"
+#define FIXTURE "tests/fixtures/heap-v1"      /* frozen: arrheap 0.1.0 */
+#define FIXTURE_V2 "tests/fixtures/heap-v2"   /* `make fixture` */
 #define FIXTURE_MAP REL_MiB
 
 static const char *src_dir(void)
@@ -235,7 +239,6 @@ Test(format, fixture_generator)
 	rel_dir d;
 	ah_open_opts o = rel_opts(0, 0, 0);
 	ah_heap *h;
-	FILE *f;
 
 	need_native_fixture();
 	snprintf(expect, sizeof expect, "%s/%s.expect", src_dir(), FIXTURE);
@@ -244,28 +247,44 @@ Test(format, fixture_generator)
 	cr_assert_eq(ah_open(d.path, &o, &h), 0);
 	text = text_of(h);
 	cr_assert_eq(ah_close(h), 0);
+	char *want = read_text(expect);
+	cr_assert_str_eq(text, want, "the generator no longer writes "
+	                 "what the fixtures hold");
+	free(want);
 	if (regen != NULL && strcmp(regen, "1") == 0) {
-		snprintf(path, sizeof path, "%s/%s", src_dir(), FIXTURE);
+		snprintf(path, sizeof path, "%s/%s", src_dir(), FIXTURE_V2);
 		unlink(path);
 		gen(path);
 		cr_assert_eq(unlink(strcat(path, "-lock")), 0);
-		f = fopen(expect, "w");
-		cr_assert_not_null(f);
-		fputs(text, f);
-		fclose(f);
-		cr_log_warn("rewrote %s and its .expect", FIXTURE);
-	} else {
-		char *want = read_text(expect);
-
-		cr_assert_str_eq(text, want, "the generator no longer writes "
-		                 "what the fixture holds");
-		free(want);
+		printf("rewrote %s\n", FIXTURE_V2);
 	}
 	free(text);
 	rel_rmdir(&d);
 }
 
-Test(format, fixture_opens)
+static void fixture_copy_of(rel_dir *d, const char *which)
+{
+	char src[512];
+
+	cr_assert_eq(rel_mkdir(d), 0);
+	snprintf(src, sizeof src, "%s/%s", src_dir(), which);
+	cr_assert_eq(rel_copy(src, d->path), 0, "copy %s", src);
+}
+
+static uint32_t format_of(const char *path, unsigned flags)
+{
+	ah_open_opts o = rel_opts(flags, 0, 0);
+	ah_heap_stat st;
+	ah_heap *h;
+
+	cr_assert_eq(ah_open(path, &o, &h), 0);
+	cr_assert_eq(ah_heap_stat_get(h, &st), 0);
+	cr_assert_eq(ah_close(h), 0);
+	return st.format_version;
+}
+
+/* Opens a copy of the fixture: verify, text, a write, verify again. */
+static void fixture_opens_as(const char *which, uint32_t format_after)
 {
 	rel_dir d;
 	char expect[512], *text, *want;
@@ -277,11 +296,11 @@ Test(format, fixture_opens)
 	uint64_t chunks;
 
 	need_native_fixture();
-	fixture_copy(&d);
+	fixture_copy_of(&d, which);
 	snprintf(expect, sizeof expect, "%s/%s.expect", src_dir(), FIXTURE);
 	want = read_text(expect);
-	cr_assert_eq(ah_open(d.path, &o, &h), 0, "this version must open the "
-	             "v1 fixture");
+	cr_assert_eq(ah_open(d.path, &o, &h), 0, "this version must open %s",
+	             which);
 	cr_assert_eq(rel_verify(h, &chunks), 0);
 	cr_assert_gt(chunks, 0);
 	text = text_of(h);
@@ -289,6 +308,7 @@ Test(format, fixture_opens)
 	free(text);
 	cr_assert_eq(ah_heap_stat_get(h, &st), 0);
 	cr_assert_eq(st.page_size, 4096);
+	cr_assert_eq(st.format_version, format_after);
 	/* And write to it. */
 	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
 	cr_assert_eq(ah_append(t, "orders", 24, 25, &u, 1), 0);
@@ -298,6 +318,80 @@ Test(format, fixture_opens)
 	cr_assert_eq(rel_verify(h, NULL), 0);
 	cr_assert_eq(ah_close(h), 0);
 	free(want);
+	rel_rmdir(&d);
+}
+
+Test(format, fixture_opens)
+{
+	fixture_opens_as(FIXTURE, 2);
+}
+
+Test(format, fixture_v2_opens)
+{
+	fixture_opens_as(FIXTURE_V2, 2);
+}
+
+/* A read-only open of a version-1 heap changes no byte and reports
+ * version 1; the first writable open upgrades it to 2 (same contents), and
+ * from then on its records are checked: a flipped byte in the arrangement
+ * record of "orders" is AH_ECORRUPT, where in version 1 it went unseen. */
+Test(format, v1_upgrade_at_writable_open)
+{
+	rel_dir d;
+	char expect[512], *want, *text;
+	uint64_t size0, size1, h0;
+	ah_open_opts o = rel_opts(0, 0, 0);
+	ah_heap *h;
+	ah_txn *t;
+	ah_arrangement_info in;
+
+	need_native_fixture();
+	fixture_copy_of(&d, FIXTURE);
+	h0 = rel_file_hash(d.path, &size0);
+	cr_assert_eq(format_of(d.path, AH_OPEN_RDONLY), 1);
+	cr_assert_eq(rel_file_hash(d.path, &size1), h0, "a read-only open "
+	             "changed the file");
+	cr_assert_eq(format_of(d.path, 0), 2);
+	cr_assert_eq(format_of(d.path, AH_OPEN_RDONLY), 2);
+	snprintf(expect, sizeof expect, "%s/%s.expect", src_dir(), FIXTURE);
+	want = read_text(expect);
+	cr_assert_eq(ah_open(d.path, &o, &h), 0);
+	text = text_of(h);
+	cr_assert_str_eq(text, want);
+	cr_assert_eq(ah_close(h), 0);
+	free(text);
+	free(want);
+	/* Every live "AHAR" record's upper byte flipped in turn. */
+	ah_heap_stat st;
+	cr_assert_eq(ah_open(d.path, &o, &h), 0);
+	cr_assert_eq(ah_heap_stat_get(h, &st), 0);
+	cr_assert_eq(ah_close(h), 0);
+	uint64_t size = st.pages_used * st.page_size;
+	char *buf = malloc(size);
+	int fd = open(d.path, O_RDWR);
+	cr_assert_eq(pread(fd, buf, size, 0), (ssize_t)size);
+	int found = 0;
+	for (uint64_t i = 0; i + 16 <= size; i++) {
+		if (memcmp(buf + i, "AHAR", 4) != 0)
+			continue;
+		char b = buf[i + 8] ^ 0x01;
+		cr_assert_eq(pwrite(fd, &b, 1, (off_t)i + 8), 1);
+		cr_assert_eq(ah_open(d.path, &o, &h), 0);
+		cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
+		int r1 = ah_arrangement_info_get(t, "orders", &in);
+		int r2 = ah_arrangement_info_get(t, "lines", &in);
+		int r3 = ah_arrangement_info_get(t, "bin/raw", &in);
+		ah_txn_abort(t);
+		cr_assert_eq(ah_close(h), 0);
+		found += r1 == AH_ECORRUPT || r2 == AH_ECORRUPT || r3 == AH_ECORRUPT;
+		cr_assert(r1 == 0 || r1 == AH_ECORRUPT);
+		cr_assert(r2 == 0 || r2 == AH_ECORRUPT);
+		cr_assert(r3 == 0 || r3 == AH_ECORRUPT);
+		cr_assert_eq(pwrite(fd, &buf[i + 8], 1, (off_t)i + 8), 1);
+	}
+	close(fd);
+	free(buf);
+	cr_assert_eq(found, 3, "each of the 3 live arrangement records");
 	rel_rmdir(&d);
 }
 
