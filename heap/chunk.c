@@ -17,8 +17,10 @@
  * Format 2 chunk (magic "AHC2"), native byte order:
  *
  *   off  size  field
- *     0     8  xxh3        XXH3-64 of bytes [8, value size): everything
- *                          after it, page checksums and zeroed tail too
+ *     0     8  xxh3        XXH3-64 of bytes [8, B): the rest of the
+ *                          header and the page checksums, which cover every
+ *                          page, so it stands for the whole chunk (a hash
+ *                          of hashes); jumbo chunks: of bytes [8, size)
  *     8     4  sum0        low 32 bits of XXH3-64 of block 0 from byte 12:
  *                          the rest of the header, the page checksums and
  *                          the start of the body
@@ -38,10 +40,18 @@
  *     0 xxh3 of [8, size), 8 magic, 12 class_pages, 16 id, 24 body_used,
  *     32 body.  No page checksums: always checked whole.
  *
+ * Checked whole: xxh3, sum0 and every page's sum (each byte hashed once).
+ * Checked page by page: sum0 at open, each other page when first touched.
+ * Pages checked page by page are remembered per heap handle (the verified
+ * cache below), keyed by (id, xxh3), so a process pays for each page of a
+ * seek's path once, not once per query; whole checks (walks, merges) are
+ * never skipped.
+ *
  * Everything read back is untrusted: a header that disagrees with the
  * LMDB value holding it, or a checksum that does not match, is
  * AH_ECORRUPT.  Never trust a byte of a page before its checksum passed.
  */
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -214,20 +224,24 @@ static const char *parse(const heap *h, uint64_t id, const MDB_val *v,
 	return NULL;
 }
 
-static uint64_t checksum(const MDB_val *v)
+/* The xxh3 field's value: over the header and page sums where there are
+ * page sums (format 2, regular classes), else over everything. */
+static uint64_t checksum(const MDB_val *v, const chdr *c)
 {
-	return XXH3_64bits((const char *)v->mv_data + 8, v->mv_size - 8);
+	size_t end = c->format == 2 && c->nblocks ? (size_t)c->body_off : v->mv_size;
+
+	return XXH3_64bits((const char *)v->mv_data + 8, end - 8);
 }
 
-/* Every checksum of the chunk: the whole XXH3 and, in format 2, sum0 and
- * each block's.  The problem, or NULL. */
+/* Every checksum of the chunk: the xxh3 and, in format 2, sum0 and each
+ * block's.  The problem, or NULL. */
 static const char *check_all(const heap *h, const MDB_val *v, const chdr *c)
 {
 	const uint8_t *p = v->mv_data;
 
-	if (c->xxh3 != checksum(v))
+	if (c->xxh3 != checksum(v, c))
 		return "chunk checksum mismatch";
-	if (c->format == 2) {
+	if (c->format == 2 && c->nblocks) {
 		if (c->sum0 != block_sum(h->psize, p, v->mv_size, 0))
 			return "chunk page 0 checksum mismatch";
 		for (uint32_t i = 1; i < c->nblocks; i++) {
@@ -374,10 +388,134 @@ int heap_chunk_seal(heap_txn *t, uint64_t id, void *body, size_t body_used)
 	}
 	s = block_sum(t->h->psize, val, v.mv_size, 0);
 	memcpy(val + offsetof(struct hdr2, sum0), &s, 4);
-	sum = checksum(&v);
+	if (c.nblocks == 0) { /* jumbo: no page sums, xxh3 covers it all */
+		sum = XXH3_64bits(val + 8, v.mv_size - 8);
+	} else {
+		c.body_used = body_used;
+		sum = checksum(&v, &c);
+	}
 	memcpy(val, &sum, sizeof sum);
 out:
 	return heap_txn_fail(t, rc);
+}
+
+/* ---------------------------------------------------- the verified cache */
+
+/* Pages of regular chunks that a PAGES-mode reader of this heap handle
+ * checked, per (chunk id, xxh3): an open-addressing table of at most
+ * VC_MAX entries (then it starts over), behind its own mutex (readers of
+ * any thread).  An entry for an id with another xxh3 is a chunk whose id
+ * was reused: it is replaced. */
+#define VC_MAX (1u << 20)
+
+typedef struct vc_entry {
+	uint64_t id, xxh3; /* id 0: empty (chunk ids start at 1) */
+	uint64_t bits[4];
+} vc_entry;
+
+struct heap_vcache {
+	pthread_mutex_t mu;
+	vc_entry *e;
+	uint32_t cap, n;
+};
+
+static uint32_t vc_slot(const struct heap_vcache *vc, uint64_t id)
+{
+	return (uint32_t)((id * 0x9E3779B97F4A7C15ull) >> 32) & (vc->cap - 1);
+}
+
+/* The entry for id (found or made), or NULL when memory is short. */
+static vc_entry *vc_find(struct heap_vcache *vc, uint64_t id, uint64_t xxh3,
+                         bool make)
+{
+	if (vc->cap == 0) {
+		if (!make || !(vc->e = calloc(1024, sizeof *vc->e)))
+			return NULL;
+		vc->cap = 1024;
+	}
+	for (uint32_t i = vc_slot(vc, id);; i = (i + 1) & (vc->cap - 1)) {
+		vc_entry *x = &vc->e[i];
+
+		if (x->id == id) {
+			if (x->xxh3 != xxh3) {
+				if (!make)
+					return NULL;
+				memset(x->bits, 0, sizeof x->bits);
+				x->xxh3 = xxh3;
+			}
+			return x;
+		}
+		if (x->id != 0)
+			continue;
+		if (!make)
+			return NULL;
+		if ((vc->n + 1) * 10 > vc->cap * 7) {
+			uint32_t ncap = vc->cap < VC_MAX ? vc->cap * 2 : vc->cap;
+			vc_entry *old = vc->e, *ne = calloc(ncap, sizeof *ne);
+			uint32_t ocap = vc->cap;
+
+			if (ne == NULL)
+				return NULL;
+			vc->e = ne;
+			vc->cap = ncap;
+			vc->n = 0;
+			for (uint32_t j = 0; ocap != ncap && j < ocap; j++)
+				if (old[j].id != 0) {
+					uint32_t k = vc_slot(vc, old[j].id);
+
+					while (ne[k].id != 0)
+						k = (k + 1) & (ncap - 1);
+					ne[k] = old[j];
+					vc->n++;
+				}
+			free(old); /* at VC_MAX: started over, empty */
+			return vc_find(vc, id, xxh3, true);
+		}
+		x->id = id;
+		x->xxh3 = xxh3;
+		vc->n++;
+		return x;
+	}
+}
+
+static struct heap_vcache *vc_of(heap *h)
+{
+	struct heap_vcache *vc = __atomic_load_n(&h->vcache, __ATOMIC_ACQUIRE);
+
+	if (vc != NULL)
+		return vc;
+	pthread_mutex_lock(&h->mu);
+	if ((vc = h->vcache) == NULL && (vc = calloc(1, sizeof *vc)) != NULL) {
+		pthread_mutex_init(&vc->mu, NULL);
+		__atomic_store_n(&h->vcache, vc, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&h->mu);
+	return vc;
+}
+
+void heap_vcache_free(heap *h)
+{
+	if (h->vcache == NULL)
+		return;
+	pthread_mutex_destroy(&h->vcache->mu);
+	free(h->vcache->e);
+	free(h->vcache);
+	h->vcache = NULL;
+}
+
+/* The view's checked pages into the cache (best effort). */
+static void vc_remember(heap_chunk_view *cv)
+{
+	struct heap_vcache *vc = vc_of(cv->h);
+	vc_entry *x;
+
+	if (vc == NULL)
+		return;
+	pthread_mutex_lock(&vc->mu);
+	if ((x = vc_find(vc, cv->id, cv->xxh3, true)) != NULL)
+		for (int i = 0; i < 4; i++)
+			x->bits[i] |= cv->seen[i];
+	pthread_mutex_unlock(&vc->mu);
 }
 
 int heap_chunk_open(heap_txn *t, uint64_t id, enum heap_chunk_how how,
@@ -385,6 +523,7 @@ int heap_chunk_open(heap_txn *t, uint64_t id, enum heap_chunk_how how,
 {
 	MDB_val v;
 	chdr c;
+	const char *problem;
 	int rc;
 
 	if ((rc = heap_txn_usable(t, false)) != 0)
@@ -394,19 +533,34 @@ int heap_chunk_open(heap_txn *t, uint64_t id, enum heap_chunk_how how,
 	if ((rc = lookup(t, id, &v, &c)) != 0)
 		return rc;
 	memset(cv, 0, sizeof *cv);
+	cv->h = t->h;
+	cv->id = id;
+	cv->xxh3 = c.xxh3;
 	cv->value = v.mv_data;
 	cv->value_bytes = v.mv_size;
 	cv->pshift = (uint32_t)__builtin_ctz(t->h->psize);
 	if (how == HEAP_CHUNK_WHOLE || c.format == 1 || c.nblocks == 0 ||
 	    heap_verify_reads(t->h)) {
-		if (c.xxh3 != checksum(&v))
-			return HEAP_CORRUPT("chunk checksum");
+		if ((problem = check_all(t->h, &v, &c)) != NULL)
+			return HEAP_CORRUPT(problem);
 		cv->all = true;
 	} else {
+		struct heap_vcache *vc = vc_of(t->h);
+		vc_entry *x;
+
+		if (vc != NULL) {
+			pthread_mutex_lock(&vc->mu);
+			if ((x = vc_find(vc, id, c.xxh3, false)) != NULL)
+				memcpy(cv->seen, x->bits, sizeof cv->seen);
+			pthread_mutex_unlock(&vc->mu);
+		}
 		/* Page 0 holds the header and the other pages' sums. */
-		if (c.sum0 != block_sum(t->h->psize, v.mv_data, v.mv_size, 0))
-			return HEAP_CORRUPT("chunk page 0 checksum");
-		cv->seen[0] = 1;
+		if (!(cv->seen[0] & 1)) {
+			if (c.sum0 != block_sum(t->h->psize, v.mv_data, v.mv_size, 0))
+				return HEAP_CORRUPT("chunk page 0 checksum");
+			cv->seen[0] |= 1;
+			vc_remember(cv);
+		}
 		cv->all = c.nblocks == 1;
 	}
 	cv->body = (const uint8_t *)v.mv_data + c.body_off;
@@ -418,6 +572,7 @@ int heap_chunk_touch_slow(heap_chunk_view *cv, uint64_t off, size_t len)
 {
 	uint32_t psize = 1u << cv->pshift;
 	uint64_t first, last;
+	bool fresh = false;
 
 	if (cv->all || len == 0)
 		return 0;
@@ -436,7 +591,10 @@ int heap_chunk_touch_slow(heap_chunk_view *cv, uint64_t off, size_t len)
 		if (want != block_sum(psize, cv->value, cv->value_bytes, i))
 			return HEAP_CORRUPT("chunk page checksum");
 		cv->seen[i >> 6] |= (uint64_t)1 << (i & 63);
+		fresh = true;
 	}
+	if (fresh && cv->h != NULL)
+		vc_remember(cv);
 	return 0;
 }
 

@@ -405,6 +405,7 @@ int heap_close(heap *h)
 	pthread_mutex_unlock(&registry_mu);
 	mdb_env_close(h->env);
 	heap_path_unclaim(h);
+	heap_vcache_free(h);
 	pool_destroy(h->pool);
 	pthread_mutex_destroy(&h->mu);
 	free(h);

@@ -127,6 +127,8 @@ int heap_chunk_seal(heap_txn *t, uint64_t id, void *body, size_t body_used);
  * this view has checked.  Plain data: it may be copied (a copy keeps what
  * the original had checked).  Valid until the txn ends. */
 typedef struct heap_chunk_view {
+	heap *h;               /* for the verified cache (chunk.c) */
+	uint64_t id, xxh3;
 	const uint8_t *value;  /* the LMDB value (its first byte) */
 	const uint8_t *body;   /* 16-byte aligned */
 	uint64_t body_used;

@@ -35,6 +35,7 @@ struct heap {
 	uint8_t uuid[16];
 	uint32_t format;       /* HEAP_FORMAT_VERSION of the file (1 or 2) */
 	pool *pool;
+	struct heap_vcache *vcache; /* pages checked by seeks (chunk.c) */
 	pthread_mutex_t mu;    /* guards ntxn and the writer fields */
 	unsigned ntxn;         /* open txns (heap_close refuses while > 0) */
 	bool writer_active;
@@ -126,5 +127,7 @@ extern const uint32_t heap_class_pages[HEAP_NCLASSES];
  * NULL; fills *ci (may be NULL) from the header as stored. */
 const char *heap_chunk_problem(const heap *h, uint64_t id, const MDB_val *v,
                                bool checksums, heap_chunk_info *ci);
+/* Frees the verified cache (heap_close). */
+void heap_vcache_free(heap *h);
 
 #endif /* HEAP_HEAP_INT_H */

@@ -503,7 +503,10 @@ typedef struct ah_chunk_info {
 	uint64_t stored_bytes; /* bytes of the chunk in the file: header, body
 	                        * capacity and zeroed tail, all checksummed */
 	uint64_t file_offset;  /* byte offset of its first byte in the file */
-	uint64_t xxh3;         /* stored XXH3-64 of bytes [8, stored_bytes) */
+	uint64_t xxh3;         /* stored XXH3-64 that stands for the chunk:
+	                        * of its header and page checksums (format 2,
+	                        * ARCHITECTURE.md §2), of bytes [8, stored_bytes)
+	                        * (format 1 and jumbo chunks) */
 } ah_chunk_info;
 
 typedef int (*ah_chunk_fn)(const ah_chunk_info *c, void *user);
