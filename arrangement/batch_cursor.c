@@ -379,13 +379,15 @@ int bcur_time_next(batch_cursor *c, uint64_t *time, int64_t *diff)
 	if (!bcur_val_valid(c))
 		return 0;
 	if (c->tpending) {
+		/* Checked on the position's view, so that what a page check
+		 * learns outlives this walk (tv is a copy). */
+		if ((rc = bchunk_val_upds(&c->cv, c->vi, &c->tu, &c->tend)) ||
+		    (rc = bchunk_touch_upds(&c->cv, c->tu, c->tend)))
+			return rc;
 		c->tv = c->cv;
 		c->tc = c->c;
 		c->tvi = c->vi;
 		c->tpending = false;
-		if ((rc = bchunk_val_upds(&c->tv, c->tvi, &c->tu, &c->tend)) ||
-		    (rc = bchunk_touch_upds(&c->tv, c->tu, c->tend)))
-			return rc;
 	}
 	while (c->tu >= c->tend) {
 		if (c->tdone)
