@@ -370,7 +370,7 @@ static int times_cont(batch_cursor *c)
 	c->tvi = 0;
 	if ((rc = bchunk_val_upds(&c->tv, 0, &c->tu, &c->tend)))
 		return rc;
-	return bchunk_touch_upds(&c->tv, c->tu, c->tend);
+	return c->tv.hv.all ? 0 : bchunk_touch_upds(&c->tv, c->tu, c->tend);
 }
 
 int bcur_time_next(batch_cursor *c, uint64_t *time, int64_t *diff)
@@ -382,7 +382,8 @@ int bcur_time_next(batch_cursor *c, uint64_t *time, int64_t *diff)
 		/* Checked on the position's view, so that what a page check
 		 * learns outlives this walk (tv is a copy). */
 		if ((rc = bchunk_val_upds(&c->cv, c->vi, &c->tu, &c->tend)) ||
-		    (rc = bchunk_touch_upds(&c->cv, c->tu, c->tend)))
+		    (!c->cv.hv.all &&
+		     (rc = bchunk_touch_upds(&c->cv, c->tu, c->tend))))
 			return rc;
 		c->tv = c->cv;
 		c->tc = c->c;
