@@ -203,6 +203,63 @@ typedef struct heap_free_info {
  * reader).  Errors: AH_ECORRUPT, AH_ENOMEM, AH_EINVAL. */
 int heap_free_stat(heap_txn *t, uint64_t pin_txn, heap_free_info *fi);
 
+/* ------------------------------------------------------- page check */
+
+/* LMDB's trees in one heap file.  The first five are the named DBs, in the
+ * order of enum heap_table and the heap's own DBs (heap_int.h). */
+enum heap_tree {
+	HEAP_TREE_ARR = HEAP_T_ARR,
+	HEAP_TREE_BATCH = HEAP_T_BATCH,
+	HEAP_TREE_SOURCE = HEAP_T_SOURCE,
+	HEAP_TREE_META,      /* "meta": the arrheap meta record */
+	HEAP_TREE_CHUNKS,    /* "chunks" */
+	HEAP_TREE_MAIN,      /* LMDB's main DB: the named DBs' records */
+	HEAP_TREE_FREE,      /* LMDB's free list */
+	HEAP_TREE__COUNT
+};
+
+/* "arr", "batch", "source", "meta", "chunks", "main", "free"; "file" for
+ * HEAP_TREE__COUNT (a problem of the file as a whole). */
+const char *heap_tree_name(enum heap_tree t);
+
+/* What the walk found in one tree (counts as walked, not as recorded). */
+typedef struct heap_tree_stat {
+	uint32_t depth;          /* md_depth: pages on every root-leaf path */
+	uint64_t branch_pages, leaf_pages, overflow_pages;
+	uint64_t entries;        /* leaf nodes */
+	bool damaged;            /* a problem was found in it */
+} heap_tree_stat;
+
+typedef struct heap_pagecheck_stat {
+	uint64_t txn_id;         /* the snapshot checked */
+	uint64_t last_pg;        /* its last used page (mm_last_pg) */
+	uint64_t free_pages;     /* pages on its free list */
+	uint64_t problems;
+	heap_tree_stat tree[HEAP_TREE__COUNT];
+} heap_pagecheck_stat;
+
+typedef struct heap_page_problem {
+	enum heap_tree tree;     /* HEAP_TREE__COUNT: the file as a whole */
+	uint64_t pgno;           /* the page where it was found (0, 1: metas) */
+	const char *message;     /* one line; valid during the call */
+} heap_page_problem;
+
+/* Walks every LMDB page of t's snapshot without LMDB (heap/pagecheck.c
+ * lists the checks) and passes each problem to fn (may be NULL); fn
+ * returning non-zero stops the walk and is returned.  *st (may be NULL)
+ * gets per-tree counts.  Afterwards the heap quarantines what was found
+ * damaged (a damaged meta or main tree, or a stopped walk: every tree):
+ * heap_get/put/del/next, the chunk calls and the inspection calls of such
+ * a tree return AH_ECORRUPT without calling LMDB, until a later check of
+ * the heap finds it sound.  Cost: reads every B-tree page and the first
+ * page of every overflow value; one byte of memory per page of the file.
+ * Errors: AH_EBUSY (the snapshot's meta page was overwritten: two commits
+ * since the snapshot began; check in a fresh read txn), AH_ENOMEM, AH_EIO,
+ * AH_EBADTXN, AH_EFORK. */
+int heap_pagecheck(heap_txn *t,
+                   int (*fn)(const heap_page_problem *p, void *user),
+                   void *user, heap_pagecheck_stat *st);
+
 /* The latest commit's page high-water mark (last used page + 1) and id
  * (mdb_env_info: not the snapshot's).  Errors: AH_EINVAL, AH_EFORK. */
 int heap_env_pages(heap *h, uint64_t *pages_used, uint64_t *last_txn);

@@ -36,6 +36,8 @@ struct heap {
 	pthread_mutex_t mu;    /* guards ntxn and the writer fields */
 	unsigned ntxn;         /* open txns (heap_close refuses while > 0) */
 	bool writer_active;
+	unsigned damaged;      /* trees the last page check found damaged
+	                        * (HEAP_TREE_BIT); atomic */
 	pthread_t writer;      /* thread of the open write txn */
 	struct heap *reg_next; /* process-wide registry of open files */
 };
@@ -85,6 +87,15 @@ int heap_meta_check(const void *val, size_t len, uint32_t psize,
 /* txn.c: the checks every txn operation starts with. */
 int heap_txn_usable(const heap_txn *t, bool write);
 int heap_txn_fail(heap_txn *t, int rc);
+
+/* pagecheck.c.  heap_pagecheck_open walks the main and "meta" trees of
+ * the meta page LMDB will use, before heap_open lets LMDB read them:
+ * AH_ECORRUPT when damaged.  heap_trees_usable is every LMDB call's
+ * gate: AH_ECORRUPT when a page check found one of trees damaged. */
+#define HEAP_TREE_BIT(t) (1u << (t))
+#define HEAP_TREES_ALL ((1u << HEAP_TREE__COUNT) - 1)
+int heap_pagecheck_open(int fd, uint32_t psize);
+int heap_trees_usable(const heap *h, unsigned trees);
 
 /* chunk.c: the size classes. */
 extern const uint32_t heap_class_pages[HEAP_NCLASSES];
