@@ -342,6 +342,10 @@ int heap_chunk_next(heap_txn *t, uint64_t after, bool first,
 		goto out;
 	}
 	memcpy(&key, k.mv_data, sizeof key);
+	if (!first && key <= after) { /* a damaged tree went back */
+		rc = HEAP_CORRUPT("chunk keys out of order");
+		goto out;
+	}
 	HEAP_TRY(check(t->h, key, &v));
 	memcpy(&hd, v.mv_data, sizeof hd);
 	ci->id = key;

@@ -138,7 +138,9 @@ typedef struct heap_chunk_info {
 	uint64_t xxh3;         /* stored checksum */
 } heap_chunk_info;
 /* Iterates all chunks in id order: first call with after = 0 and first =
- * true.  Returns 0 and fills *ci, or AH_ENOTFOUND past the last. */
+ * true.  Returns 0 and fills *ci, or AH_ENOTFOUND past the last;
+ * AH_ECORRUPT for a damaged header, or an id not after `after` (a damaged
+ * tree: so the loop always ends). */
 int heap_chunk_next(heap_txn *t, uint64_t after, bool first,
                     heap_chunk_info *ci);
 
@@ -153,7 +155,9 @@ int heap_put(heap_txn *t, enum heap_table tb, const void *key, size_t klen,
 /* Errors: AH_ENOTFOUND when absent. */
 int heap_del(heap_txn *t, enum heap_table tb, const void *key, size_t klen);
 /* Iterates in key order: the first entry > after (or the first if after is
- * NULL).  Returns 0 with pointers as heap_get, AH_ENOTFOUND past the end. */
+ * NULL).  Returns 0 with pointers as heap_get, AH_ENOTFOUND past the end,
+ * AH_ECORRUPT when the key LMDB finds is not after `after` (a damaged
+ * tree: so a loop feeding each key back as `after` always ends). */
 int heap_next(heap_txn *t, enum heap_table tb, const void *after, size_t alen,
               const void **key, size_t *klen, const void **val, size_t *vlen);
 
@@ -173,14 +177,15 @@ typedef struct heap_chunk_scan_entry {
 	heap_chunk_info ci;      /* file_offset 0 when unknown */
 	uint64_t stored_bytes;   /* the LMDB value: header + capacity + tail */
 	const char *problem;     /* NULL, or a static text: bad header field,
-	                          * checksum mismatch, keys out of order */
+	                          * checksum mismatch */
 } heap_chunk_scan_entry;
 
 /* Walks every chunk in key order with one cursor, checking each header
  * against its key and value size and, if checksums, its XXH3 over the
  * whole value.  A bad chunk is reported to fn (problem set) and the walk
  * goes on.  fn returning non-zero stops the walk and is returned.  Returns
- * AH_ECORRUPT when LMDB cannot walk the table (damaged tree pages). */
+ * AH_ECORRUPT when LMDB cannot walk the table (damaged tree pages, keys
+ * that do not increase: the walk stops there). */
 int heap_chunk_scan(heap_txn *t, bool checksums,
                     int (*fn)(const heap_chunk_scan_entry *e, void *user),
                     void *user);

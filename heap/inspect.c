@@ -9,7 +9,10 @@
  * chunk.c's (the layout is drawn there); keep both in step.
  *
  * Nothing here writes to the heap file or poisons a transaction.  Every
- * LMDB code is translated with heap_err; tree damage is AH_ECORRUPT.
+ * LMDB code is translated with heap_err; tree damage is AH_ECORRUPT.  Each
+ * MDB_NEXT walk checks that its keys strictly increase and stops with
+ * AH_ECORRUPT when they do not (a damaged tree can make the cursor go
+ * back, and the walk would never end).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -129,8 +132,11 @@ int heap_chunk_scan(heap_txn *t, bool checksums,
 	while ((rc = mdb_cursor_get(cur, &k, &v, op)) == 0) {
 		op = MDB_NEXT;
 		scan_one(t->h, &k, &v, checksums, &e);
-		if (e.problem == NULL && any && e.ci.id <= prev)
-			e.problem = "chunk keys out of order";
+		if (k.mv_size == sizeof(uint64_t) && any && e.ci.id <= prev) {
+			/* A damaged tree went back: MDB_NEXT would go round. */
+			rc = HEAP_CORRUPT("chunk keys out of order");
+			goto out;
+		}
 		any = true;
 		prev = e.ci.id;
 		if ((rc = fn(&e, user)) != 0)
@@ -156,7 +162,7 @@ static int free_pages(heap_txn *t, uint64_t pin_txn, heap_free_info *fi,
 {
 	MDB_cursor *cur = NULL;
 	MDB_val k, v;
-	size_t cap = 0, cnt, txnid;
+	size_t cap = 0, cnt, txnid, prev = 0;
 	int rc, op = MDB_FIRST;
 
 	*pages = NULL;
@@ -169,6 +175,11 @@ static int free_pages(heap_txn *t, uint64_t pin_txn, heap_free_info *fi,
 			goto out;
 		}
 		memcpy(&txnid, k.mv_data, sizeof txnid);
+		if (fi->records > 0 && txnid <= prev) {
+			rc = HEAP_CORRUPT("free-list records out of order");
+			goto out;
+		}
+		prev = txnid;
 		memcpy(&cnt, v.mv_data, sizeof cnt);
 		if (cnt > v.mv_size / sizeof cnt - 1) {
 			rc = HEAP_CORRUPT("free-list record length");

@@ -5,6 +5,11 @@
  *
  * Values point into the map and are only 2-byte aligned (LMDB leaf nodes):
  * callers decode with memcpy.  Every MDB_* code is translated here.
+ *
+ * heap_next never answers a key that is not after `after`: on a damaged
+ * tree LMDB's MDB_SET_RANGE + MDB_NEXT can go back, and every loop driven
+ * by the previous key (listing arrangements, sources, batch records) would
+ * then spin forever.  Such an answer is AH_ECORRUPT.
  */
 #include <string.h>
 
@@ -75,6 +80,23 @@ int heap_del(heap_txn *t, enum heap_table tb, const void *key, size_t klen)
 	return heap_txn_fail(t, rc);
 }
 
+/* LMDB's order of the table: mdb_cmp_long on native u64 keys
+ * (MDB_INTEGERKEY), else mdb_cmp_memn (bytes, then length). */
+static int key_cmp(enum heap_table tb, const void *a, size_t alen,
+                   const void *b, size_t blen)
+{
+	if (tb == HEAP_T_BATCH) {
+		uint64_t x, y;
+
+		memcpy(&x, a, sizeof x);
+		memcpy(&y, b, sizeof y);
+		return x < y ? -1 : x > y;
+	}
+	int c = memcmp(a, b, alen < blen ? alen : blen);
+
+	return c ? c : alen < blen ? -1 : alen > blen;
+}
+
 int heap_next(heap_txn *t, enum heap_table tb, const void *after, size_t alen,
               const void **key, size_t *klen, const void **val, size_t *vlen)
 {
@@ -100,6 +122,13 @@ int heap_next(heap_txn *t, enum heap_table tb, const void *after, size_t alen,
 			rc = HEAP_MDB(mdb_cursor_get(cur, &k, &v, MDB_NEXT));
 	}
 	HEAP_TRY(heap_err(rc));
+	if (k.mv_size == 0 || k.mv_size > MAX_KEY ||
+	    (tb == HEAP_T_BATCH && k.mv_size != sizeof(uint64_t)) ||
+	    (after != NULL &&
+	     key_cmp(tb, k.mv_data, k.mv_size, after, alen) <= 0)) {
+		rc = HEAP_CORRUPT("table key out of order or of a bad size");
+		goto out;
+	}
 	*key = k.mv_data;
 	*klen = k.mv_size;
 	*val = v.mv_data;

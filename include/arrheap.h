@@ -255,7 +255,9 @@ int ah_arrangement_info_get(ah_txn *txn, const char *name,
 /* Iterates arrangement names in bytewise order: pass after = NULL for the
  * first; the name is copied to buf (caller's, at least AH_NAME_MAX + 1
  * bytes).  Returns 0 and fills buf, or AH_ENOTFOUND past the last.
- * Errors: AH_EINVAL, AH_EBADTXN, AH_ECORRUPT.  Source: mdb_cursor_get
+ * Errors: AH_EINVAL, AH_EBADTXN, AH_ECORRUPT (a damaged table: a stored
+ * key that is no valid name or not after `after`, so a loop that feeds
+ * each name back as `after` always ends).  Source: mdb_cursor_get
  * MDB_SET_RANGE. */
 int ah_arrangement_next(ah_txn *txn, const char *after, char *buf);
 
