@@ -40,6 +40,9 @@ const uint32_t heap_class_pages[HEAP_NCLASSES] = { 1, 4, 16, 64, 256 };
 #define PREFETCH_MAX (8u << 20) /* bytes one heap_chunk_prefetch asks for */
 #define MAX_VALUE 0xFFFFFFFFull
 #define PIECE ((size_t)1 << 20)
+/* Trees a call hands to LMDB: never one a page check found damaged. */
+#define CHUNKS HEAP_TREE_BIT(HEAP_TREE_CHUNKS)
+#define FREE HEAP_TREE_BIT(HEAP_TREE_FREE)
 static const char chunk_magic[4] = { 'A', 'H', 'C', 'K' };
 
 struct hdr {
@@ -122,7 +125,10 @@ static uint64_t checksum(const MDB_val *v)
 static int lookup(heap_txn *t, uint64_t id, MDB_val *v)
 {
 	MDB_val k = { sizeof id, &id };
-	int rc = heap_err(HEAP_MDB(mdb_get(t->txn, t->h->dbi[HEAP_DBI_CHUNKS], &k, v)));
+	int rc = heap_trees_usable(t->h, CHUNKS);
+
+	if (rc == 0)
+		rc = heap_err(HEAP_MDB(mdb_get(t->txn, t->h->dbi[HEAP_DBI_CHUNKS], &k, v)));
 
 	return rc ? rc : check(t->h, id, v);
 }
@@ -134,6 +140,7 @@ static int next_id(heap_txn *t)
 	uint64_t last = 0;
 	int rc;
 
+	HEAP_TRY(heap_trees_usable(t->h, CHUNKS));
 	HEAP_TRY(heap_err(HEAP_MDB(mdb_cursor_open(t->txn, t->h->dbi[HEAP_DBI_CHUNKS],
 	                                  &cur))));
 	rc = HEAP_MDB(mdb_cursor_get(cur, &k, &v, MDB_LAST));
@@ -169,6 +176,7 @@ int heap_chunk_reserve(heap_txn *t, size_t body_bytes, uint64_t *id,
 		return AH_EINVAL;
 	if ((pages = pages_for(t->h, body_bytes)) == 0)
 		return AH_ELIMIT;
+	HEAP_TRY(heap_trees_usable(t->h, CHUNKS | FREE));
 	if (t->next_id == 0)
 		HEAP_TRY(next_id(t));
 	HEAP_TRY(heap_space_need(t, pages));
@@ -255,6 +263,7 @@ int heap_chunk_prefetch(heap_txn *t, uint64_t id)
 		return rc;
 	/* mdb_get reads only B-tree pages: the chunk's own pages stay untouched
 	 * until the kernel's read brings them in. */
+	HEAP_TRY(heap_trees_usable(t->h, CHUNKS));
 	HEAP_TRY(heap_err(HEAP_MDB(mdb_get(t->txn, t->h->dbi[HEAP_DBI_CHUNKS], &k,
 	                                   &v))));
 	psize = t->h->psize;
@@ -290,7 +299,9 @@ int heap_chunk_free(heap_txn *t, uint64_t id)
 
 	if ((rc = heap_txn_usable(t, true)) != 0)
 		return rc;
-	rc = heap_err(HEAP_MDB(mdb_get(t->txn, t->h->dbi[HEAP_DBI_CHUNKS], &k, &v)));
+	rc = heap_trees_usable(t->h, CHUNKS | FREE);
+	if (rc == 0)
+		rc = heap_err(HEAP_MDB(mdb_get(t->txn, t->h->dbi[HEAP_DBI_CHUNKS], &k, &v)));
 	if (rc == 0) /* the free list grows by one u64 per freed page */
 		rc = heap_space_need(t, v.mv_size / t->h->psize / 500 + 1);
 	if (rc == 0)
@@ -331,6 +342,7 @@ int heap_chunk_next(heap_txn *t, uint64_t after, bool first,
 		return AH_EINVAL;
 	if (!first && after == UINT64_MAX)
 		return AH_ENOTFOUND;
+	HEAP_TRY(heap_trees_usable(t->h, CHUNKS));
 	HEAP_TRY(heap_err(HEAP_MDB(mdb_cursor_open(t->txn, t->h->dbi[HEAP_DBI_CHUNKS],
 	                                  &cur))));
 	k.mv_size = sizeof key;

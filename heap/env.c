@@ -87,6 +87,7 @@ static int env_start(heap *h, const char *path, unsigned mflags,
 
 	if (rc != 0)
 		return rc;
+	HEAP_TRY(heap_err(mdb_env_set_assert(env, heap_lmdb_assert)));
 	HEAP_TRY(heap_err(mdb_env_set_maxdbs(env, MAX_DBS)));
 	HEAP_TRY(heap_err(mdb_env_set_maxreaders(env, readers)));
 	HEAP_TRY(heap_err(mdb_env_set_mapsize(env, h->map_bytes)));
@@ -478,6 +479,7 @@ static int free_pages(heap *h, uint64_t *out)
 	uint64_t sum = 0, last = 0;
 	int rc, op = MDB_FIRST;
 
+	HEAP_TRY(heap_trees_usable(h, HEAP_TREE_BIT(HEAP_TREE_FREE)));
 	HEAP_TRY(heap_err(mdb_txn_begin(h->env, NULL, MDB_RDONLY, &txn)));
 	HEAP_TRY(heap_err(mdb_cursor_open(txn, 0 /* FREE_DBI */, &cur)));
 	while ((rc = mdb_cursor_get(cur, &k, &v, op)) == 0) {

@@ -29,7 +29,8 @@
  * other byte order, other LMDB data version); page size other than ours ->
  * AH_EFORMAT; page 1 missing or not a meta -> AH_ECORRUPT (damaged meta);
  * file shorter than (last_pg + 1) * psize of the current meta ->
- * AH_ECORRUPT (truncated).
+ * AH_ECORRUPT (truncated); a damaged page of the main or "meta" tree, the
+ * two heap_open reads through LMDB -> AH_ECORRUPT (heap_pagecheck_open).
  *
  * The arrheap meta record, key "arrheap.meta" in named DB "meta", 64 bytes
  * in native byte order:
@@ -141,7 +142,9 @@ int heap_format_precheck(int fd, uint32_t psize)
 	if (m0.last_pg >= UINT64_MAX / psize ||
 	    (uint64_t)st.st_size < (m0.last_pg + 1) * psize)
 		return HEAP_CORRUPT("file shorter than its last used page");
-	return 0;
+	/* heap_open's catalog reads the main and "meta" trees through LMDB:
+	 * their pages are checked first (heap/pagecheck.c). */
+	return heap_pagecheck_open(fd, psize);
 }
 
 bool heap_format_unborn(int fd, uint32_t psize)

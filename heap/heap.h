@@ -240,12 +240,14 @@ typedef struct heap_pagecheck_stat {
 	uint64_t last_pg;        /* its last used page (mm_last_pg) */
 	uint64_t free_pages;     /* pages on its free list */
 	uint64_t problems;
+	unsigned quarantined;    /* trees now refused (1 << enum heap_tree) */
 	heap_tree_stat tree[HEAP_TREE__COUNT];
 } heap_pagecheck_stat;
 
 typedef struct heap_page_problem {
 	enum heap_tree tree;     /* HEAP_TREE__COUNT: the file as a whole */
-	uint64_t pgno;           /* the page where it was found (0, 1: metas) */
+	uint64_t pgno;           /* the page where it was found (0, 1: metas;
+	                          * UINT64_MAX: the page accounting) */
 	const char *message;     /* one line; valid during the call */
 } heap_page_problem;
 

@@ -127,6 +127,7 @@ int heap_chunk_scan(heap_txn *t, bool checksums,
 		return rc;
 	if (fn == NULL)
 		return AH_EINVAL;
+	HEAP_TRY(heap_trees_usable(t->h, HEAP_TREE_BIT(HEAP_TREE_CHUNKS)));
 	HEAP_TRY(heap_err(mdb_cursor_open(t->txn, t->h->dbi[HEAP_DBI_CHUNKS],
 	                                  &cur)));
 	while ((rc = mdb_cursor_get(cur, &k, &v, op)) == 0) {
@@ -236,6 +237,9 @@ int heap_free_stat(heap_txn *t, uint64_t pin_txn, heap_free_info *fi)
 	if (fi == NULL)
 		return AH_EINVAL;
 	memset(fi, 0, sizeof *fi);
+	/* mdb_stat of a named DB reads its record from the main tree */
+	HEAP_TRY(heap_trees_usable(t->h, HEAP_TREE_BIT(HEAP_TREE_FREE) |
+	                                 HEAP_TREE_BIT(HEAP_TREE_MAIN)));
 	HEAP_TRY(free_pages(t, pin_txn, fi, &pages, &n));
 	if (n > 0)
 		qsort(pages, n, sizeof *pages, cmp_u64);
@@ -319,6 +323,9 @@ int heap_backup(heap *h, const char *path)
 	if (h == NULL || path == NULL || *path == '\0')
 		return AH_EINVAL;
 	if ((rc = heap_check_pid(h)) != 0)
+		return rc;
+	/* The compacting copy walks every tree. */
+	if ((rc = heap_trees_usable(h, HEAP_TREES_ALL)) != 0)
 		return rc;
 	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 	if (fd < 0)

@@ -586,9 +586,11 @@ static void account(walker *w)
 	for (int t = 0; t < HEAP_TREE__COUNT; t++)
 		reached += w->st->tree[t].branch_pages + w->st->tree[t].leaf_pages +
 		           w->st->tree[t].overflow_pages;
-	if (!w->stop && reached + w->st->free_pages + 2 != w->npages)
-		problem(w, HEAP_TREE__COUNT, 0, "pages: %llu in trees + %llu free "
-		        "+ 2 metas, but the snapshot has %llu",
+	/* Only whole walks add up: a damaged tree was not walked to its end. */
+	if (!w->stop && w->st->problems == 0 &&
+	    reached + w->st->free_pages + 2 != w->npages)
+		problem(w, HEAP_TREE__COUNT, UINT64_MAX, "%llu pages in trees + "
+		        "%llu free + 2 metas, but the snapshot has %llu",
 		        (unsigned long long)reached,
 		        (unsigned long long)w->st->free_pages,
 		        (unsigned long long)w->npages);
@@ -607,8 +609,11 @@ static bool check_meta(walker *w, uint64_t mp, uint64_t file_bytes)
 		        "or address");
 		return false;
 	}
-	if (get64(o) != (mp ^ 1) || get16(o + 10) != P_META ||
-	    get32(o + 16) != MAGIC || get32(o + 20) != DATA_VERSION)
+	/* The older meta is LMDB's fallback, not read by this snapshot: open
+	 * leaves it to format.c's checks (what LMDB itself checks). */
+	if (!w->open_mode &&
+	    (get64(o) != (mp ^ 1) || get16(o + 10) != P_META ||
+	     get32(o + 16) != MAGIC || get32(o + 20) != DATA_VERSION))
 		problem(w, HEAP_TREE__COUNT, mp ^ 1, "the other meta page: header, "
 		        "magic or version");
 	if (w->npages * w->psize > file_bytes) {
@@ -754,6 +759,7 @@ int heap_pagecheck(heap_txn *t,
 	 * the caller stopped before its end. */
 	if (whole && st->problems)
 		damaged = HEAP_TREES_ALL;
+	st->quarantined = damaged;
 	__atomic_store_n(&t->h->damaged, damaged, __ATOMIC_RELEASE);
 	return stop;
 }

@@ -10,6 +10,9 @@
  * tree LMDB's MDB_SET_RANGE + MDB_NEXT can go back, and every loop driven
  * by the previous key (listing arrangements, sources, batch records) would
  * then spin forever.  Such an answer is AH_ECORRUPT.
+ *
+ * A tree a page check found damaged (heap/pagecheck.c) is never handed to
+ * LMDB: every call on it is AH_ECORRUPT (heap_trees_usable).
  */
 #include <string.h>
 
@@ -17,6 +20,8 @@
 #include "heap/heap_int.h"
 
 #define MAX_KEY 511u
+/* A write also touches the free list (at commit). */
+#define WRITE_TREES(tb) (HEAP_TREE_BIT(tb) | HEAP_TREE_BIT(HEAP_TREE_FREE))
 
 static int check_key(enum heap_table tb, const void *key, size_t klen)
 {
@@ -38,6 +43,8 @@ int heap_get(heap_txn *t, enum heap_table tb, const void *key, size_t klen,
 		return rc;
 	if (val == NULL || vlen == NULL || (rc = check_key(tb, key, klen)))
 		return AH_EINVAL;
+	if ((rc = heap_trees_usable(t->h, HEAP_TREE_BIT(tb))) != 0)
+		return rc;
 	rc = heap_err(HEAP_MDB(mdb_get(t->txn, t->h->dbi[tb], &k, &v)));
 	if (rc == 0) {
 		*val = v.mv_data;
@@ -57,6 +64,8 @@ int heap_put(heap_txn *t, enum heap_table tb, const void *key, size_t klen,
 	if ((rc = check_key(tb, key, klen)) != 0 ||
 	    (val == NULL && vlen > 0) || vlen > UINT32_MAX)
 		return AH_EINVAL;
+	if ((rc = heap_trees_usable(t->h, WRITE_TREES(tb))) != 0)
+		return heap_txn_fail(t, rc);
 	rc = heap_space_need(t, (klen + vlen + 16) / t->h->psize + 1);
 	if (rc == 0)
 		rc = heap_err(HEAP_MDB(mdb_put(t->txn, t->h->dbi[tb], &k, &v, 0)));
@@ -72,6 +81,8 @@ int heap_del(heap_txn *t, enum heap_table tb, const void *key, size_t klen)
 		return rc;
 	if ((rc = check_key(tb, key, klen)) != 0)
 		return rc;
+	if ((rc = heap_trees_usable(t->h, WRITE_TREES(tb))) != 0)
+		return heap_txn_fail(t, rc);
 	rc = heap_err(HEAP_MDB(mdb_get(t->txn, t->h->dbi[tb], &k, &v)));
 	if (rc == 0)
 		rc = heap_space_need(t, v.mv_size / t->h->psize / 500 + 1);
@@ -112,6 +123,8 @@ int heap_next(heap_txn *t, enum heap_table tb, const void *after, size_t alen,
 		return rc;
 	if ((unsigned)tb >= HEAP_T__COUNT)
 		return AH_EINVAL;
+	if ((rc = heap_trees_usable(t->h, HEAP_TREE_BIT(tb))) != 0)
+		return rc;
 	HEAP_TRY(heap_err(HEAP_MDB(mdb_cursor_open(t->txn, t->h->dbi[tb], &cur))));
 	if (after == NULL) {
 		rc = HEAP_MDB(mdb_cursor_get(cur, &k, &v, MDB_FIRST));

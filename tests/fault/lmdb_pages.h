@@ -49,8 +49,8 @@ typedef struct lp_page {
 } lp_page;
 
 typedef struct lp_file {
-	uint8_t *b;          /* the whole file */
-	uint64_t len;
+	uint8_t *b;          /* the used pages of the file */
+	uint64_t len;        /* npages * LP_PSIZE */
 	uint64_t npages;     /* current meta's last_pg + 1 */
 	uint64_t cur;        /* current meta page (0 or 1) */
 	uint64_t root[LP_NTREES], depth[LP_NTREES];
@@ -176,18 +176,26 @@ static inline int lp_load(const char *path, lp_file *f)
 	int fd = open(path, O_RDONLY);
 	struct stat st;
 
+	uint8_t m[2][152];
+
 	memset(f, 0, sizeof *f);
-	if (fd < 0 || fstat(fd, &st) != 0)
+	if (fd < 0 || fstat(fd, &st) != 0 || pread(fd, m[0], 152, 0) != 152 ||
+	    pread(fd, m[1], 152, LP_PSIZE) != 152) {
+		if (fd >= 0)
+			close(fd);
 		return -1;
-	f->len = (uint64_t)st.st_size;
+	}
+	/* The file is sparse up to the map size: read the used pages only. */
+	f->cur = lp_get64(m[1] + 144) > lp_get64(m[0] + 144) ? 1 : 0;
+	f->npages = lp_get64(m[f->cur] + 136) + 1;
+	f->len = f->npages * LP_PSIZE;
 	f->b = malloc(f->len);
-	if (f->b == NULL || pread(fd, f->b, f->len, 0) != (ssize_t)f->len) {
+	if (f->b == NULL || f->len > (uint64_t)st.st_size ||
+	    pread(fd, f->b, f->len, 0) != (ssize_t)f->len) {
 		close(fd);
 		return -1;
 	}
 	close(fd);
-	f->cur = lp_get64(f->b + LP_PSIZE + 144) > lp_get64(f->b + 144) ? 1 : 0;
-	f->npages = lp_get64(lp_page_at(f, f->cur) + 136) + 1;
 	f->pg = calloc(f->npages, sizeof *f->pg);
 	if (f->pg == NULL)
 		return -1;

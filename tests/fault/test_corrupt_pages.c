@@ -152,3 +152,84 @@ Test(corrupt_pages, name_with_nul_ends_listing, .timeout = 60)
 	cr_assert_eq(st, 0, "listing names: exit %d (2: went back)", st);
 	rel_rmdir(&d);
 }
+
+static int count_problem(const ah_problem *p, void *user)
+{
+	(void)p;
+	++*(uint64_t *)user;
+	return 0;
+}
+
+/* Child: ah_verify reports problems (0), then every read call answers or
+ * fails without a signal. */
+static int verify_then_read(const char *path)
+{
+	ah_open_opts o = rel_opts(AH_OPEN_RDONLY, 0, 0);
+	char name[AH_NAME_MAX + 1];
+	const char *after = NULL;
+	ah_arrangement_info in;
+	ah_verify_stats st;
+	uint64_t problems = 0;
+	ah_heap *h;
+	ah_txn *t;
+	rel_state s;
+	int rc;
+
+	if ((rc = ah_open(path, &o, &h)) != 0)
+		return rc == AH_ECORRUPT ? 0 : 4;
+	if (ah_txn_begin(h, AH_TXN_RDONLY, &t) ||
+	    ah_verify(t, count_problem, &problems, &st))
+		return 5;
+	if (problems == 0 || st.problems != problems)
+		return 6;
+	for (int i = 0; i < 1000 && (rc = ah_arrangement_next(t, after, name)) == 0;
+	     i++) {
+		(void)ah_arrangement_info_get(t, name, &in);
+		after = name;
+	}
+	(void)rel_state_txn(t, 1, &s);
+	ah_txn_abort(t);
+	return ah_close(h) ? 7 : 0;
+}
+
+/* Item 9: a branch page's child pointing back at the branch makes
+ * liblmdb's mdb_cursor_next assert IS_LEAF (SIGABRT) in ah_verify's scan
+ * of the chunks table.  Verify must report the damaged tree and skip it. */
+Test(corrupt_pages, verify_survives_lmdb_assert, .timeout = 60)
+{
+	rel_dir d;
+	char cmd[512];
+	int st;
+
+	cr_assert_eq(rel_mkdir(&d), 0);
+	many_arrangements(d.path, 300);
+	repoint(d.path, LP_CHUNKS, true);
+	st = in_child(verify_then_read, d.path, 20);
+	cr_assert_eq(st, 0, "verify then read: exit %d (128+: signal)", st);
+	snprintf(cmd, sizeof cmd, "'%s/ah-dump' '%s' verify >/dev/null 2>&1",
+	         getenv("AH_BUILD") ? getenv("AH_BUILD") : "build", d.path);
+	st = system(cmd);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "ah-dump verify: %d",
+	          st);
+	rel_rmdir(&d);
+}
+
+/* The fuzzer's raw-file input whose damaged main-DB page made liblmdb
+ * SIGBUS in mdb_dbi_open (tests/fuzz/lmdb/): in-process, ah_open must
+ * refuse it (or verify report it), never fault. */
+Test(corrupt_pages, fuzz_sigbus_input_in_process, .timeout = 60)
+{
+	const char *src = getenv("AH_SRC") ? getenv("AH_SRC") : ".";
+	char from[512], cmd[1200];
+	rel_dir d;
+	int st;
+
+	cr_assert_eq(rel_mkdir(&d), 0);
+	snprintf(from, sizeof from, "%s/tests/fuzz/lmdb/"
+	         "crash-b785d507a55dae8312d6c06f4bb8afc603252e6b", src);
+	snprintf(cmd, sizeof cmd, "cp '%s' '%s'", from, d.path);
+	cr_assert_eq(system(cmd), 0);
+	st = in_child(verify_then_read, d.path, 20);
+	cr_assert_eq(st, 0, "open/verify of the SIGBUS input: exit %d", st);
+	rel_rmdir(&d);
+}

@@ -175,3 +175,214 @@ Test(pagecheck, free_list_walks_stop_where_keys_go_back)
 	cr_assert_eq(heap_close(h), 0);
 	ht_rmdir(&d);
 }
+
+/* ------------------------------------------------------ heap_pagecheck */
+
+struct seen_problems {
+	int n;
+	enum heap_tree tree;  /* the first problem's */
+	uint64_t pgno;
+	char first[240];
+};
+
+static int on_problem(const heap_page_problem *p, void *user)
+{
+	struct seen_problems *s = user;
+
+	if (s->n++ == 0) {
+		s->tree = p->tree;
+		s->pgno = p->pgno;
+		snprintf(s->first, sizeof s->first, "%s", p->message);
+	}
+	return 0;
+}
+
+static void check(heap *h, struct seen_problems *s, heap_pagecheck_stat *st)
+{
+	heap_txn *t;
+
+	memset(s, 0, sizeof *s);
+	cr_assert_eq(heap_txn_begin(h, true, &t), 0);
+	cr_assert_eq(heap_pagecheck(t, on_problem, s, st), 0);
+	heap_txn_abort(t);
+	cr_assert_eq((uint64_t)s->n, st->problems);
+}
+
+/* The walk's counts are LMDB's (mdb_stat, the free list's IDLs), and
+ * LMDB's accounting holds, on heaps of several shapes and histories. */
+Test(pagecheck, clean_heaps_are_sound_with_lmdb_counts)
+{
+	static const int shapes[][2] = { { 1, 1 }, { 400, 1 }, { 30, 6 },
+	                                 { 2000, 2 } };
+	struct seen_problems s;
+	heap_pagecheck_stat st;
+	ht_dir d;
+
+	for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+		heap *h;
+		heap_txn *t;
+		MDB_stat ms;
+		uint64_t used = 0;
+
+		ht_mkdir(&d);
+		chunk_heap(d.path, shapes[i][0], shapes[i][1]);
+		h = open_ro(d.path);
+		check(h, &s, &st);
+		cr_assert_eq(s.n, 0, "shape %zu: %s (page %llu)", i, s.first,
+		             (unsigned long long)s.pgno);
+		cr_assert_eq(st.quarantined, 0);
+		cr_assert_eq(heap_txn_begin(h, true, &t), 0);
+		for (int tr = 0; tr < HEAP_TREE__COUNT; tr++) {
+			MDB_dbi dbi = tr == HEAP_TREE_FREE ? 0 : tr == HEAP_TREE_MAIN
+			                      ? 1 : h->dbi[tr];
+			const heap_tree_stat *ts = &st.tree[tr];
+
+			cr_assert_eq(mdb_stat(t->txn, dbi, &ms), 0);
+			cr_assert(ts->depth == ms.ms_depth &&
+			          ts->branch_pages == ms.ms_branch_pages &&
+			          ts->leaf_pages == ms.ms_leaf_pages &&
+			          ts->overflow_pages == ms.ms_overflow_pages &&
+			          ts->entries == ms.ms_entries && !ts->damaged,
+			          "shape %zu tree %s", i, heap_tree_name(tr));
+			used += ts->branch_pages + ts->leaf_pages + ts->overflow_pages;
+		}
+		cr_assert_eq(st.tree[HEAP_TREE_CHUNKS].entries,
+		             (uint64_t)(shapes[i][0] * shapes[i][1] -
+		                        (shapes[i][1] - 1) *
+		                                ((shapes[i][0] + 2) / 3)));
+		cr_assert_eq(used + st.free_pages + 2, st.last_pg + 1);
+		if (shapes[i][1] > 1)
+			cr_assert_gt(st.free_pages, 0, "shape %zu has a free list", i);
+		heap_txn_abort(t);
+		cr_assert_eq(heap_close(h), 0);
+		ht_rmdir(&d);
+	}
+}
+
+enum damage { D_DUPDATA, D_CHILD_ROOT, D_OVERFLOW_FLAGS, D_FREE_REACHABLE,
+              D_RECORD_ENTRIES, D_MAIN_FLAGS, D_LAST_PG };
+
+/* Damages the file at path; returns the page it damaged. */
+static uint64_t damage(const char *path, enum damage k)
+{
+	lp_file f;
+	uint64_t pg = 0, v;
+	uint8_t *p;
+
+	cr_assert_eq(lp_load(path, &f), 0);
+	switch (k) {
+	case D_DUPDATA: /* a leaf node of the chunks tree flagged F_DUPDATA */
+		pg = lp_child(&f, f.root[LP_CHUNKS], 1);
+		p = lp_page_at(&f, pg) + lp_node_off(&f, pg, 3);
+		p[4] |= 0x04;
+		break;
+	case D_CHILD_ROOT:
+		pg = f.root[LP_CHUNKS];
+		lp_set_child(&f, pg, 1, pg);
+		break;
+	case D_OVERFLOW_FLAGS: /* the first page of a chunk */
+		for (pg = 2; f.pg[pg].kind != LP_K_OV_HEAD; pg++)
+			;
+		lp_page_at(&f, pg)[10] ^= 0x01;
+		break;
+	case D_FREE_REACHABLE: /* the free list names a leaf of the chunks */
+		pg = f.root[LP_FREE];
+		p = lp_page_at(&f, pg) + lp_node_off(&f, pg, 0);
+		v = lp_child(&f, f.root[LP_CHUNKS], 0);
+		memcpy(p + 8 + 8 + 8, &v, 8); /* node, key, count, page 1 */
+		break;
+	case D_RECORD_ENTRIES: /* the chunks DB's record in the main tree */
+		pg = f.root[LP_MAIN];
+		for (unsigned i = 0; i < lp_nkeys(&f, pg); i++) {
+			p = lp_page_at(&f, pg) + lp_node_off(&f, pg, i);
+			if (lp_get16(p + 6) == 6 && !memcmp(p + 8, "chunks", 6))
+				p[8 + 6 + 32] ^= 0x01; /* md_entries */
+		}
+		break;
+	case D_MAIN_FLAGS:
+		pg = f.root[LP_MAIN];
+		lp_page_at(&f, pg)[10] ^= 0x01;
+		break;
+	case D_LAST_PG: /* the current meta says the file ends earlier */
+		pg = f.cur;
+		v = f.npages - 5;
+		memcpy(lp_page_at(&f, pg) + 136, &v, 8);
+		break;
+	}
+	cr_assert_eq(lp_store(&f, path, 0, f.len), 0);
+	lp_unload(&f);
+	return pg;
+}
+
+/* Each damage is found (tree, page, what), quarantined, and refused by the
+ * calls that would hand the tree to LMDB, which would fault or abort on
+ * it (F_DUPDATA: a NULL dereference in mdb_cursor_set; a child pointing
+ * at its branch: IS_LEAF asserted in mdb_cursor_next). */
+Test(pagecheck, damage_is_named_and_quarantined)
+{
+	static const struct {
+		enum damage k;
+		enum heap_tree tree;  /* of the first problem (__COUNT: any) */
+		bool at_damage;       /* the first problem is at the damaged page */
+		const char *what;
+		unsigned quarantined;
+	} cases[] = {
+		{ D_DUPDATA, HEAP_TREE_CHUNKS, true, "node 3: flags 0x5",
+		  1u << HEAP_TREE_CHUNKS },
+		{ D_CHILD_ROOT, HEAP_TREE_CHUNKS, true, "reached twice",
+		  1u << HEAP_TREE_CHUNKS },
+		{ D_OVERFLOW_FLAGS, HEAP_TREE_CHUNKS, true,
+		  "header (page", 1u << HEAP_TREE_CHUNKS },
+		{ D_FREE_REACHABLE, HEAP_TREE_FREE, false,
+		  "is on the free list and in the chunks tree",
+		  1u << HEAP_TREE_CHUNKS | 1u << HEAP_TREE_FREE },
+		{ D_RECORD_ENTRIES, HEAP_TREE_CHUNKS, false, "record counts",
+		  1u << HEAP_TREE_CHUNKS },
+		{ D_MAIN_FLAGS, HEAP_TREE_MAIN, true, "flags 0x3 where a leaf",
+		  HEAP_TREES_ALL },
+		{ D_LAST_PG, HEAP_TREE__COUNT /* the first tree walked */, false,
+		  "outside the snapshot", 0 /* as found */ },
+	};
+	struct seen_problems s;
+	heap_pagecheck_stat st;
+
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		ah_open_opts o = ht_opts(AH_OPEN_RDONLY, 0);
+		const void *body;
+		size_t used;
+		ht_dir d;
+		heap *h;
+		heap_txn *t;
+		uint64_t pg;
+
+		ht_mkdir(&d);
+		chunk_heap(d.path, 400, 3);
+		pg = damage(d.path, cases[i].k);
+		if (cases[i].k == D_MAIN_FLAGS) {
+			/* open itself walks the main tree */
+			cr_assert_eq(heap_open(d.path, &o, &h), AH_ECORRUPT);
+			ht_rmdir(&d);
+			continue;
+		}
+		h = open_ro(d.path);
+		check(h, &s, &st);
+		cr_assert_geq(s.n, 1, "case %zu: no problem found", i);
+		cr_assert(cases[i].tree == HEAP_TREE__COUNT ||
+		          s.tree == cases[i].tree, "case %zu: %s: %s", i,
+		          heap_tree_name(s.tree), s.first);
+		cr_assert(!cases[i].at_damage || s.pgno == pg, "case %zu: page "
+		          "%llu, damaged %llu", i, (unsigned long long)s.pgno,
+		          (unsigned long long)pg);
+		cr_assert(strstr(s.first, cases[i].what), "case %zu: %s", i,
+		          s.first);
+		if (cases[i].quarantined)
+			cr_assert_eq(st.quarantined, cases[i].quarantined,
+			             "case %zu: 0x%x", i, st.quarantined);
+		cr_assert_eq(heap_txn_begin(h, true, &t), 0);
+		cr_assert_eq(heap_chunk_get(t, 4, &body, &used), AH_ECORRUPT,
+		             "case %zu", i);
+		heap_txn_abort(t);
+		cr_assert_eq(heap_close(h), 0);
+		ht_rmdir(&d);
+	}
+}
