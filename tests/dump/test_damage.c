@@ -382,3 +382,25 @@ Test(damage, abort_is_reported, .init = du_setup, .fini = du_teardown)
 	cr_assert_null(fgets(line, sizeof line, f), "one line only");
 	fclose(f);
 }
+
+/* A chunk whose header fails its checks when a cursor first reads it:
+ * read and keys must fail, not print the arrangement as empty. */
+Test(damage, read_fails_on_a_damaged_chunk, .init = du_setup,
+     .fini = du_teardown)
+{
+	char heap[256], *out;
+	span s[64];
+	const char *cmds[] = { "read a0", "keys a0", "read a0 --json",
+	                       "keys a0 --limit 100" };
+
+	snprintf(heap, sizeof heap, "%s/h", du_dir);
+	damage_heap(heap);
+	cr_assert_geq(spans_of(heap, s, 64), 1);
+	flip(heap, s[0].off + 8, 0x01); /* chunk magic of a0's first chunk */
+	for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
+		cr_assert_eq(du_dump(heap, cmds[i], true, &out), 1, "%s: %s",
+		             cmds[i], out);
+		cr_assert(strstr(out, "heap corrupt"), "%s: %s", cmds[i], out);
+		free(out);
+	}
+}
