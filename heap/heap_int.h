@@ -92,12 +92,14 @@ int heap_txn_usable(const heap_txn *t, bool write);
 int heap_txn_fail(heap_txn *t, int rc);
 
 /* pagecheck.c.  heap_pagecheck_open walks the main and "meta" trees of
- * the meta page LMDB will use, before heap_open lets LMDB read them:
- * AH_ECORRUPT when damaged.  heap_trees_usable is every LMDB call's
+ * the meta page LMDB will use, before heap_open lets LMDB read them, from
+ * the first 152 bytes of both metas that format.c read: AH_ECORRUPT when
+ * damaged.  heap_trees_usable is every LMDB call's
  * gate: AH_ECORRUPT when a page check found one of trees damaged. */
 #define HEAP_TREE_BIT(t) (1u << (t))
 #define HEAP_TREES_ALL ((1u << HEAP_TREE__COUNT) - 1)
-int heap_pagecheck_open(int fd, uint32_t psize);
+int heap_pagecheck_open(int fd, uint32_t psize, uint64_t file_bytes,
+                        const uint8_t *meta0, const uint8_t *meta1);
 int heap_trees_usable(const heap *h, unsigned trees);
 
 /* chunk.c: the size classes. */

@@ -130,8 +130,18 @@ typedef struct dbrec {
 	uint64_t branch, leaf, overflow, entries, root;
 } dbrec;
 
+/* Pages open mode reads (with pread: no map, open stays cheap): far more
+ * than the main and "meta" trees of any arrheap heap hold. */
+#define OPEN_PAGES 32
+
 typedef struct walker {
-	const uint8_t *map;      /* pages [0, npages), read only */
+	const uint8_t *map;      /* pages [0, npages), read only (full mode) */
+	int fd;                  /* open mode reads pages from it */
+	uint64_t file_bytes;
+	const uint8_t *metas[2]; /* open mode: format.c's META_BYTES of each */
+	uint64_t cached_pg[OPEN_PAGES];
+	uint8_t *cached[OPEN_PAGES];
+	int ncached;
 	uint64_t npages;         /* the snapshot's last_pg + 1 */
 	uint32_t psize;
 	uint64_t txnid;
@@ -149,7 +159,7 @@ typedef struct walker {
 	/* the tree being walked */
 	enum heap_tree tree;
 	unsigned depth;
-	span spans[(65536 - PAGEHDR) / 2];
+	span *spans;             /* (psize - PAGEHDR) / 2: a page's nodes */
 } walker;
 
 static uint16_t get16(const uint8_t *p)
@@ -198,9 +208,47 @@ static void problem(walker *w, enum heap_tree t, uint64_t pgno,
 	w->stop = w->fn(&p, w->user);
 }
 
-static const uint8_t *page(const walker *w, uint64_t pgno)
+/* Page pgno (< npages); NULL (w->rc set) when open mode cannot read it. */
+static const uint8_t *page(walker *w, uint64_t pgno)
 {
-	return w->map + pgno * w->psize;
+	uint8_t *b;
+	ssize_t n;
+
+	if (w->map)
+		return w->map + pgno * w->psize;
+	if (pgno < 2)
+		return w->metas[pgno]; /* only META_BYTES: all check_meta reads */
+	for (int i = 0; i < w->ncached; i++)
+		if (w->cached_pg[i] == pgno)
+			return w->cached[i];
+	if (w->ncached == OPEN_PAGES) {
+		w->rc = AH_EFORMAT; /* no arrheap heap has such a catalog */
+		return NULL;
+	}
+	if ((b = malloc(w->psize)) == NULL) {
+		w->rc = AH_ENOMEM;
+		return NULL;
+	}
+	do
+		n = pread(w->fd, b, w->psize, (off_t)(pgno * w->psize));
+	while (n < 0 && errno == EINTR);
+	if (n != (ssize_t)w->psize) {
+		free(b);
+		w->rc = AH_EIO; /* the file was checked to hold npages */
+		return NULL;
+	}
+	w->cached_pg[w->ncached] = pgno;
+	w->cached[w->ncached++] = b;
+	return b;
+}
+
+/* Open mode: was pgno reached before?  (It is in the cache only then.) */
+static bool cached(const walker *w, uint64_t pgno)
+{
+	for (int i = 0; i < w->ncached; i++)
+		if (w->cached_pg[i] == pgno)
+			return true;
+	return false;
 }
 
 /* Marks [pgno, pgno + n) as reached by the current tree; false (reported)
@@ -212,6 +260,14 @@ static bool claim(walker *w, uint64_t from, uint64_t pgno, uint64_t n)
 		        "snapshot's pages 2..%llu", (unsigned long long)pgno,
 		        (unsigned long long)n, (unsigned long long)w->npages - 1);
 		return false;
+	}
+	if (w->owner == NULL) { /* open mode: tree pages only, one at a time */
+		if (n == 1 && cached(w, pgno)) {
+			problem(w, w->tree, from, "page %llu reached twice",
+			        (unsigned long long)pgno);
+			return false;
+		}
+		return true;
 	}
 	for (uint64_t i = pgno; i < pgno + n; i++)
 		if (w->owner[i] != 0) {
@@ -261,9 +317,13 @@ static int check_layout(walker *w, uint64_t pgno, unsigned level)
 {
 	const uint8_t *p = page(w, pgno);
 	unsigned want = level < w->depth ? P_BRANCH : P_LEAF;
-	unsigned flags = get16(p + 10), lower = get16(p + 12),
-		upper = get16(p + 14), n, at;
+	unsigned flags, lower, upper, n, at;
 
+	if (p == NULL)
+		return -1;
+	flags = get16(p + 10);
+	lower = get16(p + 12);
+	upper = get16(p + 14);
 	if (get64(p) != pgno) {
 		problem(w, w->tree, pgno, "page header names page %llu",
 		        (unsigned long long)get64(p));
@@ -480,7 +540,8 @@ static void leaf(walker *w, uint64_t pgno, const uint8_t *p, int n)
 				        (unsigned long long)ov, (unsigned long long)need);
 				return;
 			}
-			op = page(w, ov);
+			if ((op = page(w, ov)) == NULL)
+				return;
 			pages = get32(op + 12);
 			if (get64(op) != ov || get16(op + 10) != P_OVERFLOW ||
 			    pages < need) {
@@ -602,6 +663,8 @@ static bool check_meta(walker *w, uint64_t mp, uint64_t file_bytes)
 {
 	const uint8_t *p = page(w, mp), *o = page(w, mp ^ 1);
 
+	if (p == NULL || o == NULL)
+		return false;
 	if (get64(p) != mp || get16(p + 10) != P_META || get16(p + 8) ||
 	    get32(p + 12) || get32(p + 16) != MAGIC ||
 	    get32(p + 20) != DATA_VERSION || get64(p + 24) != 0) {
@@ -646,19 +709,19 @@ static int read_meta(int fd, uint32_t psize, uint64_t mp, uint8_t m[META_BYTES])
 static int run(walker *w, int fd, uint64_t mp)
 {
 	uint8_t m[META_BYTES];
-	struct stat fs;
 	size_t len;
-	void *map;
+	void *map = NULL;
 	int rc;
 
-	if ((rc = read_meta(fd, w->psize, mp, m)))
+	w->fd = fd;
+	if (w->open_mode)
+		memcpy(m, w->metas[mp], META_BYTES);
+	else if ((rc = read_meta(fd, w->psize, mp, m)))
 		return rc;
 	if (get64(m + 144) != w->txnid)
 		return AH_EBUSY;
-	if (fstat(fd, &fs) != 0)
-		return AH_EIO;
 	w->npages = get64(m + 136) + 1;
-	if (w->npages < 2 || w->npages > (uint64_t)fs.st_size / w->psize ||
+	if (w->npages < 2 || w->npages > w->file_bytes / w->psize ||
 	    w->npages > SIZE_MAX / w->psize) {
 		problem(w, HEAP_TREE__COUNT, mp, "last page %llu beyond the end of "
 		        "the file", (unsigned long long)w->npages - 1);
@@ -666,21 +729,24 @@ static int run(walker *w, int fd, uint64_t mp)
 		return 0;
 	}
 	len = (size_t)w->npages * w->psize;
-	map = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
-	if (map == MAP_FAILED)
-		return errno == ENOMEM ? AH_ENOMEM : AH_EIO;
-	(void)madvise(map, len, MADV_RANDOM);
-	w->map = map;
 	w->st->txn_id = w->txnid;
 	w->st->last_pg = w->npages - 1;
-	w->owner = calloc(w->npages, 1);
-	w->freebits = w->open_mode ? NULL : calloc(w->npages / 8 + 1, 1);
-	if (w->owner == NULL || (!w->open_mode && w->freebits == NULL)) {
-		rc = AH_ENOMEM;
-		goto out;
+	if (!w->open_mode) {
+		map = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+		if (map == MAP_FAILED)
+			return errno == ENOMEM ? AH_ENOMEM : AH_EIO;
+		(void)madvise(map, len, MADV_RANDOM);
+		w->map = map;
+		w->owner = calloc(w->npages, 1);
+		w->freebits = calloc(w->npages / 8 + 1, 1);
+		if (w->owner == NULL || w->freebits == NULL) {
+			rc = AH_ENOMEM;
+			goto out;
+		}
 	}
-	if (!check_meta(w, mp, (uint64_t)fs.st_size)) {
-		w->meta_bad = true;
+	if (!check_meta(w, mp, w->file_bytes)) {
+		w->meta_bad = !w->rc;
+		rc = w->rc;
 		goto out;
 	}
 	for (int t = HEAP_TREE_MAIN; t < HEAP_TREE__COUNT && !w->rc; t++) {
@@ -710,7 +776,8 @@ static int run(walker *w, int fd, uint64_t mp)
 out:
 	free(w->owner);
 	free(w->freebits);
-	munmap(map, len);
+	if (w->map)
+		munmap(map, len);
 	return rc;
 }
 
@@ -719,8 +786,11 @@ static walker *walker_new(uint32_t psize, uint64_t txnid,
 {
 	walker *w = calloc(1, sizeof *w);
 
-	if (w == NULL)
+	if (w == NULL || (w->spans = malloc((psize - PAGEHDR) / 2 *
+	                                    sizeof *w->spans)) == NULL) {
+		free(w);
 		return NULL;
+	}
 	memset(st, 0, sizeof *st);
 	w->psize = psize;
 	w->txnid = txnid;
@@ -728,11 +798,20 @@ static walker *walker_new(uint32_t psize, uint64_t txnid,
 	return w;
 }
 
+static void walker_free(walker *w)
+{
+	for (int i = 0; i < w->ncached; i++)
+		free(w->cached[i]);
+	free(w->spans);
+	free(w);
+}
+
 int heap_pagecheck(heap_txn *t,
                    int (*fn)(const heap_page_problem *p, void *user),
                    void *user, heap_pagecheck_stat *st)
 {
 	heap_pagecheck_stat local;
+	struct stat fs;
 	walker *w;
 	unsigned damaged = 0;
 	bool whole;
@@ -746,10 +825,13 @@ int heap_pagecheck(heap_txn *t,
 		return AH_ENOMEM;
 	w->fn = fn;
 	w->user = user;
-	rc = run(w, t->h->fd, w->txnid & 1);
+	rc = fstat(t->h->fd, &fs) != 0 ? AH_EIO : 0;
+	w->file_bytes = rc ? 0 : (uint64_t)fs.st_size;
+	if (rc == 0)
+		rc = run(w, t->h->fd, w->txnid & 1);
 	stop = w->stop;
 	whole = w->meta_bad || stop || st->tree[HEAP_TREE_MAIN].damaged;
-	free(w);
+	walker_free(w);
 	if (rc != 0)
 		return rc; /* nothing learnt: the quarantine stays as it was */
 	for (int i = 0; i < HEAP_TREE__COUNT; i++)
@@ -774,26 +856,26 @@ static int first_problem(const heap_page_problem *p, void *user)
 	return 0;
 }
 
-int heap_pagecheck_open(int fd, uint32_t psize)
+int heap_pagecheck_open(int fd, uint32_t psize, uint64_t file_bytes,
+                        const uint8_t *meta0, const uint8_t *meta1)
 {
 	heap_pagecheck_stat st;
-	uint8_t m0[META_BYTES], m1[META_BYTES];
-	uint64_t txnid;
 	walker *w;
 	int rc;
 
-	/* LMDB's choice: the larger txnid (mdb_env_read_header, ties to page
-	 * 0) goes to the lock file, and read txns use meta page txnid & 1. */
-	if ((rc = read_meta(fd, psize, 0, m0)) || (rc = read_meta(fd, psize, 1, m1)))
-		return rc;
-	txnid = get64(m1 + 144) > get64(m0 + 144) ? get64(m1 + 144)
-	                                           : get64(m0 + 144);
-	if ((w = walker_new(psize, txnid, &st)) == NULL)
+	if ((w = walker_new(psize, 0, &st)) == NULL)
 		return AH_ENOMEM;
 	w->open_mode = true;
 	w->fn = first_problem;
-	rc = run(w, fd, txnid & 1);
-	free(w);
+	w->file_bytes = file_bytes;
+	w->metas[0] = meta0;
+	w->metas[1] = meta1;
+	/* LMDB's choice: the larger txnid (mdb_env_read_header, ties to page
+	 * 0) goes to the lock file, and read txns use meta page txnid & 1. */
+	w->txnid = get64(meta1 + 144) > get64(meta0 + 144) ? get64(meta1 + 144)
+	                                                    : get64(meta0 + 144);
+	rc = run(w, fd, w->txnid & 1);
+	walker_free(w);
 	if (rc == AH_EBUSY)
 		return HEAP_CORRUPT("no meta page holds the newest txnid");
 	if (rc == 0 && st.problems)
