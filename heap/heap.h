@@ -251,8 +251,9 @@ typedef struct heap_page_problem {
 	const char *message;     /* one line; valid during the call */
 } heap_page_problem;
 
-/* Walks every LMDB page of t's snapshot without LMDB (heap/pagecheck.c
- * lists the checks) and passes each problem to fn (may be NULL); fn
+/* Walks every LMDB page of t's snapshot (for a write txn: the commit it
+ * started from) without LMDB (heap/pagecheck.c lists the checks) and
+ * passes each problem to fn (may be NULL); fn
  * returning non-zero stops the walk and is returned.  *st (may be NULL)
  * gets per-tree counts.  Afterwards the heap quarantines what was found
  * damaged (a damaged meta or main tree, or a stopped walk: every tree):

@@ -386,3 +386,33 @@ Test(pagecheck, damage_is_named_and_quarantined)
 		ht_rmdir(&d);
 	}
 }
+
+/* In a write txn the check walks the commit the txn started from, even
+ * after the txn changed pages (its own are not committed yet). */
+Test(pagecheck, write_txn_checks_its_starting_commit)
+{
+	ah_open_opts o = ht_opts(0, 64 * MiB);
+	struct seen_problems s;
+	heap_pagecheck_stat st;
+	ht_dir d;
+	heap *h;
+	heap_txn *t;
+
+	ht_mkdir(&d);
+	chunk_heap(d.path, 400, 2);
+	cr_assert_eq(heap_open(d.path, &o, &h), 0);
+	cr_assert_eq(heap_txn_begin(h, false, &t), 0);
+	for (int i = 0; i < 50; i++)
+		ht_put_chunk(t, 5000, SEED);
+	memset(&s, 0, sizeof s);
+	cr_assert_eq(heap_pagecheck(t, on_problem, &s, &st), 0);
+	cr_assert_eq(s.n, 0, "%s", s.first);
+	cr_assert_eq(st.txn_id, heap_txn_id(t) - 1);
+	cr_assert_eq(st.tree[HEAP_TREE_CHUNKS].entries, 400 + 400 - 134);
+	cr_assert_eq(heap_txn_commit(t), 0);
+	check(h, &s, &st);
+	cr_assert_eq(s.n, 0, "%s", s.first);
+	cr_assert_eq(st.tree[HEAP_TREE_CHUNKS].entries, 400 + 400 - 134 + 50);
+	cr_assert_eq(heap_close(h), 0);
+	ht_rmdir(&d);
+}
