@@ -81,6 +81,9 @@ uint64_t heap_txn_id(const heap_txn *t);
 
 /* -------------------------------------------------------------- chunks */
 
+/* Every chunk and table call below returns AH_ECORRUPT without calling
+ * LMDB when a page check found its tree damaged (heap_pagecheck). */
+
 /* Chunk size classes, in pages: 1, 4, 16, 64, 256.  A chunk of class c is an
  * LMDB value of c * page_size - 16 bytes (so exactly c overflow pages, the
  * data 16-byte aligned).  A body larger than the largest class gets a jumbo

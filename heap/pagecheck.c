@@ -823,7 +823,8 @@ int heap_pagecheck(heap_txn *t,
 		st = &local;
 	/* A write txn's own pages are not committed yet: it checks the commit
 	 * it started from, whose pages it never modifies (copy on write). */
-	if ((w = walker_new(t->h->psize, heap_txn_id(t) - !t->rdonly, st)) == NULL)
+	w = walker_new(t->h->psize, heap_txn_id(t) - !t->rdonly, st);
+	if (w == NULL)
 		return AH_ENOMEM;
 	w->fn = fn;
 	w->user = user;

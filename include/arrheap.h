@@ -41,6 +41,11 @@
  *  - The heap maps its whole size limit: by default the size of its
  *    filesystem (the file is sparse).  Under an address-space limit
  *    (ulimit -v) or valgrind, set ah_open_opts.max_bytes.
+ *  - LMDB trusts its own pages.  Run ah_verify (in-process is safe) before
+ *    reading a heap file you do not trust; once it (or ah_verify_pages)
+ *    finds damaged LMDB pages, every call of this handle that would read
+ *    them returns AH_ECORRUPT.  See ARCHITECTURE.md §4 for what no check
+ *    can see (a txnid flip is a silent rollback to the previous commit).
  */
 #ifndef ARRHEAP_H
 #define ARRHEAP_H
