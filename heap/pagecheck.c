@@ -9,8 +9,9 @@
  * F_DUPDATA in a plain DB), abort on its own assertions (IS_LEAF,
  * NUMKEYS > 1, root > 1), or silently return keys out of order (so that
  * iteration never ends).  None of that can be caught around the call, so
- * the pages are checked first, from bytes read through a private read-only
- * map of the file, and a tree found damaged is quarantined: the heap's
+ * the pages are checked first, from the file's own bytes (a private
+ * read-only map of the snapshot's pages; pread for the few pages open
+ * reads), and a tree found damaged is quarantined: the heap's
  * table, chunk and inspection calls refuse it with AH_ECORRUPT instead of
  * handing it to LMDB (heap_trees_usable).
  *
@@ -44,12 +45,13 @@
  *    committed snapshot; the clean heaps of tests/unit/heap/test_pagecheck.c
  *    and tests/fault/test_corrupt_pages.c check it.
  * What is not checked (ARCHITECTURE.md §4): key and value bytes that keep
- * the order (record bytes are arrheap's to check), mp_pad and mm_mapsize
+ * the order, and a value length one byte off that keeps the node's even
+ * size (record bytes are arrheap's to check), mp_pad and mm_mapsize
  * (LMDB ignores them; mp_pad is stale on pages reused under MDB_WRITEMAP),
  * the bytes between lower and upper, and the older meta's roots.
  *
  * Never writes to the file, never calls LMDB, never trusts a byte: every
- * read is bounds-checked against the private map before it is made.
+ * read is bounds-checked against the snapshot's pages before it is made.
  * Layouts (LMDB 0.9.24 mdb.c, LP64, native byte order):
  *
  *   page header  0 mp_pgno u64 | 8 mp_pad u16 | 10 mp_flags u16 |
