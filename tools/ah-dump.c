@@ -151,6 +151,13 @@ const char *dump_escape(dump *d, const void *p, size_t len)
 	return d->buf;
 }
 
+int dump_renew(dump *d)
+{
+	ah_txn_abort(d->txn);
+	d->txn = NULL;
+	return ah_txn_begin(d->heap, AH_TXN_RDONLY, &d->txn);
+}
+
 int dump_parse_u64(const char *opt, const char *s, uint64_t *out)
 {
 	if (tool_parse_u64(s, strlen(s), out) == 0)
@@ -234,6 +241,9 @@ static int check_pages(dump *d)
 	ah_page_stats ps;
 	int rc = ah_verify_pages(d->txn, first_problem, msg, &ps);
 
+	for (int tries = 0; rc == AH_EBUSY && tries < 3; tries++)
+		if ((rc = dump_renew(d)) == 0)
+			rc = ah_verify_pages(d->txn, first_problem, msg, &ps);
 	if (rc < 0)
 		return dump_lib_error(d, rc, "check LMDB pages");
 	if (ps.problems == 0)

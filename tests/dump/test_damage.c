@@ -257,8 +257,9 @@ Test(damage, branch_flips, .init = du_setup, .fini = du_teardown)
 	cr_assert_eq(du_dump(heap, "verify", false, NULL), 0, "restored");
 }
 
-/* A heap cut short, and inputs that make LMDB itself fault: one line,
- * exit 1 (tests/fuzz/lmdb holds such files found by the raw fuzzer). */
+/* A heap cut short, and inputs that made LMDB itself fault (tests/fuzz/lmdb
+ * holds such files found by the raw fuzzer; heap_open's page check now
+ * refuses them): one line, exit 1. */
 Test(damage, truncated_and_lmdb_faults, .init = du_setup, .fini = du_teardown)
 {
 	char heap[256], cmd[1024], *out;

@@ -240,6 +240,10 @@ int cmd_verify(dump *d, int argc, char **argv)
 		return 2;
 	dump_json_list(d, NULL, "problems");
 	rc = ah_verify(d->txn, on_problem, d, &st);
+	/* AH_EBUSY comes before any problem is reported: retry cleanly. */
+	for (int tries = 0; rc == AH_EBUSY && tries < 3; tries++)
+		if ((rc = dump_renew(d)) == 0)
+			rc = ah_verify(d->txn, on_problem, d, &st);
 	if (rc < 0)
 		return dump_lib_error(d, rc, "verify");
 	secs = now() - t0;

@@ -8,6 +8,8 @@
  *
  * Damage is made with tests/fault/lmdb_pages.h on closed heaps.
  */
+#include <sys/wait.h>
+
 #include "heap_test.h"
 #include "heap/heap_int.h"
 #include "tests/fault/lmdb_pages.h"
@@ -413,6 +415,53 @@ Test(pagecheck, write_txn_checks_its_starting_commit)
 	check(h, &s, &st);
 	cr_assert_eq(s.n, 0, "%s", s.first);
 	cr_assert_eq(st.tree[HEAP_TREE_CHUNKS].entries, 400 + 400 - 134 + 50);
+	cr_assert_eq(heap_close(h), 0);
+	ht_rmdir(&d);
+}
+
+/* A snapshot whose meta page two later commits overwrote cannot be walked
+ * from it: AH_EBUSY, and the quarantine stays as it was. */
+Test(pagecheck, overwritten_snapshot_meta_is_busy)
+{
+	ah_open_opts o = ht_opts(0, 64 * MiB);
+	struct seen_problems s;
+	heap_pagecheck_stat st;
+	ht_dir d;
+	heap *h;
+	heap_txn *t;
+	pid_t pid;
+	int status;
+
+	ht_mkdir(&d);
+	chunk_heap(d.path, 10, 1);
+	cr_assert_eq(heap_open(d.path, &o, &h), 0);
+	cr_assert_eq(heap_txn_begin(h, true, &t), 0);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) { /* another process commits twice */
+		heap *h2;
+		heap_txn *w;
+		int bad = heap_open(d.path, &o, &h2);
+
+		for (int c = 0; c < 2 && !bad; c++) {
+			void *body;
+			uint64_t id;
+
+			bad = heap_txn_begin(h2, false, &w) ||
+			      heap_chunk_reserve(w, 10, &id, &body, NULL) ||
+			      heap_chunk_seal(w, id, body, 0) || heap_txn_commit(w);
+		}
+		_exit(bad || heap_close(h2));
+	}
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	memset(&s, 0, sizeof s);
+	cr_assert_eq(heap_pagecheck(t, on_problem, &s, &st), AH_EBUSY);
+	cr_assert_eq(s.n, 0);
+	heap_txn_abort(t);
+	check(h, &s, &st); /* a fresh snapshot walks */
+	cr_assert_eq(s.n, 0, "%s", s.first);
+	cr_assert_eq(st.tree[HEAP_TREE_CHUNKS].entries, 12);
 	cr_assert_eq(heap_close(h), 0);
 	ht_rmdir(&d);
 }
