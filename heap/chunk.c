@@ -72,6 +72,9 @@ const uint32_t heap_class_pages[HEAP_NCLASSES] = { 1, 4, 16, 64, 256 };
 #define HDR2 40u  /* format 2 header, before the page checksums */
 static const char magic1[4] = { 'A', 'H', 'C', 'K' };
 static const char magic2[4] = { 'A', 'H', 'C', '2' };
+/* Trees a call hands to LMDB: never one a page check found damaged. */
+#define CHUNKS HEAP_TREE_BIT(HEAP_TREE_CHUNKS)
+#define FREE HEAP_TREE_BIT(HEAP_TREE_FREE)
 
 struct hdr2 {
 	uint64_t xxh3;
@@ -276,8 +279,11 @@ const char *heap_chunk_problem(const heap *h, uint64_t id, const MDB_val *v,
 static int lookup(heap_txn *t, uint64_t id, MDB_val *v, chdr *c)
 {
 	MDB_val k = { sizeof id, &id };
-	int rc = heap_err(HEAP_MDB(mdb_get(t->txn, t->h->dbi[HEAP_DBI_CHUNKS], &k, v)));
+	int rc = heap_trees_usable(t->h, CHUNKS);
 	const char *problem;
+
+	if (rc == 0)
+		rc = heap_err(HEAP_MDB(mdb_get(t->txn, t->h->dbi[HEAP_DBI_CHUNKS], &k, v)));
 
 	if (rc != 0)
 		return rc;
@@ -293,6 +299,7 @@ static int next_id(heap_txn *t)
 	uint64_t last = 0;
 	int rc;
 
+	HEAP_TRY(heap_trees_usable(t->h, CHUNKS));
 	HEAP_TRY(heap_err(HEAP_MDB(mdb_cursor_open(t->txn, t->h->dbi[HEAP_DBI_CHUNKS],
 	                                  &cur))));
 	rc = HEAP_MDB(mdb_cursor_get(cur, &k, &v, MDB_LAST));
@@ -328,6 +335,7 @@ int heap_chunk_reserve(heap_txn *t, size_t body_bytes, uint64_t *id,
 		return AH_EINVAL;
 	if ((pages = pages_for(t->h, body_bytes)) == 0)
 		return AH_ELIMIT;
+	HEAP_TRY(heap_trees_usable(t->h, CHUNKS | FREE));
 	if (t->next_id == 0)
 		HEAP_TRY(next_id(t));
 	HEAP_TRY(heap_space_need(t, pages));
@@ -624,6 +632,7 @@ int heap_chunk_prefetch(heap_txn *t, uint64_t id)
 		return rc;
 	/* mdb_get reads only B-tree pages: the chunk's own pages stay untouched
 	 * until the kernel's read brings them in. */
+	HEAP_TRY(heap_trees_usable(t->h, CHUNKS));
 	HEAP_TRY(heap_err(HEAP_MDB(mdb_get(t->txn, t->h->dbi[HEAP_DBI_CHUNKS], &k,
 	                                   &v))));
 	psize = t->h->psize;
@@ -660,7 +669,9 @@ int heap_chunk_free(heap_txn *t, uint64_t id)
 
 	if ((rc = heap_txn_usable(t, true)) != 0)
 		return rc;
-	rc = heap_err(HEAP_MDB(mdb_get(t->txn, t->h->dbi[HEAP_DBI_CHUNKS], &k, &v)));
+	rc = heap_trees_usable(t->h, CHUNKS | FREE);
+	if (rc == 0)
+		rc = heap_err(HEAP_MDB(mdb_get(t->txn, t->h->dbi[HEAP_DBI_CHUNKS], &k, &v)));
 	if (rc == 0) /* the free list grows by one u64 per freed page */
 		rc = heap_space_need(t, v.mv_size / t->h->psize / 500 + 1);
 	if (rc == 0)
@@ -702,6 +713,7 @@ int heap_chunk_next(heap_txn *t, uint64_t after, bool first,
 		return AH_EINVAL;
 	if (!first && after == UINT64_MAX)
 		return AH_ENOTFOUND;
+	HEAP_TRY(heap_trees_usable(t->h, CHUNKS));
 	HEAP_TRY(heap_err(HEAP_MDB(mdb_cursor_open(t->txn, t->h->dbi[HEAP_DBI_CHUNKS],
 	                                  &cur))));
 	k.mv_size = sizeof key;
@@ -713,6 +725,10 @@ int heap_chunk_next(heap_txn *t, uint64_t after, bool first,
 		goto out;
 	}
 	memcpy(&key, k.mv_data, sizeof key);
+	if (!first && key <= after) { /* a damaged tree went back */
+		rc = HEAP_CORRUPT("chunk keys out of order");
+		goto out;
+	}
 	if ((problem = parse(t->h, key, &v, &c)) != NULL) {
 		rc = HEAP_CORRUPT(problem);
 		goto out;

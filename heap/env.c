@@ -87,6 +87,7 @@ static int env_start(heap *h, const char *path, unsigned mflags,
 
 	if (rc != 0)
 		return rc;
+	HEAP_TRY(heap_err(mdb_env_set_assert(env, heap_lmdb_assert)));
 	HEAP_TRY(heap_err(mdb_env_set_maxdbs(env, MAX_DBS)));
 	HEAP_TRY(heap_err(mdb_env_set_maxreaders(env, readers)));
 	HEAP_TRY(heap_err(mdb_env_set_mapsize(env, h->map_bytes)));
@@ -473,19 +474,26 @@ static int free_pages(heap *h, uint64_t *out)
 	MDB_txn *txn = NULL;
 	MDB_cursor *cur = NULL;
 	MDB_val k, v;
-	uint64_t sum = 0;
+	uint64_t sum = 0, last = 0;
 	int rc, op = MDB_FIRST;
 
+	HEAP_TRY(heap_trees_usable(h, HEAP_TREE_BIT(HEAP_TREE_FREE)));
 	HEAP_TRY(heap_err(mdb_txn_begin(h->env, NULL, MDB_RDONLY, &txn)));
 	HEAP_TRY(heap_err(mdb_cursor_open(txn, 0 /* FREE_DBI */, &cur)));
 	while ((rc = mdb_cursor_get(cur, &k, &v, op)) == 0) {
-		size_t n;
+		size_t n, id;
 
-		op = MDB_NEXT;
-		if (v.mv_size < sizeof n) {
+		if (v.mv_size < sizeof n || k.mv_size != sizeof id) {
 			rc = HEAP_CORRUPT("short free-list record");
 			goto out;
 		}
+		memcpy(&id, k.mv_data, sizeof id);
+		if (op == MDB_NEXT && id <= last) { /* a damaged tree went back */
+			rc = HEAP_CORRUPT("free-list records out of order");
+			goto out;
+		}
+		op = MDB_NEXT;
+		last = id;
 		memcpy(&n, v.mv_data, sizeof n);
 		sum += n;
 	}

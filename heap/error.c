@@ -6,7 +6,8 @@
  * Every LMDB return value in heap/ passes through heap_err(): no MDB_* code
  * or errno value may cross the heap boundary.  Corruption is reported with
  * HEAP_CORRUPT, which names the place it was detected on stderr when
- * AH_DEBUG is set, and never asserts.
+ * AH_DEBUG is set, and never asserts.  LMDB's own assertions (on pages
+ * no check refused) get a line of explanation, heap_lmdb_assert.
  */
 #include <errno.h>
 #include <lmdb.h>
@@ -105,6 +106,16 @@ int heap_err(int rc)
 	default:
 		return AH_EIO;
 	}
+}
+
+/* liblmdb 0.9 asserts on its own pages (mdb_assert_fail) and then aborts
+ * whatever the callback does; on a heap that is a damaged page read before
+ * any page check (ah_verify) could refuse it.  Say so first. */
+void heap_lmdb_assert(MDB_env *env, const char *msg)
+{
+	(void)env;
+	fprintf(stderr, "arrheap: liblmdb stops on a damaged page (%s); check "
+	        "an untrusted heap with ah_verify before reading it\n", msg);
 }
 
 int heap_corrupt_at(const char *file, int line, const char *what)

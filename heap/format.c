@@ -29,7 +29,8 @@
  * other byte order, other LMDB data version); page size other than ours ->
  * AH_EFORMAT; page 1 missing or not a meta -> AH_ECORRUPT (damaged meta);
  * file shorter than (last_pg + 1) * psize of the current meta ->
- * AH_ECORRUPT (truncated).
+ * AH_ECORRUPT (truncated); a damaged page of the main or "meta" tree, the
+ * two heap_open reads through LMDB -> AH_ECORRUPT (heap_pagecheck_open).
  *
  * The arrheap meta record, key "arrheap.meta" in named DB "meta", 64 bytes
  * in native byte order:
@@ -97,18 +98,18 @@ static uint64_t get64(const uint8_t *p)
 
 /* 1: a valid meta page; 0: not one; <0: I/O error. *swapped when the magic
  * is LMDB's in the other byte order. */
-static int read_meta(int fd, off_t off, struct lmdb_meta *m, bool *swapped)
+static int read_meta(int fd, off_t off, struct lmdb_meta *m, bool *swapped,
+                     uint8_t buf[META_READ])
 {
-	uint8_t buf[META_READ];
 	ssize_t n;
 	uint16_t flags;
 
 	do
-		n = pread(fd, buf, sizeof buf, off);
+		n = pread(fd, buf, META_READ, off);
 	while (n < 0 && errno == EINTR);
 	if (n < 0)
 		return AH_EIO;
-	if ((size_t)n < sizeof buf)
+	if ((size_t)n < META_READ)
 		return 0;
 	if (get32(buf + META_OFF_MAGIC) == LMDB_MAGIC_SWAPPED)
 		*swapped = true;
@@ -126,6 +127,7 @@ int heap_format_precheck(int fd, uint32_t psize)
 {
 	struct stat st;
 	struct lmdb_meta m0, m1;
+	uint8_t raw[2][META_READ];
 	bool swapped = false;
 	int rc;
 
@@ -133,12 +135,12 @@ int heap_format_precheck(int fd, uint32_t psize)
 		return AH_EIO;
 	if (!S_ISREG(st.st_mode) || st.st_size == 0)
 		return AH_EFORMAT;
-	rc = read_meta(fd, 0, &m0, &swapped);
+	rc = read_meta(fd, 0, &m0, &swapped, raw[0]);
 	if (rc <= 0)
 		return rc < 0 ? rc : AH_EFORMAT;
 	if (m0.psize != psize)
 		return AH_EFORMAT;
-	rc = read_meta(fd, (off_t)psize, &m1, &swapped);
+	rc = read_meta(fd, (off_t)psize, &m1, &swapped, raw[1]);
 	if (rc < 0)
 		return rc;
 	if (rc == 0 || m1.psize != psize)
@@ -148,21 +150,25 @@ int heap_format_precheck(int fd, uint32_t psize)
 	if (m0.last_pg >= UINT64_MAX / psize ||
 	    (uint64_t)st.st_size < (m0.last_pg + 1) * psize)
 		return HEAP_CORRUPT("file shorter than its last used page");
-	return 0;
+	/* heap_open's catalog reads the main and "meta" trees through LMDB:
+	 * their pages are checked first (heap/pagecheck.c). */
+	return heap_pagecheck_open(fd, psize, (uint64_t)st.st_size, raw[0],
+	                           raw[1]);
 }
 
 bool heap_format_unborn(int fd, uint32_t psize)
 {
 	struct stat st;
 	struct lmdb_meta m0, m1;
+	uint8_t raw[META_READ];
 	bool swapped = false;
 
 	/* An empty file stays AH_EFORMAT: it may be a heap truncated by
 	 * accident, and a heap never silently starts fresh. */
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0)
 		return false;
-	return read_meta(fd, 0, &m0, &swapped) == 1 && m0.psize == psize &&
-	       read_meta(fd, (off_t)psize, &m1, &swapped) == 1 &&
+	return read_meta(fd, 0, &m0, &swapped, raw) == 1 && m0.psize == psize &&
+	       read_meta(fd, (off_t)psize, &m1, &swapped, raw) == 1 &&
 	       m1.psize == psize && m0.txnid == 0 && m1.txnid == 0;
 }
 

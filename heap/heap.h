@@ -91,6 +91,9 @@ uint64_t heap_txn_id(const heap_txn *t);
 
 /* -------------------------------------------------------------- chunks */
 
+/* Every chunk and table call below returns AH_ECORRUPT without calling
+ * LMDB when a page check found its tree damaged (heap_pagecheck). */
+
 /* Chunk size classes, in pages: 1, 4, 16, 64, 256.  A chunk of class c is an
  * LMDB value of c * page_size - 16 bytes (so exactly c overflow pages, the
  * data 16-byte aligned).  A body larger than the largest class gets a jumbo
@@ -200,7 +203,9 @@ typedef struct heap_chunk_info {
 	uint64_t xxh3;         /* stored checksum */
 } heap_chunk_info;
 /* Iterates all chunks in id order: first call with after = 0 and first =
- * true.  Returns 0 and fills *ci, or AH_ENOTFOUND past the last. */
+ * true.  Returns 0 and fills *ci, or AH_ENOTFOUND past the last;
+ * AH_ECORRUPT for a damaged header, or an id not after `after` (a damaged
+ * tree: so the loop always ends). */
 int heap_chunk_next(heap_txn *t, uint64_t after, bool first,
                     heap_chunk_info *ci);
 
@@ -219,7 +224,12 @@ int heap_put(heap_txn *t, enum heap_table tb, const void *key, size_t klen,
 /* Errors: AH_ENOTFOUND when absent. */
 int heap_del(heap_txn *t, enum heap_table tb, const void *key, size_t klen);
 /* Iterates in key order: the first entry > after (or the first if after is
- * NULL).  Returns 0 with pointers as heap_get, AH_ENOTFOUND past the end. */
+ * NULL).  Returns 0 with pointers as heap_get, AH_ENOTFOUND past the end,
+ * AH_ECORRUPT when the key LMDB finds is not after `after` (a damaged
+ * tree: so a loop feeding each key back as `after` always ends).
+ * AH_ECORRUPT with *key set (not NULL) is a record whose check failed:
+ * *key and *klen name it, so a walk can report it and go on after it (*val is
+ * then unusable); with *key NULL the table itself could not be walked. */
 int heap_next(heap_txn *t, enum heap_table tb, const void *after, size_t alen,
               const void **key, size_t *klen, const void **val, size_t *vlen);
 
@@ -239,14 +249,15 @@ typedef struct heap_chunk_scan_entry {
 	heap_chunk_info ci;      /* file_offset 0 when unknown */
 	uint64_t stored_bytes;   /* the LMDB value: header + capacity + tail */
 	const char *problem;     /* NULL, or a static text: bad header field,
-	                          * checksum mismatch, keys out of order */
+	                          * checksum mismatch */
 } heap_chunk_scan_entry;
 
 /* Walks every chunk in key order with one cursor, checking each header
  * against its key and value size and, if checksums, its XXH3 over the
  * whole value.  A bad chunk is reported to fn (problem set) and the walk
  * goes on.  fn returning non-zero stops the walk and is returned.  Returns
- * AH_ECORRUPT when LMDB cannot walk the table (damaged tree pages). */
+ * AH_ECORRUPT when LMDB cannot walk the table (damaged tree pages, keys
+ * that do not increase: the walk stops there). */
 int heap_chunk_scan(heap_txn *t, bool checksums,
                     int (*fn)(const heap_chunk_scan_entry *e, void *user),
                     void *user);
@@ -268,6 +279,66 @@ typedef struct heap_free_info {
  * back (LMDB reuses a free-list record only when it is older than every
  * reader).  Errors: AH_ECORRUPT, AH_ENOMEM, AH_EINVAL. */
 int heap_free_stat(heap_txn *t, uint64_t pin_txn, heap_free_info *fi);
+
+/* ------------------------------------------------------- page check */
+
+/* LMDB's trees in one heap file.  The first five are the named DBs, in the
+ * order of enum heap_table and the heap's own DBs (heap_int.h). */
+enum heap_tree {
+	HEAP_TREE_ARR = HEAP_T_ARR,
+	HEAP_TREE_BATCH = HEAP_T_BATCH,
+	HEAP_TREE_SOURCE = HEAP_T_SOURCE,
+	HEAP_TREE_META,      /* "meta": the arrheap meta record */
+	HEAP_TREE_CHUNKS,    /* "chunks" */
+	HEAP_TREE_MAIN,      /* LMDB's main DB: the named DBs' records */
+	HEAP_TREE_FREE,      /* LMDB's free list */
+	HEAP_TREE__COUNT
+};
+
+/* "arr", "batch", "source", "meta", "chunks", "main", "free"; "file" for
+ * HEAP_TREE__COUNT (a problem of the file as a whole). */
+const char *heap_tree_name(enum heap_tree t);
+
+/* What the walk found in one tree (counts as walked, not as recorded). */
+typedef struct heap_tree_stat {
+	uint32_t depth;          /* md_depth: pages on every root-leaf path */
+	uint64_t branch_pages, leaf_pages, overflow_pages;
+	uint64_t entries;        /* leaf nodes */
+	bool damaged;            /* a problem was found in it */
+} heap_tree_stat;
+
+typedef struct heap_pagecheck_stat {
+	uint64_t txn_id;         /* the snapshot checked */
+	uint64_t last_pg;        /* its last used page (mm_last_pg) */
+	uint64_t free_pages;     /* pages on its free list */
+	uint64_t problems;
+	unsigned quarantined;    /* trees now refused (1 << enum heap_tree) */
+	heap_tree_stat tree[HEAP_TREE__COUNT];
+} heap_pagecheck_stat;
+
+typedef struct heap_page_problem {
+	enum heap_tree tree;     /* HEAP_TREE__COUNT: the file as a whole */
+	uint64_t pgno;           /* the page where it was found (0, 1: metas;
+	                          * UINT64_MAX: the page accounting) */
+	const char *message;     /* one line; valid during the call */
+} heap_page_problem;
+
+/* Walks every LMDB page of t's snapshot (for a write txn: the commit it
+ * started from) without LMDB (heap/pagecheck.c lists the checks) and
+ * passes each problem to fn (may be NULL); fn
+ * returning non-zero stops the walk and is returned.  *st (may be NULL)
+ * gets per-tree counts.  Afterwards the heap quarantines what was found
+ * damaged (a damaged meta or main tree, or a stopped walk: every tree):
+ * heap_get/put/del/next, the chunk calls and the inspection calls of such
+ * a tree return AH_ECORRUPT without calling LMDB, until a later check of
+ * the heap finds it sound.  Cost: reads every B-tree page and the first
+ * page of every overflow value; one byte of memory per page of the file.
+ * Errors: AH_EBUSY (the snapshot's meta page was overwritten: two commits
+ * since the snapshot began; check in a fresh read txn), AH_ENOMEM, AH_EIO,
+ * AH_EBADTXN, AH_EFORK. */
+int heap_pagecheck(heap_txn *t,
+                   int (*fn)(const heap_page_problem *p, void *user),
+                   void *user, heap_pagecheck_stat *st);
 
 /* The latest commit's page high-water mark (last used page + 1) and id
  * (mdb_env_info: not the snapshot's).  Errors: AH_EINVAL, AH_EFORK. */

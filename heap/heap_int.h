@@ -39,6 +39,8 @@ struct heap {
 	pthread_mutex_t mu;    /* guards ntxn and the writer fields */
 	unsigned ntxn;         /* open txns (heap_close refuses while > 0) */
 	bool writer_active;
+	unsigned damaged;      /* trees the last page check found damaged
+	                        * (HEAP_TREE_BIT); atomic */
 	pthread_t writer;      /* thread of the open write txn */
 	struct heap *reg_next; /* process-wide registry of open files */
 };
@@ -55,6 +57,9 @@ struct heap_txn {
 /* error.c */
 int heap_err(int mdb_rc);
 int heap_corrupt_at(const char *file, int line, const char *what);
+/* LMDB's assert callback (mdb_env_set_assert): one line naming the likely
+ * cause before liblmdb aborts the process. */
+void heap_lmdb_assert(MDB_env *env, const char *msg);
 #define HEAP_CORRUPT(what) heap_corrupt_at(__FILE__, __LINE__, (what))
 #define HEAP_TRY(expr)                                                         \
 	do {                                                                   \
@@ -119,6 +124,17 @@ int heap_upgrade(heap *h);
 /* txn.c: the checks every txn operation starts with. */
 int heap_txn_usable(const heap_txn *t, bool write);
 int heap_txn_fail(heap_txn *t, int rc);
+
+/* pagecheck.c.  heap_pagecheck_open walks the main and "meta" trees of
+ * the meta page LMDB will use, before heap_open lets LMDB read them, from
+ * the first 152 bytes of both metas that format.c read: AH_ECORRUPT when
+ * damaged.  heap_trees_usable is every LMDB call's
+ * gate: AH_ECORRUPT when a page check found one of trees damaged. */
+#define HEAP_TREE_BIT(t) (1u << (t))
+#define HEAP_TREES_ALL ((1u << HEAP_TREE__COUNT) - 1)
+int heap_pagecheck_open(int fd, uint32_t psize, uint64_t file_bytes,
+                        const uint8_t *meta0, const uint8_t *meta1);
+int heap_trees_usable(const heap *h, unsigned trees);
 
 /* chunk.c: the size classes. */
 extern const uint32_t heap_class_pages[HEAP_NCLASSES];

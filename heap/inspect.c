@@ -9,7 +9,10 @@
  * chunk.c's (the layout is drawn there); keep both in step.
  *
  * Nothing here writes to the heap file or poisons a transaction.  Every
- * LMDB code is translated with heap_err; tree damage is AH_ECORRUPT.
+ * LMDB code is translated with heap_err; tree damage is AH_ECORRUPT.  Each
+ * MDB_NEXT walk checks that its keys strictly increase and stops with
+ * AH_ECORRUPT when they do not (a damaged tree can make the cursor go
+ * back, and the walk would never end).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -91,13 +94,17 @@ int heap_chunk_scan(heap_txn *t, bool checksums,
 		return rc;
 	if (fn == NULL)
 		return AH_EINVAL;
+	HEAP_TRY(heap_trees_usable(t->h, HEAP_TREE_BIT(HEAP_TREE_CHUNKS)));
 	HEAP_TRY(heap_err(mdb_cursor_open(t->txn, t->h->dbi[HEAP_DBI_CHUNKS],
 	                                  &cur)));
 	while ((rc = mdb_cursor_get(cur, &k, &v, op)) == 0) {
 		op = MDB_NEXT;
 		scan_one(t->h, &k, &v, checksums, &e);
-		if (e.problem == NULL && any && e.ci.id <= prev)
-			e.problem = "chunk keys out of order";
+		if (k.mv_size == sizeof(uint64_t) && any && e.ci.id <= prev) {
+			/* A damaged tree went back: MDB_NEXT would go round. */
+			rc = HEAP_CORRUPT("chunk keys out of order");
+			goto out;
+		}
 		any = true;
 		prev = e.ci.id;
 		if ((rc = fn(&e, user)) != 0)
@@ -123,7 +130,7 @@ static int free_pages(heap_txn *t, uint64_t pin_txn, heap_free_info *fi,
 {
 	MDB_cursor *cur = NULL;
 	MDB_val k, v;
-	size_t cap = 0, cnt, txnid;
+	size_t cap = 0, cnt, txnid, prev = 0;
 	int rc, op = MDB_FIRST;
 
 	*pages = NULL;
@@ -136,6 +143,11 @@ static int free_pages(heap_txn *t, uint64_t pin_txn, heap_free_info *fi,
 			goto out;
 		}
 		memcpy(&txnid, k.mv_data, sizeof txnid);
+		if (fi->records > 0 && txnid <= prev) {
+			rc = HEAP_CORRUPT("free-list records out of order");
+			goto out;
+		}
+		prev = txnid;
 		memcpy(&cnt, v.mv_data, sizeof cnt);
 		if (cnt > v.mv_size / sizeof cnt - 1) {
 			rc = HEAP_CORRUPT("free-list record length");
@@ -192,6 +204,9 @@ int heap_free_stat(heap_txn *t, uint64_t pin_txn, heap_free_info *fi)
 	if (fi == NULL)
 		return AH_EINVAL;
 	memset(fi, 0, sizeof *fi);
+	/* mdb_stat of a named DB reads its record from the main tree */
+	HEAP_TRY(heap_trees_usable(t->h, HEAP_TREE_BIT(HEAP_TREE_FREE) |
+	                                 HEAP_TREE_BIT(HEAP_TREE_MAIN)));
 	HEAP_TRY(free_pages(t, pin_txn, fi, &pages, &n));
 	if (n > 0)
 		qsort(pages, n, sizeof *pages, cmp_u64);
@@ -282,6 +297,9 @@ int heap_backup(heap *h, const char *path)
 	if (h == NULL || path == NULL || *path == '\0')
 		return AH_EINVAL;
 	if ((rc = heap_check_pid(h)) != 0)
+		return rc;
+	/* The compacting copy walks every tree. */
+	if ((rc = heap_trees_usable(h, HEAP_TREES_ALL)) != 0)
 		return rc;
 	if ((rc = heap_path_resolve(path, real)) == 0 && stat(real, &st) == 0)
 		rc = AH_EEXIST;

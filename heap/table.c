@@ -8,6 +8,14 @@
  * checksum over (table, key, bytes) and checked on every read (record.c);
  * the layers above see only the bytes.  Every MDB_* code is translated
  * here.
+ *
+ * heap_next never answers a key that is not after `after`: on a damaged
+ * tree LMDB's MDB_SET_RANGE + MDB_NEXT can go back, and every loop driven
+ * by the previous key (listing arrangements, sources, batch records) would
+ * then spin forever.  Such an answer is AH_ECORRUPT.
+ *
+ * A tree a page check found damaged (heap/pagecheck.c) is never handed to
+ * LMDB: every call on it is AH_ECORRUPT (heap_trees_usable).
  */
 #include <string.h>
 
@@ -15,6 +23,8 @@
 #include "heap/heap_int.h"
 
 #define MAX_KEY 511u
+/* A write also touches the free list (at commit). */
+#define WRITE_TREES(tb) (HEAP_TREE_BIT(tb) | HEAP_TREE_BIT(HEAP_TREE_FREE))
 
 static int check_key(enum heap_table tb, const void *key, size_t klen)
 {
@@ -36,6 +46,8 @@ int heap_get(heap_txn *t, enum heap_table tb, const void *key, size_t klen,
 		return rc;
 	if (val == NULL || vlen == NULL || (rc = check_key(tb, key, klen)))
 		return AH_EINVAL;
+	if ((rc = heap_trees_usable(t->h, HEAP_TREE_BIT(tb))) != 0)
+		return rc;
 	rc = heap_err(HEAP_MDB(mdb_get(t->txn, t->h->dbi[tb], &k, &v)));
 	if (rc == 0) {
 		*val = v.mv_data;
@@ -56,6 +68,8 @@ int heap_put(heap_txn *t, enum heap_table tb, const void *key, size_t klen,
 	if ((rc = check_key(tb, key, klen)) != 0 ||
 	    (val == NULL && vlen > 0) || vlen > UINT32_MAX - HEAP_RECORD_FRAME)
 		return AH_EINVAL;
+	if ((rc = heap_trees_usable(t->h, WRITE_TREES(tb))) != 0)
+		return heap_txn_fail(t, rc);
 	v.mv_size = vlen + HEAP_RECORD_FRAME;
 	rc = heap_space_need(t, (klen + v.mv_size + 16) / t->h->psize + 1);
 	/* Reserved, then framed in place: the bytes are written once. */
@@ -76,12 +90,31 @@ int heap_del(heap_txn *t, enum heap_table tb, const void *key, size_t klen)
 		return rc;
 	if ((rc = check_key(tb, key, klen)) != 0)
 		return rc;
+	if ((rc = heap_trees_usable(t->h, WRITE_TREES(tb))) != 0)
+		return heap_txn_fail(t, rc);
 	rc = heap_err(HEAP_MDB(mdb_get(t->txn, t->h->dbi[tb], &k, &v)));
 	if (rc == 0)
 		rc = heap_space_need(t, v.mv_size / t->h->psize / 500 + 1);
 	if (rc == 0)
 		rc = heap_err(HEAP_MDB(mdb_del(t->txn, t->h->dbi[tb], &k, NULL)));
 	return heap_txn_fail(t, rc);
+}
+
+/* LMDB's order of the table: mdb_cmp_long on native u64 keys
+ * (MDB_INTEGERKEY), else mdb_cmp_memn (bytes, then length). */
+static int key_cmp(enum heap_table tb, const void *a, size_t alen,
+                   const void *b, size_t blen)
+{
+	if (tb == HEAP_T_BATCH) {
+		uint64_t x, y;
+
+		memcpy(&x, a, sizeof x);
+		memcpy(&y, b, sizeof y);
+		return x < y ? -1 : x > y;
+	}
+	int c = memcmp(a, b, alen < blen ? alen : blen);
+
+	return c ? c : alen < blen ? -1 : alen > blen;
 }
 
 int heap_next(heap_txn *t, enum heap_table tb, const void *after, size_t alen,
@@ -95,10 +128,13 @@ int heap_next(heap_txn *t, enum heap_table tb, const void *after, size_t alen,
 		return rc;
 	if (key == NULL || klen == NULL || val == NULL || vlen == NULL)
 		return AH_EINVAL;
+	*key = NULL;
 	if (after != NULL && (rc = check_key(tb, after, alen)) != 0)
 		return rc;
 	if ((unsigned)tb >= HEAP_T__COUNT)
 		return AH_EINVAL;
+	if ((rc = heap_trees_usable(t->h, HEAP_TREE_BIT(tb))) != 0)
+		return rc;
 	HEAP_TRY(heap_err(HEAP_MDB(mdb_cursor_open(t->txn, t->h->dbi[tb], &cur))));
 	if (after == NULL) {
 		rc = HEAP_MDB(mdb_cursor_get(cur, &k, &v, MDB_FIRST));
@@ -109,6 +145,13 @@ int heap_next(heap_txn *t, enum heap_table tb, const void *after, size_t alen,
 			rc = HEAP_MDB(mdb_cursor_get(cur, &k, &v, MDB_NEXT));
 	}
 	HEAP_TRY(heap_err(rc));
+	if (k.mv_size == 0 || k.mv_size > MAX_KEY ||
+	    (tb == HEAP_T_BATCH && k.mv_size != sizeof(uint64_t)) ||
+	    (after != NULL &&
+	     key_cmp(tb, k.mv_data, k.mv_size, after, alen) <= 0)) {
+		rc = HEAP_CORRUPT("table key out of order or of a bad size");
+		goto out;
+	}
 	*key = k.mv_data;
 	*klen = k.mv_size;
 	*val = v.mv_data;

@@ -47,6 +47,11 @@
  *  - The heap maps its whole size limit: by default the size of its
  *    filesystem (the file is sparse).  Under an address-space limit
  *    (ulimit -v) or valgrind, set ah_open_opts.max_bytes.
+ *  - LMDB trusts its own pages.  Run ah_verify (in-process is safe) before
+ *    reading a heap file you do not trust; once it (or ah_verify_pages)
+ *    finds damaged LMDB pages, every call of this handle that would read
+ *    them returns AH_ECORRUPT.  See ARCHITECTURE.md §4 for what no check
+ *    can see (a txnid flip is a silent rollback to the previous commit).
  */
 #ifndef ARRHEAP_H
 #define ARRHEAP_H
@@ -273,7 +278,9 @@ int ah_arrangement_info_get(ah_txn *txn, const char *name,
 /* Iterates arrangement names in bytewise order: pass after = NULL for the
  * first; the name is copied to buf (caller's, at least AH_NAME_MAX + 1
  * bytes).  Returns 0 and fills buf, or AH_ENOTFOUND past the last.
- * Errors: AH_EINVAL, AH_EBADTXN, AH_ECORRUPT.  Source: mdb_cursor_get
+ * Errors: AH_EINVAL, AH_EBADTXN, AH_ECORRUPT (a damaged table: a stored
+ * key that is no valid name or not after `after`, so a loop that feeds
+ * each name back as `after` always ends).  Source: mdb_cursor_get
  * MDB_SET_RANGE. */
 int ah_arrangement_next(ah_txn *txn, const char *after, char *buf);
 
@@ -537,22 +544,66 @@ typedef struct ah_verify_stats {
 	uint64_t problems;      /* problems reported to fn */
 } ah_verify_stats;
 
-/* Checks everything the snapshot holds: every chunk's header and XXH3 over
- * its whole stored bytes; every arrangement's spine (S1-S4: since <= upper,
+/* Checks everything the snapshot holds.  First LMDB's own pages, without
+ * LMDB (as ah_verify_pages): a tree found damaged is reported, skipped by
+ * the checks below, and refused from then on (see ah_verify_pages), so
+ * that ah_verify is safe on any file, in-process: it never hangs, faults or
+ * lets liblmdb abort.  Then every chunk's header and XXH3 over its whole
+ * stored bytes; every arrangement's spine (S1-S4: since <= upper,
  * contiguous Descriptions, merges disjoint, no empty batch) and every batch
  * (B1-B5: sorted, consolidated, no zero diff, times inside the Description,
  * offsets in bounds, counts), batch since <= the arrangement's since; every
  * chunk referenced by exactly one batch record and every batch record by
- * exactly one spine (chain or merge output), none leaked.  Each problem is
- * passed to fn (may be NULL: then only counted) and the check goes on;
- * damaged LMDB tree pages are problems too (the part they hold is then
- * skipped).  Cost: reads every chunk once for its checksum and once more
- * for its structure (the second from the page cache).  *st (may be NULL)
- * gets the totals.  Returns 0 when the check ran to the end, whatever it
- * found.  Errors: AH_EINVAL, AH_ENOMEM, AH_EBADTXN, AH_EFORK, or fn's
- * value. */
+ * exactly one spine (chain or merge output), none leaked; every stored
+ * arrangement name a valid name.  Each problem is passed to fn (may be
+ * NULL: then only counted) and the check goes on.  Cost: the page check,
+ * then every chunk read once for its checksum and once more for its
+ * structure (the second from the page cache).  *st (may be NULL) gets the
+ * totals.  Returns 0 when the check ran to the end, whatever it found.
+ * An engine that does not trust a heap file runs this first, in the same
+ * process, and reads nothing if it reports a problem (ARCHITECTURE.md §4
+ * says what it cannot see).  Errors: AH_EINVAL, AH_ENOMEM, AH_EBADTXN,
+ * AH_EFORK, AH_EBUSY and AH_EIO (as ah_verify_pages), or fn's value. */
 int ah_verify(ah_txn *txn, ah_problem_fn fn, void *user,
               ah_verify_stats *st);
+
+#define AH_PAGE_TREES 7
+
+typedef struct ah_page_stats {
+	uint64_t txn_id;        /* the snapshot checked (commit id) */
+	uint64_t pages;         /* its pages: last used page + 1 */
+	uint64_t pages_free;    /* of those, on LMDB's free list */
+	uint64_t problems;      /* problems reported to fn */
+	struct ah_tree_stats {
+		const char *name;   /* "arr", "batch", "source", "meta", "chunks"
+		                     * (the named DBs), "main" (LMDB's catalog of
+		                     * them), "free" (LMDB's free list) */
+		uint32_t depth;     /* B-tree levels; 0: empty */
+		uint64_t branch_pages, leaf_pages, overflow_pages;
+		uint64_t entries;   /* key/value pairs */
+		int damaged;        /* 1: refused from now on (AH_ECORRUPT) */
+	} trees[AH_PAGE_TREES];
+} ah_page_stats;
+
+/* Checks the structure of every LMDB page of txn's snapshot, reading the
+ * file itself, never through LMDB: the meta page, every branch, leaf and
+ * overflow page reachable from the main DB, the named DBs and the free
+ * list (page numbers, flags, bounds of every node, key order within pages
+ * and against their parents' separators, equal depth, the counts in each
+ * DB's record, no page reached twice, the free list against the trees and
+ * LMDB's page accounting).  Problems go to fn (may be NULL) and are
+ * counted in *st (may be NULL), with every tree's depth and page counts.
+ * A tree found damaged (every tree, if the meta or the main DB is) is
+ * refused by every later call of this heap handle that would read it
+ * through LMDB, which trusts its pages: they return AH_ECORRUPT instead,
+ * until a later check finds it sound.  Cost: reads every B-tree page and
+ * the first page of every chunk; one byte of memory per page.  Returns 0
+ * when the check ran, whatever it found.  Errors: AH_EINVAL, AH_ENOMEM,
+ * AH_EIO, AH_EBADTXN, AH_EFORK, AH_EBUSY (the snapshot's meta page was
+ * overwritten by two later commits: check in a fresh read transaction), or
+ * fn's value.  Source: LMDB mdb_audit, mdb_page_search, mdb_node_search. */
+int ah_verify_pages(ah_txn *txn, ah_problem_fn fn, void *user,
+                    ah_page_stats *st);
 
 typedef struct ah_space_info {
 	uint32_t page_size;         /* bytes */

@@ -49,6 +49,8 @@ static const char help_text[] =
 "Looks inside an arrheap heap, read only, in one snapshot; never blocks a\n"
 "writer.  Exit 0 on success, 1 on an error (one line on stderr) or when\n"
 "verify finds a problem, 2 on a usage error.  Sizes: B/KiB/MiB/GiB.\n"
+"Every command but verify first checks LMDB's pages (every B-tree page and\n"
+"the first page of each chunk) and refuses a damaged heap in one line.\n"
 "KEY, P and printed keys/vals use the changelog escape: \\\\ \\t \\n \\xHH.\n"
 "--json prints one JSON document; its field names are listed below.\n"
 "\n"
@@ -87,6 +89,7 @@ static const char help_text[] =
 "    VAL<TAB>DIFF per val of KEY with a non-zero sum as of T.\n"
 "    json: arrangement key as_of vals[]{val diff}\n"
 "ah-dump HEAP verify\n"
+"    checks LMDB's pages (trees, free list, page accounting), then\n"
 "    recomputes every chunk checksum and checks every invariant (sorted,\n"
 "    consolidated, no zero diff, offsets in bounds, contiguous batches,\n"
 "    upper/since, each chunk and batch referenced once, none leaked).\n"
@@ -148,6 +151,13 @@ const char *dump_escape(dump *d, const void *p, size_t len)
 	return d->buf;
 }
 
+int dump_renew(dump *d)
+{
+	ah_txn_abort(d->txn);
+	d->txn = NULL;
+	return ah_txn_begin(d->heap, AH_TXN_RDONLY, &d->txn);
+}
+
 int dump_parse_u64(const char *opt, const char *s, uint64_t *out)
 {
 	if (tool_parse_u64(s, strlen(s), out) == 0)
@@ -174,33 +184,74 @@ static int check_path(const char *path)
 }
 
 /* LMDB trusts its tree pages: a damaged one can make it read past the end
- * of the file (SIGBUS) or of the map (SIGSEGV) before any check of ours
- * runs.  For a read-only tool the right answer is still one line and exit
- * 1, so such a fault ends the run with a prepared message. */
-static char fault_msg[600];
-static size_t fault_len;
+ * of the file (SIGBUS) or of the map (SIGSEGV), or fail one of its own
+ * assertions (SIGABRT).  Every command first checks the pages
+ * (check_pages), so this is the last line of defence, for damage the check
+ * cannot see or that appears after it: for a read-only tool the right
+ * answer is still one line and exit 1, so such a signal ends the run with a
+ * prepared message. */
+static const int fault_sigs[] = { SIGBUS, SIGSEGV, SIGABRT };
+static const char *const fault_names[] = { "SIGBUS", "SIGSEGV", "SIGABRT" };
+#define NFAULTS (sizeof fault_sigs / sizeof *fault_sigs)
+static char fault_msg[NFAULTS][600];
+static size_t fault_len[NFAULTS];
 
 static void on_fault(int sig)
 {
-	(void)sig;
-	if (write(STDERR_FILENO, fault_msg, fault_len) < 0)
-		_exit(1);
+	for (size_t i = 0; i < NFAULTS; i++)
+		if (sig == fault_sigs[i] &&
+		    write(STDERR_FILENO, fault_msg[i], fault_len[i]) < 0)
+			_exit(1);
 	_exit(1);
 }
 
 static void guard_faults(const char *path)
 {
 	struct sigaction sa;
-	int n = snprintf(fault_msg, sizeof fault_msg, "ah-dump: %s: %s (a damaged "
-	                 "page made LMDB read outside the file)\n", path,
-	                 ah_strerror(AH_ECORRUPT));
 
-	fault_len = n > 0 && (size_t)n < sizeof fault_msg ? (size_t)n : 0;
 	memset(&sa, 0, sizeof sa);
 	sa.sa_handler = on_fault;
 	sigemptyset(&sa.sa_mask);
-	sigaction(SIGBUS, &sa, NULL);
-	sigaction(SIGSEGV, &sa, NULL);
+	for (size_t i = 0; i < NFAULTS; i++) {
+		int n = snprintf(fault_msg[i], sizeof fault_msg[i], "ah-dump: %s: "
+		                 "%s (LMDB stopped on a damaged page: %s)\n", path,
+		                 ah_strerror(AH_ECORRUPT), fault_names[i]);
+
+		fault_len[i] = n > 0 && (size_t)n < sizeof fault_msg[i] ? (size_t)n
+		                                                         : 0;
+		sigaction(fault_sigs[i], &sa, NULL);
+	}
+}
+
+static int first_problem(const ah_problem *p, void *user)
+{
+	char *msg = user;
+
+	if (!*msg)
+		snprintf(msg, 400, "%s", p->message);
+	return 0;
+}
+
+/* Every command but verify (which reports each problem) reads LMDB's trees
+ * only after ah_verify_pages found them sound: a damaged heap is one line
+ * and exit 1, never a wrong answer, a hang or a fault. */
+static int check_pages(dump *d)
+{
+	char msg[400] = "";
+	ah_page_stats ps;
+	int rc = ah_verify_pages(d->txn, first_problem, msg, &ps);
+
+	for (int tries = 0; rc == AH_EBUSY && tries < 3; tries++)
+		if ((rc = dump_renew(d)) == 0)
+			rc = ah_verify_pages(d->txn, first_problem, msg, &ps);
+	if (rc < 0)
+		return dump_lib_error(d, rc, "check LMDB pages");
+	if (ps.problems == 0)
+		return 0;
+	fprintf(stderr, "ah-dump: %s: %s: %s (ah-dump %s verify lists every "
+	        "problem)\n", d->heap_path, ah_strerror(AH_ECORRUPT), msg,
+	        d->heap_path);
+	return 1;
 }
 
 /* Removes --json from argv (anywhere after HEAP); returns the new argc. */
@@ -259,6 +310,8 @@ int main(int argc, char **argv)
 		dump_lib_error(&d, rc, "begin read transaction");
 		goto out;
 	}
+	if (cmd->run != cmd_verify && (status = check_pages(&d)) != 0)
+		goto out;
 	status = cmd->run(&d, argc > 2 ? argc - 3 : 0, argv + 3);
 	if (status == 2) {
 		fprintf(stderr, "usage: ah-dump HEAP %s [--json]\n", cmd->usage);

@@ -142,11 +142,13 @@ static int name_next(ah_txn *t, enum heap_table tb, const char *after, char *buf
 	rc = heap_next(t->ht, tb, after, after ? strlen(after) : 0, &k, &klen, &v, &vlen);
 	if (rc)
 		return rc;
-	if (klen > AH_NAME_MAX)
+	if (klen > AH_NAME_MAX || memchr(k, 0, klen))
 		return AH_ECORRUPT;
 	memcpy(buf, k, klen);
 	buf[klen] = 0;
-	return 0;
+	/* A damaged key that is no name would come back as `after` cut short
+	 * (a NUL) and be answered again: a listing that never ends. */
+	return txn_name_ok(buf) ? 0 : AH_ECORRUPT;
 }
 
 int ah_arrangement_next(ah_txn *t, const char *after, char *buf)

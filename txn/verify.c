@@ -3,8 +3,13 @@
  * every problem (arrangement, batch, chunk) instead of stopping at the
  * first, as a fsck would.
  *
- * Three passes, in this order so the heap is read from disk once, in file
- * order, at the speed of the disk:
+ * First the LMDB pages themselves (heap_pagecheck, heap/pagecheck.c): every
+ * tree is walked without LMDB, and a tree found damaged is reported and
+ * quarantined, so that no pass below hands it to LMDB (which trusts its
+ * pages and could read outside the file, abort on its own assertions or
+ * loop).  The passes that need a damaged tree are skipped, each with one
+ * problem saying so.  Then three passes, in this order so the heap is read
+ * from disk once, in file order, at the speed of the disk:
  *  1. chunks: one cursor over the chunks table recomputes every XXH3 over
  *     each chunk's whole stored bytes (heap_chunk_scan) and remembers (id,
  *     problem) per chunk;
@@ -15,9 +20,8 @@
  *  3. references: the sorted references against the chunk list and the
  *     batch table: every chunk and batch record referenced exactly once,
  *     none leaked, none missing.
- * Problems go to the caller's callback; damaged LMDB pages are problems as
- * well (the snapshot then usually fails everything after with AH_EBADTXN,
- * which is reported too).  Never poisons the transaction.
+ * Problems go to the caller's callback.  Never poisons the transaction.
+ * ah_verify_pages is the page check alone.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -56,6 +60,7 @@ typedef struct verifier {
 	size_t nbr, bcap;
 	seen *ch;
 	size_t nch, chcap;
+	bool batch_ok, chunks_ok; /* their trees' pages are sound */
 } verifier;
 
 static void report(verifier *v, uint32_t arr, uint64_t bid, uint64_t chunk,
@@ -93,6 +98,29 @@ static bool grow(void **arr, size_t *cap, size_t n, size_t elem)
 	*arr = p;
 	*cap = ncap;
 	return true;
+}
+
+/* ------------------------------------------------------ LMDB pages */
+
+static int on_page(const heap_page_problem *p, void *user)
+{
+	verifier *v = user;
+
+	if (p->pgno == UINT64_MAX)
+		report(v, UINT32_MAX, 0, 0, "LMDB pages: %s", p->message);
+	else if (p->tree == HEAP_TREE__COUNT)
+		report(v, UINT32_MAX, 0, 0, "LMDB meta page %llu: %s",
+		       (unsigned long long)p->pgno, p->message);
+	else
+		report(v, UINT32_MAX, 0, 0, "LMDB page %llu (%s tree): %s",
+		       (unsigned long long)p->pgno, heap_tree_name(p->tree),
+		       p->message);
+	return v->stop;
+}
+
+static bool tree_ok(const heap_pagecheck_stat *pc, enum heap_tree t)
+{
+	return !(pc->quarantined & (1u << t));
 }
 
 /* ------------------------------------------------- pass 1: chunk scan */
@@ -147,6 +175,8 @@ static int check_batch(verifier *v, uint32_t arr, const spine *sp,
 		return AH_ENOMEM;
 	v->br[v->nbr++] = (bref){ id, arr };
 	v->st.batches++;
+	if (!v->batch_ok)
+		return 0;
 	if ((rc = batch_load(v->t->ht, id, &b))) {
 		if (rc == AH_ENOMEM)
 			return rc;
@@ -168,7 +198,7 @@ static int check_batch(verifier *v, uint32_t arr, const spine *sp,
 		}
 		v->cr[v->ncr++] = (cref){ b->chunk_ids[i], id, arr };
 	}
-	if (batch_check(v->t->ht, b, false, msg, sizeof msg))
+	if (v->chunks_ok && batch_check(v->t->ht, b, false, msg, sizeof msg))
 		report(v, arr, id, chunk_of(msg), "%s", msg);
 	batch_free(b);
 	return 0;
@@ -204,16 +234,38 @@ static int check_arrangements(verifier *v)
 	size_t klen = 0, vlen;
 	int rc;
 
-	while (!v->stop &&
-	       (rc = heap_next(v->t->ht, HEAP_T_ARR, k, klen, &k, &klen, &val,
-	                       &vlen)) == 0) {
+	for (;;) {
+		const void *nk;
+		bool bad;
+
+		if (v->stop)
+			break;
+		rc = heap_next(v->t->ht, HEAP_T_ARR, k, klen, &nk, &klen, &val,
+		               &vlen);
+		bad = rc == AH_ECORRUPT && nk != NULL; /* its record's check */
+		if (rc != 0 && !bad)
+			break;
+		k = nk;
 		if (klen > AH_NAME_MAX) {
 			report(v, UINT32_MAX, 0, 0, "arrangement table: key of %zu "
 			       "bytes is no name", klen);
 			continue;
 		}
-		if ((rc = add_name(v, k, klen)) ||
-		    (rc = check_arrangement(v, v->nnames - 1)))
+		if ((rc = add_name(v, k, klen)))
+			return rc;
+		if (bad) {
+			report(v, v->nnames - 1, 0, 0, "arrangement record checksum "
+			       "mismatch (its name or bytes are damaged)");
+			if (memchr(k, 0, klen) || !txn_name_ok(v->names[v->nnames - 1]))
+				report(v, v->nnames - 1, 0, 0, "arrangement table: a "
+				       "stored name of %zu bytes that is no valid "
+				       "name", klen);
+			continue;
+		}
+		if (memchr(k, 0, klen) || !txn_name_ok(v->names[v->nnames - 1]))
+			report(v, v->nnames - 1, 0, 0, "arrangement table: a stored "
+			       "name of %zu bytes that is no valid name", klen);
+		if ((rc = check_arrangement(v, v->nnames - 1)))
 			return rc;
 	}
 	if (!v->stop && rc != AH_ENOTFOUND)
@@ -309,27 +361,47 @@ static void check_batch_refs(verifier *v)
 int ah_verify(ah_txn *t, ah_problem_fn fn, void *user, ah_verify_stats *st)
 {
 	verifier v = { .t = t, .fn = fn, .user = user };
-	bool scan_ok;
+	heap_pagecheck_stat pc;
+	bool scan_ok = false, arr_ok;
 	int rc = txn_enter(t, false);
 
 	if (rc)
 		return rc;
-	rc = heap_chunk_scan(t->ht, true, on_chunk, &v);
-	if (rc == AH_ENOMEM)
-		goto out;
-	scan_ok = rc == 0;
-	if (rc)
-		report(&v, UINT32_MAX, 0, 0, "chunks table unreadable after %zu "
-		       "chunks: %s", v.nch, ah_err_name(rc));
-	if (!v.stop && (rc = check_arrangements(&v)))
+	rc = heap_pagecheck(t->ht, on_page, &v, &pc);
+	if (rc || v.stop)
+		goto out; /* AH_EBUSY, AH_ENOMEM, AH_EIO, or fn's value */
+	arr_ok = tree_ok(&pc, HEAP_TREE_ARR);
+	v.batch_ok = tree_ok(&pc, HEAP_TREE_BATCH);
+	v.chunks_ok = tree_ok(&pc, HEAP_TREE_CHUNKS);
+	if (!v.chunks_ok)
+		report(&v, UINT32_MAX, 0, 0, "chunks not checked: the chunks "
+		       "tree's pages are damaged");
+	if (!arr_ok)
+		report(&v, UINT32_MAX, 0, 0, "arrangements not checked: the arr "
+		       "tree's pages are damaged");
+	if (!v.batch_ok)
+		report(&v, UINT32_MAX, 0, 0, "batch records not checked: the batch "
+		       "tree's pages are damaged");
+	if (!v.stop && v.chunks_ok) {
+		rc = heap_chunk_scan(t->ht, true, on_chunk, &v);
+		if (rc == AH_ENOMEM)
+			goto out;
+		scan_ok = rc == 0;
+		if (rc)
+			report(&v, UINT32_MAX, 0, 0, "chunks table unreadable after "
+			       "%zu chunks: %s", v.nch, ah_err_name(rc));
+	}
+	rc = 0;
+	if (!v.stop && arr_ok && (rc = check_arrangements(&v)))
 		goto out;
 	if (v.ncr > 0)
 		qsort(v.cr, v.ncr, sizeof *v.cr, cmp_cref);
 	if (v.nbr > 0)
 		qsort(v.br, v.nbr, sizeof *v.br, cmp_bref);
-	if (!v.stop && scan_ok) /* else every later chunk would be "missing" */
+	/* Else every later chunk or batch would be "missing" or "leaked". */
+	if (!v.stop && scan_ok && arr_ok && v.batch_ok)
 		check_chunk_refs(&v);
-	if (!v.stop)
+	if (!v.stop && arr_ok && v.batch_ok)
 		check_batch_refs(&v);
 	rc = v.stop;
 out:
@@ -339,5 +411,36 @@ out:
 	free(v.cr);
 	free(v.br);
 	free(v.ch);
+	return rc;
+}
+
+int ah_verify_pages(ah_txn *t, ah_problem_fn fn, void *user,
+                    ah_page_stats *st)
+{
+	verifier v = { .t = t, .fn = fn, .user = user };
+	heap_pagecheck_stat pc;
+	int rc = txn_enter(t, false);
+
+	if (rc)
+		return rc;
+	rc = heap_pagecheck(t->ht, on_page, &v, &pc);
+	if (st) {
+		memset(st, 0, sizeof *st);
+		st->txn_id = pc.txn_id;
+		st->pages = pc.last_pg + 1;
+		st->pages_free = pc.free_pages;
+		st->problems = v.st.problems;
+		for (int i = 0; i < AH_PAGE_TREES && i < HEAP_TREE__COUNT; i++) {
+			const heap_tree_stat *ts = &pc.tree[i];
+
+			st->trees[i].name = heap_tree_name((enum heap_tree)i);
+			st->trees[i].depth = ts->depth;
+			st->trees[i].branch_pages = ts->branch_pages;
+			st->trees[i].leaf_pages = ts->leaf_pages;
+			st->trees[i].overflow_pages = ts->overflow_pages;
+			st->trees[i].entries = ts->entries;
+			st->trees[i].damaged = !tree_ok(&pc, (enum heap_tree)i);
+		}
+	}
 	return rc;
 }

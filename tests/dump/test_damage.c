@@ -2,11 +2,14 @@
  * tests/dump/test_damage.c - ah-dump verify against damage: single bytes
  * flipped at random offsets inside chunks (found with `chunks --json`),
  * LMDB's meta pages and a branch page of the chunks B-tree; and the bad
- * inputs of the issue (truncated heap, LMDB fault inputs).  Verify must
- * name the damage and exit 1, or refuse in one line; never crash or hang.
+ * inputs of the issue (truncated heap, LMDB fault inputs, a damaged name,
+ * a signal).  Verify must name the damage and exit 1, or refuse in one
+ * line; never crash or hang.  (tests/fault/test_corrupt_pages.c sweeps
+ * every kind of LMDB page.)
  */
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include "tests/dump/dump_util.h"
@@ -254,8 +257,9 @@ Test(damage, branch_flips, .init = du_setup, .fini = du_teardown)
 	cr_assert_eq(du_dump(heap, "verify", false, NULL), 0, "restored");
 }
 
-/* A heap cut short, and inputs that make LMDB itself fault: one line,
- * exit 1 (tests/fuzz/lmdb holds such files found by the raw fuzzer). */
+/* A heap cut short, and inputs that made LMDB itself fault (tests/fuzz/lmdb
+ * holds such files found by the raw fuzzer; heap_open's page check now
+ * refuses them): one line, exit 1. */
 Test(damage, truncated_and_lmdb_faults, .init = du_setup, .fini = du_teardown)
 {
 	char heap[256], cmd[1024], *out;
@@ -276,4 +280,133 @@ Test(damage, truncated_and_lmdb_faults, .init = du_setup, .fini = du_teardown)
 	         du_dir);
 	cr_assert_eq(du_sh(cmd, true, &out), 0, "%s", out);
 	free(out);
+}
+
+/* Item 14: a damaged arrangement name (a byte no name may hold, in the
+ * table's last key, so the order is kept and the pages pass) is reported
+ * by verify, and printed in the escape of keys, in text and in JSON. */
+Test(damage, verify_escapes_damaged_names, .init = du_setup,
+     .fini = du_teardown)
+{
+	char heap[256], *out;
+	ah_heap *h;
+	ah_txn *t;
+	uint8_t *buf, *at = NULL;
+	long len;
+	int hits = 0;
+	FILE *f;
+
+	ah_open_opts o = { .size = sizeof o, .flags = AH_OPEN_CREATE,
+	                   .max_bytes = 4 << 20 }; /* the file's size */
+
+	snprintf(heap, sizeof heap, "%s/h", du_dir);
+	du_ok(ah_open(heap, &o, &h), "open");
+	du_ok(ah_txn_begin(h, 0, &t), "begin");
+	du_ok(ah_arrangement_create(t, "a1"), "create");
+	du_ok(ah_arrangement_create(t, "zz-escape"), "create");
+	du_ok(ah_txn_commit(t), "commit");
+	du_ok(ah_close(h), "close");
+	f = fopen(heap, "rb");
+	cr_assert_not_null(f);
+	fseek(f, 0, SEEK_END);
+	len = ftell(f);
+	buf = malloc((size_t)len);
+	fseek(f, 0, SEEK_SET);
+	cr_assert_eq(fread(buf, 1, (size_t)len, f), (size_t)len);
+	fclose(f);
+	for (uint8_t *p = buf; (p = memmem(p, (size_t)(buf + len - p), "zz-escape",
+	                                   9)); p++, hits++)
+		at = p;
+	cr_assert_eq(hits, 1, "the name is stored %d times", hits);
+	flip(heap, (uint64_t)(at - buf) + 8, 'e' ^ 0xfa); /* "zz-escap\xfa" */
+	free(buf);
+	cr_assert_eq(du_dump(heap, "verify", true, &out), 1, "%s", out);
+	/* Its record's check names it (the name is part of the check), and
+	 * so does the name rule. */
+	cr_assert(strstr(out, "problem: arrangement zz-escap\\xfa: arrangement "
+	                      "record checksum mismatch (its name or bytes are "
+	                      "damaged)\n"), "%s", out);
+	cr_assert(strstr(out, "problem: arrangement zz-escap\\xfa: arrangement "
+	                      "table: a stored name of 9 bytes that is no valid "
+	                      "name\n"), "%s", out);
+	free(out);
+	out = du_json(heap, "verify", 1, "[p['arrangement'] for p in d['problems']]");
+	cr_assert_str_eq(out, "['zz-escap\\\\xfa', 'zz-escap\\\\xfa']");
+	free(out);
+}
+
+/* Item 9: SIGABRT (liblmdb's assertions) ends ah-dump like SIGBUS: one
+ * line naming the damage, exit 1.  The signal is sent while `read` blocks
+ * on a full pipe, so the handler is certainly installed. */
+Test(damage, abort_is_reported, .init = du_setup, .fini = du_teardown)
+{
+	static ah_update u[8000];
+	static char keys[8000][16];
+	char heap[256], tool[512], errf[300], line[600];
+	int out[2], st;
+	ah_heap *h;
+	ah_txn *t;
+	pid_t pid;
+	FILE *f;
+
+	snprintf(heap, sizeof heap, "%s/h", du_dir);
+	snprintf(errf, sizeof errf, "%s/err", du_dir);
+	h = du_open(heap);
+	du_ok(ah_txn_begin(h, 0, &t), "begin");
+	du_ok(ah_arrangement_create(t, "big"), "create");
+	for (int i = 0; i < 8000; i++) { /* 200 KB of rows: the pipe fills */
+		snprintf(keys[i], sizeof keys[i], "key%06d", i);
+		u[i] = (ah_update){ keys[i], 9, "some value", 10, 0, 1 };
+	}
+	du_ok(ah_append(t, "big", 0, 1, u, 8000), "append");
+	du_ok(ah_txn_commit(t), "commit");
+	du_ok(ah_close(h), "close");
+	snprintf(tool, sizeof tool, "%s/ah-dump", du_build());
+	cr_assert_eq(pipe(out), 0);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		int e = open(errf, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+		dup2(out[1], 1);
+		dup2(e, 2);
+		close(out[0]);
+		execl(tool, tool, heap, "read", "big", (char *)NULL);
+		_exit(127);
+	}
+	close(out[1]);
+	cr_assert_eq(read(out[0], line, 1), 1); /* it writes: it is guarded */
+	cr_assert_eq(kill(pid, SIGABRT), 0);
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	close(out[0]);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status 0x%x", st);
+	f = fopen(errf, "r");
+	cr_assert_not_null(f);
+	cr_assert_not_null(fgets(line, sizeof line, f));
+	cr_assert(strstr(line, "heap corrupt") && strstr(line, "SIGABRT"), "%s",
+	          line);
+	cr_assert_null(fgets(line, sizeof line, f), "one line only");
+	fclose(f);
+}
+
+/* A chunk whose header fails its checks when a cursor first reads it:
+ * read and keys must fail, not print the arrangement as empty. */
+Test(damage, read_fails_on_a_damaged_chunk, .init = du_setup,
+     .fini = du_teardown)
+{
+	char heap[256], *out;
+	span s[64];
+	const char *cmds[] = { "read a0", "keys a0", "read a0 --json",
+	                       "keys a0 --limit 100" };
+
+	snprintf(heap, sizeof heap, "%s/h", du_dir);
+	damage_heap(heap);
+	cr_assert_geq(spans_of(heap, s, 64), 1);
+	flip(heap, s[0].off + 8, 0x01); /* chunk magic of a0's first chunk */
+	for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
+		cr_assert_eq(du_dump(heap, cmds[i], true, &out), 1, "%s: %s",
+		             cmds[i], out);
+		cr_assert(strstr(out, "heap corrupt"), "%s: %s", cmds[i], out);
+		free(out);
+	}
 }

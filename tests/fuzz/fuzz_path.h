@@ -10,10 +10,11 @@
  * patch: a u32 (little endian) offset into the seed's chunks (all chunk
  * spans concatenated, modulo their total) and a byte XORed there.  So the
  * fuzzer damages what arrheap decodes (chunk headers, batch chunk tries)
- * while LMDB's own pages stay intact: LMDB trusts its tree pages, and a
- * damaged one crashes inside liblmdb whatever the caller does (the first
- * raw-file run found a SIGBUS in mdb_dbi_open within seconds; kept in
- * tests/fuzz/lmdb/, run against ah-dump's signal guard by tests/dump).
+ * while LMDB's own pages stay intact: those are heap/pagecheck.c's, swept
+ * page class by page class by tests/fault/test_corrupt_pages.c (the first
+ * raw-file run found a SIGBUS in mdb_dbi_open within seconds; the input,
+ * kept in tests/fuzz/lmdb/, is now refused by heap_open's page check and
+ * replayed in-process by that file and through ah-dump by tests/dump).
  *
  * Any result code is fine; what must never happen is a crash, a hang or a
  * sanitizer report.  Public API only; no Criterion calls (the fuzzer links

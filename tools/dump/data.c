@@ -235,6 +235,15 @@ static int resolve_as_of(dump *d, args *a, char *what, size_t wlen)
 	return rc < 0 ? dump_lib_error(d, rc, what) : 0;
 }
 
+/* ah_cursor_key_valid is 0 past the end and after an error alike (a chunk
+ * that fails its checks when the cursor first reads it): a step, a no-op
+ * at the end, says which, so a damaged arrangement is never printed as an
+ * empty one. */
+static int cursor_end(ah_cursor *c, int rc)
+{
+	return rc < 0 ? rc : ah_cursor_step_key(c);
+}
+
 /* Prints the current key's vals with a non-zero sum as of as_of. */
 static int print_vals(dump *d, ah_cursor *c, const char *key, uint64_t as_of)
 {
@@ -407,6 +416,8 @@ int cmd_keys(dump *d, int argc, char **argv)
 		else
 			printf("%s\n", ke);
 	}
+	if (!more)
+		rc = cursor_end(c, rc);
 	if (rc < 0)
 		goto fail;
 	if (d->json) {

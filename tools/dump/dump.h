@@ -36,6 +36,10 @@ void dump_json_list(dump *d, const char *arrangement, const char *key);
 /* The canonical escape (tools/common/escape.h) of p[0..len) as a C string
  * owned by d, valid until the next call; NULL (reported) on no memory. */
 const char *dump_escape(dump *d, const void *p, size_t len);
+/* A fresh snapshot for d->txn (0 or an AH_E* code): the page check answers
+ * AH_EBUSY when two commits overwrote its snapshot's meta page since it
+ * began, and then runs again in a new one. */
+int dump_renew(dump *d);
 /* Parses a decimal uint64 option value; reports and returns -1 if bad. */
 int dump_parse_u64(const char *opt, const char *s, uint64_t *out);
 

@@ -189,13 +189,18 @@ int cmd_summary(dump *d, int argc, char **argv)
 
 /* ------------------------------------------------------------- verify */
 
+/* The arrangement name is escaped (tools/common/escape.h): on a damaged
+ * heap it is whatever bytes the table holds. */
 static int on_problem(const ah_problem *p, void *user)
 {
 	dump *d = user;
+	const char *arr = dump_escape(d, p->arrangement, strlen(p->arrangement));
 
+	if (!arr)
+		return AH_ENOMEM;
 	if (d->json) {
 		tj_obj(&d->j);
-		tj_kstr(&d->j, "arrangement", p->arrangement);
+		tj_kstr(&d->j, "arrangement", arr);
 		tj_ku64(&d->j, "batch", p->batch);
 		tj_ku64(&d->j, "chunk", p->chunk);
 		tj_kstr(&d->j, "message", p->message);
@@ -204,7 +209,7 @@ static int on_problem(const ah_problem *p, void *user)
 	}
 	printf("problem:");
 	if (*p->arrangement)
-		printf(" arrangement %s", p->arrangement);
+		printf(" arrangement %s", arr);
 	if (p->batch)
 		printf("%s batch %" PRIu64, *p->arrangement ? "," : "", p->batch);
 	if (p->chunk)
@@ -235,6 +240,10 @@ int cmd_verify(dump *d, int argc, char **argv)
 		return 2;
 	dump_json_list(d, NULL, "problems");
 	rc = ah_verify(d->txn, on_problem, d, &st);
+	/* AH_EBUSY comes before any problem is reported: retry cleanly. */
+	for (int tries = 0; rc == AH_EBUSY && tries < 3; tries++)
+		if ((rc = dump_renew(d)) == 0)
+			rc = ah_verify(d->txn, on_problem, d, &st);
 	if (rc < 0)
 		return dump_lib_error(d, rc, "verify");
 	secs = now() - t0;
