@@ -43,6 +43,7 @@ typedef struct engine {
 	po_decoder dec;
 	pg_stored st;
 	uint64_t start_lsn;
+	uint64_t reported;   /* the write position last sent to the server */
 	struct timespec t0, last_flush, last_status, last_progress;
 	uint64_t prog_txns, prog_updates;
 	int tty, progress_shown;
@@ -352,16 +353,26 @@ static void progress(engine *e, int final)
 	}
 }
 
+/* Standby status update, as PostgreSQL's own subscriber sends it: write =
+ * what the engine has received (complete transactions, idle positions),
+ * flush = apply = what the heap holds.  The slot advances by flush only,
+ * so nothing the heap lacks is ever confirmed. */
+static int status(engine *e)
+{
+	if (!e->src.repl || src_status(&e->src, e->snk.group_pos, e->snk.pos) != 0)
+		return -2;
+	e->reported = e->snk.group_pos;
+	clock_gettime(CLOCK_MONOTONIC, &e->last_status);
+	return 0;
+}
+
 /* Commits the group, then (only then) confirms its LSN to the server. */
 static int flush(engine *e)
 {
 	if (sink_flush(&e->snk) != 0)
 		return efail(e, "%s", e->snk.err);
 	clock_gettime(CLOCK_MONOTONIC, &e->last_flush);
-	if (e->src.repl && src_status(&e->src, e->snk.pos, e->snk.pos) != 0)
-		return -2;
-	clock_gettime(CLOCK_MONOTONIC, &e->last_status);
-	return 0;
+	return e->src.repl ? status(e) : 0;
 }
 
 /* Streams until a stop request (returns 0) or an error: -1 fatal, -2 the
@@ -378,6 +389,7 @@ static int stream(engine *e)
 			return flush(e) == -1 ? -1 : 0;
 		r = src_recv(&e->src, 100, &data, &len);
 		if (r < 0) {
+			/* the open transaction only: the complete ones are kept */
 			sink_rollback(&e->snk);
 			return -2;
 		}
@@ -389,7 +401,7 @@ static int stream(engine *e)
 				return efail(e, "%s", e->snk.err);
 		} else if (r == 2) {
 			sink_idle(&e->snk, e->src.wal_end);
-			if (e->src.reply_requested && src_status(&e->src, e->snk.pos, e->snk.pos) != 0)
+			if ((e->src.reply_requested || e->snk.group_pos > e->reported) && status(e) != 0)
 				return -2;
 		}
 		if (!e->snk.in_txn && e->snk.group_pos > e->snk.pos &&
@@ -397,7 +409,7 @@ static int stream(engine *e)
 			if ((r = flush(e)) != 0)
 				return r;
 		}
-		if (ms_since(&e->last_status) >= 10000 && src_status(&e->src, e->snk.pos, e->snk.pos))
+		if (ms_since(&e->last_status) >= 10000 && status(e) != 0)
 			return -2;
 		progress(e, 0);
 	}
@@ -465,10 +477,11 @@ static int run(engine *e)
 		if ((rc = reconnect(e)) != 0)
 			break;
 	if (rc < 0) {
-		/* Keep the complete transactions already received. */
+		/* Keep the complete transactions already received: drop only the
+		 * open one (sink_rollback never drops a committed one). */
 		sink_rollback(&e->snk);
 		if (sink_flush(&e->snk) == 0)
-			src_status(&e->src, e->snk.pos, e->snk.pos);
+			status(e);
 	}
 	progress(e, 1);
 	lsn_fmt(e->start_lsn, l1, sizeof l1);

@@ -195,12 +195,6 @@ static inline void pgt_catch_up(pgt *c, const char *db, const char *heap)
 	free(lsn);
 }
 
-static inline int pgt_verify(pgt *c, const char *db, const char *heap)
-{
-	return pgt_sh("%s verify -d 'host=127.0.0.1 port=%d user=postgres dbname=%s' %s/%s "
-	              ">%s/verify.log 2>&1", c->sync, c->port, db, c->dir, heap, c->dir);
-}
-
 /* The contents of a file in the test dir (malloc, NUL-terminated). */
 static inline char *pgt_file(pgt *c, const char *name)
 {
@@ -214,6 +208,40 @@ static inline char *pgt_file(pgt *c, const char *name)
 		fclose(f);
 	}
 	return s;
+}
+
+/* Polls until the SQL query returns "t" (up to secs seconds). */
+static inline void pgt_poll(pgt *c, const char *db, const char *sql, int secs)
+{
+	for (int i = 0; i < secs * 10; i++) {
+		char *r = pgt_sql(c, db, sql);
+		int ok = !strcmp(r, "t");
+		free(r);
+		if (ok)
+			return;
+		usleep(100000);
+	}
+	cr_assert_fail("still not true after %d s: %s", secs, sql);
+}
+
+/* Waits until the file name in the test dir contains needle. */
+static inline void pgt_wait_log(pgt *c, const char *name, const char *needle, int secs)
+{
+	for (int i = 0; i < secs * 20; i++) {
+		char *s = pgt_file(c, name);
+		int ok = strstr(s, needle) != NULL;
+		free(s);
+		if (ok)
+			return;
+		usleep(50000);
+	}
+	cr_assert_fail("no \"%s\" in %s after %d s:\n%s", needle, name, secs, pgt_file(c, name));
+}
+
+static inline int pgt_verify(pgt *c, const char *db, const char *heap)
+{
+	return pgt_sh("%s verify -d 'host=127.0.0.1 port=%d user=postgres dbname=%s' %s/%s "
+	              ">%s/verify.log 2>&1", c->sync, c->port, db, c->dir, heap, c->dir);
 }
 
 /* One field of the row encoding (tools/pg/row.h) as text: NULL, or the

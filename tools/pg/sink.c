@@ -235,6 +235,10 @@ int sink_commit(sink *s, uint64_t end_lsn, int *skipped)
 		s->group_updates += t->nups - t->mark;
 		s->updates += t->nups - t->mark;
 	}
+	for (int i = 0; i < s->nt; i++) {
+		s->t[i].mark = s->t[i].nups;
+		s->t[i].bytes_mark = s->t[i].bytes.len;
+	}
 	s->group_pos = end_lsn;
 	s->group_txns++;
 	s->txns++;
@@ -242,8 +246,14 @@ int sink_commit(sink *s, uint64_t end_lsn, int *skipped)
 	return 0;
 }
 
+/* Only the open transaction is dropped: once sink_commit ran, group_pos
+ * counts the transaction as received, so its updates must reach the heap
+ * with the next flush (a rollback here would commit pg.lsn past rows the
+ * heap never got, and the slot would be confirmed past them). */
 void sink_rollback(sink *s)
 {
+	if (!s->in_txn)
+		return;
 	for (int i = 0; i < s->nt; i++) {
 		s->t[i].nups = s->t[i].mark;
 		s->t[i].bytes.len = s->t[i].bytes_mark;

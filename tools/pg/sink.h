@@ -93,7 +93,8 @@ int sink_truncate(sink *s, pg_table *t);
 /* Ends the open source txn at end_lsn; drops it if end_lsn <= group_pos
  * (already applied: the server resent it).  *skipped set to 1 then. */
 int sink_commit(sink *s, uint64_t end_lsn, int *skipped);
-/* Drops the open source txn (connection lost mid-transaction). */
+/* Drops the open source txn (connection lost mid-transaction); a no-op
+ * outside one: committed transactions are never dropped. */
 void sink_rollback(sink *s);
 /* The stream is idle up to wal_end: nothing before it is missing. */
 void sink_idle(sink *s, uint64_t wal_end);

@@ -96,6 +96,9 @@ int src_connect(pg_src *s)
 	PGresult *r = NULL;
 	int rc = -1;
 
+	/* positions of an earlier connection say nothing about this one */
+	s->wal_end = 0;
+	s->reply_requested = 0;
 	if (!(s->repl = open_conn(s, 1)) || !(s->sql = open_conn(s, 0)))
 		goto out;
 	PQsetClientEncoding(s->sql, PQparameterStatus(s->sql, "server_encoding"));
