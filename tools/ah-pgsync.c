@@ -112,8 +112,8 @@ static int open_existing(engine *e)
 		return efail(e, "heap %s holds no ah-pgsync stream: give a new file name", e->heap_path);
 	if ((rc = ah_txn_begin(e->snk.heap, AH_TXN_RDONLY, &txn)) == 0 &&
 	    (rc = ah_arrangement_next(txn, NULL, name)) == 0 &&
-	    (rc = ah_cursor_open(txn, name, &c)) == 0 && ah_cursor_key_valid(c))
-		rc = ah_cursor_accumulate(c, e->st.lsn, &sum);
+	    (rc = ah_cursor_open(txn, name, &c)) == 0 && (rc = ah_cursor_rewind_keys(c)) >= 0)
+		rc = ah_cursor_key_valid(c) ? ah_cursor_accumulate(c, e->st.lsn, &sum) : 0;
 	ah_cursor_close(c);
 	ah_txn_abort(txn);
 	if (rc != 0 && rc != AH_ENOTFOUND)

@@ -298,25 +298,59 @@ static inline char *pgt_read(pgt *c, const char *heap, const char *name)
 	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
 	cr_assert_eq(ah_arrangement_info_get(t, name, &in), 0, "no arrangement %s", name);
 	cr_assert_eq(ah_cursor_open(t, name, &cur), 0);
-	for (; ah_cursor_key_valid(cur); ah_cursor_step_key(cur))
-		for (; ah_cursor_val_valid(cur); ah_cursor_step_val(cur)) {
+	cr_assert_geq(ah_cursor_rewind_keys(cur), 0);
+	while (ah_cursor_key_valid(cur)) {
+		while (ah_cursor_val_valid(cur)) {
 			const void *k, *v;
 			size_t kl, vl;
 			int64_t sum;
 			cr_assert_eq(ah_cursor_key(cur, &k, &kl), 0);
 			cr_assert_eq(ah_cursor_val(cur, &v, &vl), 0);
 			cr_assert_eq(ah_cursor_accumulate(cur, in.upper - 1, &sum), 0);
-			if (!sum)
-				continue;
-			pgt_fields(k, kl, &w);
-			*w++ = '|';
-			pgt_fields(v, vl, &w);
-			w += sprintf(w, "|%" PRId64 "\n", sum);
+			if (sum) {
+				pgt_fields(k, kl, &w);
+				*w++ = '|';
+				pgt_fields(v, vl, &w);
+				w += sprintf(w, "|%" PRId64 "\n", sum);
+			}
+			cr_assert_geq(ah_cursor_step_val(cur), 0);
 		}
+		cr_assert_geq(ah_cursor_step_key(cur), 0);
+	}
 	ah_cursor_close(cur);
 	ah_txn_abort(t);
 	cr_assert_eq(ah_close(h), 0);
 	return out;
+}
+
+/* The number of rows (sum of counts) of an arrangement at its frontier. */
+static inline int64_t pgt_rows(pgt *c, const char *heap, const char *name)
+{
+	char path[256];
+	ah_heap *h;
+	ah_txn *t;
+	ah_cursor *cur;
+	ah_arrangement_info in;
+	ah_open_opts o = { .size = sizeof o, .flags = AH_OPEN_RDONLY };
+	int64_t rows = 0, sum;
+	snprintf(path, sizeof path, "%s/%s", c->dir, heap);
+	cr_assert_eq(ah_open(path, &o, &h), 0);
+	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
+	cr_assert_eq(ah_arrangement_info_get(t, name, &in), 0, "no arrangement %s", name);
+	cr_assert_eq(ah_cursor_open(t, name, &cur), 0);
+	cr_assert_geq(ah_cursor_rewind_keys(cur), 0);
+	while (ah_cursor_key_valid(cur)) {
+		while (ah_cursor_val_valid(cur)) {
+			cr_assert_eq(ah_cursor_accumulate(cur, in.upper - 1, &sum), 0);
+			rows += sum;
+			cr_assert_geq(ah_cursor_step_val(cur), 0);
+		}
+		cr_assert_geq(ah_cursor_step_key(cur), 0);
+	}
+	ah_cursor_close(cur);
+	ah_txn_abort(t);
+	cr_assert_eq(ah_close(h), 0);
+	return rows;
 }
 
 /* The id of the heap's last commit: equal before and after = untouched.
@@ -348,7 +382,8 @@ static inline uint64_t pgt_time_of(pgt *c, const char *heap, const char *name, c
 	cr_assert_eq(ah_open(path, &o, &h), 0);
 	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
 	cr_assert_eq(ah_cursor_open(t, name, &cur), 0);
-	for (; ah_cursor_key_valid(cur); ah_cursor_step_key(cur)) {
+	cr_assert_geq(ah_cursor_rewind_keys(cur), 0);
+	while (ah_cursor_key_valid(cur)) {
 		const void *k;
 		size_t kl;
 		cr_assert_eq(ah_cursor_key(cur, &k, &kl), 0);
@@ -358,6 +393,7 @@ static inline uint64_t pgt_time_of(pgt *c, const char *heap, const char *name, c
 			cr_assert_eq(ah_cursor_time_next(cur, &time, &diff), 1);
 			break;
 		}
+		cr_assert_geq(ah_cursor_step_key(cur), 0);
 	}
 	ah_cursor_close(cur);
 	ah_txn_abort(t);

@@ -109,7 +109,10 @@ static int cmp_kv(const void *x, const void *y)
 	return c ? c : cmp_bytes(a->v, a->vl, b->v, b->vl);
 }
 
-/* Appends the heap's (key, val, count) at its frontier to copy/refs. */
+/* Appends the heap's (key, val, count) at its frontier to copy/refs.  Every
+ * cursor call is checked (a step returns 1 on a key or val, 0 at the end,
+ * < 0 an error): a damaged heap fails the TRUNCATE, never makes it retract
+ * part of the table. */
 static int heap_rows(sink *s, pg_table *t, pg_buf *copy, kvref **refs, size_t *n, size_t *cap)
 {
 	ah_txn *txn = NULL;
@@ -119,35 +122,41 @@ static int heap_rows(sink *s, pg_table *t, pg_buf *copy, kvref **refs, size_t *n
 	if (s->pos == 0)
 		return 0;
 	if ((rc = ah_txn_begin(s->heap, AH_TXN_RDONLY, &txn)) != 0 ||
-	    (rc = ah_cursor_open(txn, t->name, &c)) != 0)
+	    (rc = ah_cursor_open(txn, t->name, &c)) != 0 ||
+	    (rc = ah_cursor_rewind_keys(c)) < 0)  /* positions it: an error shows here */
 		goto out;
-	for (; ah_cursor_key_valid(c); ah_cursor_step_key(c)) {
-		for (; ah_cursor_val_valid(c); ah_cursor_step_val(c)) {
+	while (ah_cursor_key_valid(c)) {
+		while (ah_cursor_val_valid(c)) {
 			const void *k, *v;
 			size_t kl, vl;
 			int64_t sum;
 			if ((rc = ah_cursor_key(c, &k, &kl)) || (rc = ah_cursor_val(c, &v, &vl)) ||
 			    (rc = ah_cursor_accumulate(c, s->pos, &sum)))
 				goto out;
-			if (sum == 0)
-				continue;
-			if (*n == *cap) {
-				kvref *q = realloc(*refs, (*cap = *cap ? *cap * 2 : 1024) * sizeof *q);
-				if (!q) {
+			if (sum != 0) {
+				if (*n == *cap) {
+					kvref *q = realloc(*refs, (*cap = *cap ? *cap * 2 : 1024) * sizeof *q);
+					if (!q) {
+						rc = AH_ENOMEM;
+						goto out;
+					}
+					*refs = q;
+				}
+				/* offsets now, pointers once copy stops moving */
+				(*refs)[*n] = (kvref){ NULL, NULL, kl, vl, sum, copy->len };
+				(*n)++;
+				if (pg_buf_put(copy, k, kl) || pg_buf_put(copy, v, vl)) {
 					rc = AH_ENOMEM;
 					goto out;
 				}
-				*refs = q;
 			}
-			/* offsets now, pointers once copy stops moving */
-			(*refs)[*n] = (kvref){ NULL, NULL, kl, vl, sum, copy->len };
-			(*n)++;
-			if (pg_buf_put(copy, k, kl) || pg_buf_put(copy, v, vl)) {
-				rc = AH_ENOMEM;
+			if ((rc = ah_cursor_step_val(c)) < 0)
 				goto out;
-			}
 		}
+		if ((rc = ah_cursor_step_key(c)) < 0)
+			goto out;
 	}
+	rc = 0;
 out:
 	ah_cursor_close(c);
 	ah_txn_abort(txn);

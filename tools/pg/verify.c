@@ -45,16 +45,19 @@ static int open_ro(const char *path, ah_heap **h)
 	return rc;
 }
 
+/* Every cursor call is checked (a step returns 1 on a key or val, 0 at the
+ * end, < 0 an error): a damaged heap is an error, never a short digest. */
 static int heap_digest(ah_heap *h, const char *name, uint64_t as_of, digest *d)
 {
 	ah_txn *txn = NULL;
 	ah_cursor *c = NULL;
 	int rc;
 
-	if ((rc = ah_txn_begin(h, AH_TXN_RDONLY, &txn)) || (rc = ah_cursor_open(txn, name, &c)))
+	if ((rc = ah_txn_begin(h, AH_TXN_RDONLY, &txn)) || (rc = ah_cursor_open(txn, name, &c)) ||
+	    (rc = ah_cursor_rewind_keys(c)) < 0)  /* positions it: an error shows here */
 		goto out;
-	for (; ah_cursor_key_valid(c); ah_cursor_step_key(c))
-		for (; ah_cursor_val_valid(c); ah_cursor_step_val(c)) {
+	while (ah_cursor_key_valid(c)) {
+		while (ah_cursor_val_valid(c)) {
 			const void *k, *v;
 			size_t kl, vl;
 			int64_t sum;
@@ -63,7 +66,13 @@ static int heap_digest(ah_heap *h, const char *name, uint64_t as_of, digest *d)
 				goto out;
 			if (sum)
 				digest_add(d, k, kl, v, vl, sum);
+			if ((rc = ah_cursor_step_val(c)) < 0)
+				goto out;
 		}
+		if ((rc = ah_cursor_step_key(c)) < 0)
+			goto out;
+	}
+	rc = 0;
 out:
 	ah_cursor_close(c);
 	ah_txn_abort(txn);
