@@ -87,7 +87,10 @@ static void usage(FILE *f)
 	      "Keeps the tables of publication NAME (default ah_pgsync) as arrangements in HEAP\n"
 	      "through logical replication slot NAME (default ah_pgsync; pgoutput), resuming from\n"
 	      "the heap's stored LSN.  Tables need REPLICA IDENTITY FULL.  SIGTERM/SIGINT stop it\n"
-	      "after its current commit.\n", f);
+	      "after its current commit.\n"
+	      "verify compares every table with its arrangement at the heap's frontier: one line\n"
+	      "per table (equal, or DIFFERENT and what differs), then \"verified\" or a line naming\n"
+	      "each differing table; exit 1 if any differs.\n", f);
 }
 
 
