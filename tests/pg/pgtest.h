@@ -75,7 +75,8 @@ static inline void pgt_fini(void)
 		pgt_stop(pgt_cur);
 }
 
-static inline void pgt_start(pgt *c)
+/* Starts the cluster with extra server options (-c name=value ...). */
+static inline void pgt_start_opts(pgt *c, const char *opts)
 {
 	pgt_cur = c;
 	const char *b = getenv("AH_BUILD");
@@ -95,14 +96,19 @@ static inline void pgt_start(pgt *c)
 			continue;
 		if (pgt_sh("%s" PGT_BIN "/pg_ctl -D %s/data -l %s/pg.log -w -o \"-c listen_addresses="
 		           "127.0.0.1 -p %d -c unix_socket_directories=%s -c wal_level=logical "
-		           "-c max_replication_slots=8 -c max_wal_senders=8 -c fsync=off\" start >/dev/null",
-		           pgt_as_pg(), c->dir, c->dir, c->port, c->dir) == 0)
+		           "-c max_replication_slots=8 -c max_wal_senders=8 -c fsync=off %s\" start >/dev/null",
+		           pgt_as_pg(), c->dir, c->dir, c->port, c->dir, opts) == 0)
 			break;
 		c->port = 0;
 	}
 	cr_assert_neq(c->port, 0, "could not start a cluster");
 	snprintf(c->conn, sizeof c->conn, "host=127.0.0.1 port=%d user=postgres dbname=postgres",
 	         c->port);
+}
+
+static inline void pgt_start(pgt *c)
+{
+	pgt_start_opts(c, "");
 }
 
 static inline void pgt_stop(pgt *c)
@@ -186,10 +192,29 @@ static inline void pgt_wait_heap(pgt *c, const char *heap)
 	cr_assert_eq(access(path, F_OK), 0, "no first copy in %s", path);
 }
 
+/* An LSN at or past the end of every transaction committed so far (malloc).
+ * pg_current_wal_lsn() (the write position) lags commits that returned
+ * under synchronous_commit=off, and pg_current_wal_insert_lsn() can point
+ * past WAL not yet written (after the header of an empty page).  A marker
+ * transaction that writes WAL (a transactional logical message: pgoutput
+ * does not send it) committed synchronously flushes all WAL before it, so
+ * the flush position after it covers every earlier commit and is
+ * reachable.  tools/demo.sh does the same. */
+static inline char *pgt_wal_lsn(pgt *c, const char *db)
+{
+	char *out = pgt_sql(c, db, "SET synchronous_commit = on;\n"
+	                    "SELECT pg_logical_emit_message(true, 'ah-pgsync', 'marker') IS NOT NULL;\n"
+	                    "SELECT pg_current_wal_flush_lsn();\n");
+	char *nl = strrchr(out, '\n');
+	cr_assert(nl && !strncmp(out, "t\n", 2), "%s", out);
+	memmove(out, nl + 1, strlen(nl + 1) + 1);
+	return out;
+}
+
 /* Waits until the heap has every transaction committed so far. */
 static inline void pgt_catch_up(pgt *c, const char *db, const char *heap)
 {
-	char *lsn = pgt_sql(c, db, "SELECT pg_current_wal_lsn()");
+	char *lsn = pgt_wal_lsn(c, db);
 	int rc = pgt_sh("%s wait %s/%s %s 60 >/dev/null", c->sync, c->dir, heap, lsn);
 	cr_assert_eq(rc, 0, "heap did not catch up with %s", lsn);
 	free(lsn);

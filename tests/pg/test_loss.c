@@ -19,7 +19,7 @@ static const char *SETUP =
 static void wait_received_not_flushed(pgt *c)
 {
 	char q[512];
-	char *lsn = pgt_sql(c, "postgres", "SELECT pg_current_wal_lsn()");
+	char *lsn = pgt_wal_lsn(c, "postgres");
 	snprintf(q, sizeof q, "SELECT coalesce(bool_or(write_lsn >= '%s'), false) FROM "
 	         "pg_stat_replication WHERE application_name = 'ah-pgsync'", lsn);
 	pgt_poll(c, "postgres", q, 60);
@@ -145,5 +145,26 @@ Test(pgsync, damaged_heap_fails_truncate_and_verify, .timeout = 120, .fini = pgt
 	free(log);
 	flip_byte(&c, "heap", at, 0x40);
 	cr_assert_eq(pgt_rows(&c, "heap", "public.t"), 30000);
+	pgt_stop(&c);
+}
+
+/* Under synchronous_commit=off a commit returns before its WAL is written
+ * (here up to wal_writer_delay, 10 s, later): pgt_catch_up must still wait
+ * for it, as tools/demo.sh does after pgbench (which runs so). */
+Test(pgsync, catch_up_covers_async_commits, .timeout = 120, .fini = pgt_fini)
+{
+	pgt c;
+	pgt_start_opts(&c, "-c wal_writer_delay=10000");
+	pgt_exec(&c, "postgres", SETUP);
+	pid_t e = pgt_engine(&c, "heap", "e.log", NULL);
+	pgt_wait_heap(&c, "heap");
+	pgt_catch_up(&c, "postgres", "heap");
+	pgt_exec(&c, "postgres", "SET synchronous_commit = off; INSERT INTO t VALUES (3, 'async');");
+	pgt_catch_up(&c, "postgres", "heap");
+	char *s = pgt_read(&c, "heap", "public.t");
+	cr_assert_str_eq(s, "1|1,one|1\n2|2,two|1\n3|3,async|1\n");
+	free(s);
+	kill(e, SIGTERM);
+	cr_assert_eq(pgt_wait_pid(e), 0, "%s", pgt_file(&c, "e.log"));
 	pgt_stop(&c);
 }
