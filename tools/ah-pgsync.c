@@ -87,7 +87,10 @@ static void usage(FILE *f)
 	      "Keeps the tables of publication NAME (default ah_pgsync) as arrangements in HEAP\n"
 	      "through logical replication slot NAME (default ah_pgsync; pgoutput), resuming from\n"
 	      "the heap's stored LSN.  Tables need REPLICA IDENTITY FULL.  SIGTERM/SIGINT stop it\n"
-	      "after its current commit.\n"
+	      "after its current commit.  The settings that shape a value's text form (DateStyle,\n"
+	      "TimeZone, IntervalStyle, extra_float_digits, bytea_output, lc_monetary, search_path,\n"
+	      "client encoding) are fixed whatever PGTZ, PGDATESTYLE, PGCLIENTENCODING, PGOPTIONS\n"
+	      "or CONNINFO say, and recorded in the heap: a restart with others is refused.\n"
 	      "verify compares every table with its arrangement at the heap's frontier: one line\n"
 	      "per table (equal, or DIFFERENT and what differs), then \"verified\" or a line naming\n"
 	      "each differing table; exit 1 if any differs.\n", f);
@@ -155,6 +158,15 @@ static int check_source(engine *e)
 		return efail(e, "heap %s follows slot %s and publication %s, not %s and %s: pass "
 		             "--slot %s --publication %s", e->heap_path, want, want + 100, have,
 		             e->src.pub, want, want + 100);
+	}
+	if (!e->st.settings[0]) {
+		/* made before pg.settings: recorded with the next commit */
+		e->snk.settings = e->src.settings;
+	} else if (settings_diff(e->st.settings, e->src.settings, want, have, 100)) {
+		return efail(e, "heap %s was made with the text setting %s, this connection has %s: "
+		             "values would print otherwise and its rows could not be retracted; run "
+		             "the ah-pgsync that made it, or make a new heap (delete %s)",
+		             e->heap_path, want, have, e->heap_path);
 	}
 	if (src_slot(&e->src, &sl) != 0)
 		return efail(e, "%s", e->src.err);
@@ -262,6 +274,7 @@ static int fill_heap(engine *e, const char *path, const char *snapshot, uint64_t
 		goto out;
 	}
 	if ((rc = ah_source_put(txn, "pg.identity", id, strlen(id))) != 0 ||
+	    (rc = ah_source_put(txn, "pg.settings", e->src.settings, strlen(e->src.settings))) != 0 ||
 	    (rc = ah_source_put(txn, "pg.tables", tabs.p, tabs.len)) != 0 ||
 	    (rc = ah_source_put(txn, "pg.lsn", l, strlen(l))) != 0) {
 		efail(e, "recording the source in the heap: %s", ah_strerror(rc));
@@ -329,6 +342,7 @@ static int first_run(engine *e)
 	e->snk.pos = e->snk.group_pos = lsn;
 	identity_fmt(e->st.identity, sizeof e->st.identity, e->src.sysid, e->src.dbname,
 	             e->src.slot, e->src.pub);
+	snprintf(e->st.settings, sizeof e->st.settings, "%s", e->src.settings);
 	return 0;
 }
 

@@ -30,6 +30,7 @@ typedef struct pgt {
 	char dir[128];
 	char conn[256];     /* for ah-pgsync -d and psql */
 	char sync[512];     /* path of ah-pgsync */
+	const char *env;    /* shell words before ah-pgsync (pgt_engine, pgt_verify) */
 	int port;
 } pgt;
 
@@ -79,6 +80,7 @@ static inline void pgt_fini(void)
 static inline void pgt_start_opts(pgt *c, const char *opts)
 {
 	pgt_cur = c;
+	c->env = "";
 	const char *b = getenv("AH_BUILD");
 	if (!b || access(PGT_BIN "/initdb", X_OK) != 0)
 		cr_skip_test("needs AH_BUILD and PostgreSQL 15 (make deps)");
@@ -150,8 +152,8 @@ static inline void pgt_exec(pgt *c, const char *db, const char *sql)
 static inline pid_t pgt_engine(pgt *c, const char *heap, const char *log, const char *args)
 {
 	char cmd[2048];
-	snprintf(cmd, sizeof cmd, "exec %s -d '%s' --group-ms 50 %s %s/%s 2>%s/%s", c->sync, c->conn,
-	         args ? args : "", c->dir, heap, c->dir, log);
+	snprintf(cmd, sizeof cmd, "%s exec %s -d '%s' --group-ms 50 %s %s/%s 2>%s/%s", c->env,
+	         c->sync, c->conn, args ? args : "", c->dir, heap, c->dir, log);
 	pid_t pid = fork();
 	cr_assert(pid >= 0);
 	if (pid == 0) {
@@ -265,8 +267,8 @@ static inline void pgt_wait_log(pgt *c, const char *name, const char *needle, in
 
 static inline int pgt_verify(pgt *c, const char *db, const char *heap)
 {
-	return pgt_sh("%s verify -d 'host=127.0.0.1 port=%d user=postgres dbname=%s' %s/%s "
-	              ">%s/verify.log 2>&1", c->sync, c->port, db, c->dir, heap, c->dir);
+	return pgt_sh("%s %s verify -d 'host=127.0.0.1 port=%d user=postgres dbname=%s' %s/%s "
+	              ">%s/verify.log 2>&1", c->env, c->sync, c->port, db, c->dir, heap, c->dir);
 }
 
 /* One field of the row encoding (tools/pg/row.h) as text: NULL, or the

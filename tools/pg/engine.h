@@ -11,12 +11,14 @@
 #include "tools/pg/sink.h"
 
 /* What a heap records about its source (sources pg.identity, pg.tables,
- * pg.lsn).  have_lsn = 0: the heap has never been filled. */
+ * pg.lsn, pg.stats, pg.settings).  have_lsn = 0: the heap has never been
+ * filled. */
 typedef struct pg_stored {
 	int have_lsn;
 	uint64_t lsn;
 	uint64_t txns, updates;  /* pg.stats */
 	char identity[1024];
+	char settings[512];  /* pg.settings; "" in heaps made before it existed */
 	pg_table *t;
 	int nt;
 } pg_stored;
@@ -26,6 +28,10 @@ void identity_fmt(char *buf, size_t len, const char *sysid, const char *db, cons
                   const char *pub);
 /* The value of "key=" in an identity text, copied to buf ("" if absent). */
 void identity_get(const char *id, const char *key, char *buf, size_t len);
+/* Compares the heap's text settings with a connection's ("name=value"
+ * lines): 0 if equal, else 1 with "name=heap's" and "name=this" (the first
+ * difference) in a and b. */
+int settings_diff(const char *heap, const char *conn, char *a, char *b, size_t len);
 
 /* Applies one decoded pgoutput message to the sink: Begin, Commit,
  * Relation (checked against the stored table), Insert, Update, Delete,

@@ -316,10 +316,14 @@ int sink_flush(sink *s)
 	         s->total_updates + s->updates);
 	if ((rc = ah_source_put(txn, "pg.stats", stats, strlen(stats))) != 0)
 		goto out;
+	if (s->settings &&
+	    (rc = ah_source_put(txn, "pg.settings", s->settings, strlen(s->settings))) != 0)
+		goto out;
 	rc = ah_txn_commit(txn);
 	txn = NULL;
 	if (rc)
 		goto out;
+	s->settings = NULL;
 	s->pos = s->group_pos;
 	s->group_txns = 0;
 	s->group_updates = 0;

@@ -15,6 +15,9 @@
  *   source "pg.identity"   text lines system=, database=, slot=,
  *                          publication=: whose stream this heap follows.
  *   source "pg.stats"      text "txns=N updates=M": totals applied so far.
+ *   source "pg.settings"   the text settings both connections had when the
+ *                          heap was made ("name=value" lines, source.h): a
+ *                          restart with others is refused.
  *   source "pg.tables"     one line per table: relid, arrangement, schema,
  *                          table, key column indices, column names
  *                          (tab-separated, names escaped as escape.h).
@@ -63,6 +66,7 @@ typedef struct sink {
 	uint64_t group_updates;
 	uint64_t txns, skipped, updates;  /* totals of this run */
 	uint64_t total_txns, total_updates; /* of earlier runs (pg.stats) */
+	const char *settings; /* written as pg.settings by the next flush if set */
 	pg_buf kv;           /* scratch for one row's key and val */
 	char err[1024];
 } sink;

@@ -14,8 +14,22 @@
 
 #include "tools/pg/source.h"
 
-#define TEXT_SETTINGS "-c DateStyle=ISO -c TimeZone=UTC -c IntervalStyle=postgres " \
-	"-c extra_float_digits=3 -c bytea_output=hex"
+/* The settings that shape a value's text form (the type output functions
+ * run in the backend for COPY, in the walsender for pgoutput), fixed on
+ * both connections whatever the environment, the conninfo, or the role's
+ * and database's defaults say: lc_monetary for money, search_path for the
+ * reg* types; the client encoding is the server encoding.  If a value
+ * changes here, heaps made before are refused at restart (pg.settings). */
+static const char *const TEXT_SETTINGS[][2] = {
+	{ "DateStyle", "ISO, MDY" },
+	{ "TimeZone", "UTC" },
+	{ "IntervalStyle", "postgres" },
+	{ "extra_float_digits", "3" },
+	{ "bytea_output", "hex" },
+	{ "lc_monetary", "C" },
+	{ "search_path", "pg_catalog" },
+};
+#define NSETTINGS (sizeof TEXT_SETTINGS / sizeof TEXT_SETTINGS[0])
 
 static int fail(pg_src *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int fail(pg_src *s, const char *fmt, ...)
@@ -60,21 +74,95 @@ static int pq_fail(pg_src *s, PGconn *c, const char *what)
 	return fail(s, "%s: %s", what, m);
 }
 
+/* "-c name=value ..." for the startup packet (spaces escaped). */
+static void options_for(char *buf, size_t len)
+{
+	size_t n = 0;
+
+	buf[0] = 0;
+	for (size_t i = 0; i < NSETTINGS && n + 1 < len; i++) {
+		n += (size_t)snprintf(buf + n, len - n, "%s-c %s=", i ? " " : "", TEXT_SETTINGS[i][0]);
+		for (const char *v = TEXT_SETTINGS[i][1]; *v && n + 2 < len; v++) {
+			if (*v == ' ')
+				buf[n++] = '\\';
+			buf[n++] = *v;
+		}
+		buf[n] = 0;
+	}
+}
+
+/* Sets the text settings on connection c and reads them back: out gets
+ * "name=value" lines, the client encoding last.  Fails naming a setting
+ * the server did not take. */
+static int fix_settings(pg_src *s, PGconn *c, const char *which, char *out, size_t len)
+{
+	const char *enc = PQparameterStatus(c, "server_encoding");
+	char q[600], line[600];
+	size_t n = 0, qn;
+	PGresult *r;
+
+	if (!enc || PQsetClientEncoding(c, enc) != 0)
+		return fail(s, "setting the client encoding of the %s connection to the server encoding "
+		            "%s failed: %s", which, enc ? enc : "(unknown)",
+		            first_line(PQerrorMessage(c), line, sizeof line));
+	for (size_t i = 0; i < NSETTINGS; i++) {
+		char *v = PQescapeLiteral(c, TEXT_SETTINGS[i][1], strlen(TEXT_SETTINGS[i][1]));
+		if (!v)
+			return fail(s, "out of memory");
+		snprintf(q, sizeof q, "SET %s = %s", TEXT_SETTINGS[i][0], v);
+		PQfreemem(v);
+		r = PQexec(c, q);
+		int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+		PQclear(r);
+		if (!ok) {
+			snprintf(q, sizeof q, "setting %s on the %s connection", TEXT_SETTINGS[i][0], which);
+			return pq_fail(s, c, q);
+		}
+	}
+	qn = (size_t)snprintf(q, sizeof q, "SELECT ");
+	for (size_t i = 0; i < NSETTINGS; i++)
+		qn += (size_t)snprintf(q + qn, sizeof q - qn, "current_setting('%s'), ", TEXT_SETTINGS[i][0]);
+	snprintf(q + qn, sizeof q - qn, "current_setting('client_encoding')");
+	r = PQexec(c, q);
+	if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1 ||
+	    PQnfields(r) != (int)NSETTINGS + 1) {
+		PQclear(r);
+		snprintf(q, sizeof q, "reading the settings of the %s connection", which);
+		return pq_fail(s, c, q);
+	}
+	for (size_t i = 0; i <= NSETTINGS; i++) {
+		const char *name = i < NSETTINGS ? TEXT_SETTINGS[i][0] : "client_encoding";
+		const char *want = i < NSETTINGS ? TEXT_SETTINGS[i][1] : enc;
+		const char *have = PQgetvalue(r, 0, (int)i);
+		if (strcmp(have, want) != 0) {
+			fail(s, "the server keeps %s = '%s' on the %s connection, not '%s' as set: "
+			     "ah-pgsync needs it so that every value has one text form", name, have,
+			     which, want);
+			PQclear(r);
+			return -1;
+		}
+		n += (size_t)snprintf(out + n, n < len ? len - n : 0, "%s=%s\n", name, have);
+	}
+	PQclear(r);
+	return n < len ? 0 : fail(s, "the text settings do not fit %zu bytes", len);
+}
+
 static PGconn *open_conn(pg_src *s, int replication)
 {
-	const char *keys[] = { "dbname", "replication", "options", "fallback_application_name", NULL };
-	const char *vals[] = { s->conninfo, replication ? "database" : NULL, TEXT_SETTINGS,
-	                       "ah-pgsync", NULL };
-	char line[600];
+	char opts[400], line[600];
+	/* The expanded dbname comes first, so the keywords after it override
+	 * what the conninfo (and PGOPTIONS, PGCLIENTENCODING) says. */
+	const char *keys[] = { "dbname", "options", "client_encoding", "fallback_application_name",
+	                       replication ? "replication" : NULL, NULL };
+	const char *vals[] = { s->conninfo, opts, "UTF8", "ah-pgsync", "database", NULL };
 	PGconn *c;
 
-	if (!replication) {
-		keys[1] = "options";
-		vals[1] = TEXT_SETTINGS;
-		keys[2] = "fallback_application_name";
-		vals[2] = "ah-pgsync";
-		keys[3] = NULL;
-	}
+	options_for(opts, sizeof opts);
+	/* libpq sends these as startup parameters, applied after the options
+	 * and overridden by no keyword; an invalid one would refuse the
+	 * connection.  fix_settings sets everything again anyway. */
+	unsetenv("PGTZ");
+	unsetenv("PGDATESTYLE");
 	c = PQconnectdbParams(keys, vals, 1);
 	if (c && PQstatus(c) == CONNECTION_OK)
 		return c;
@@ -99,9 +187,16 @@ int src_connect(pg_src *s)
 	/* positions of an earlier connection say nothing about this one */
 	s->wal_end = 0;
 	s->reply_requested = 0;
-	if (!(s->repl = open_conn(s, 1)) || !(s->sql = open_conn(s, 0)))
+	char other[sizeof s->settings];
+
+	if (!(s->repl = open_conn(s, 1)) || !(s->sql = open_conn(s, 0)) ||
+	    fix_settings(s, s->repl, "replication", other, sizeof other) != 0 ||
+	    fix_settings(s, s->sql, "SQL", s->settings, sizeof s->settings) != 0)
 		goto out;
-	PQsetClientEncoding(s->sql, PQparameterStatus(s->sql, "server_encoding"));
+	if (strcmp(other, s->settings) != 0) {
+		fail(s, "the replication and SQL connections have other text settings");
+		goto out;
+	}
 	r = PQexec(s->repl, "IDENTIFY_SYSTEM");
 	if (PQresultStatus(r) != PGRES_TUPLES_OK || PQnfields(r) < 4 || PQntuples(r) != 1) {
 		pq_fail(s, s->repl, "IDENTIFY_SYSTEM");
@@ -132,9 +227,11 @@ out:
 
 int src_connect_sql(pg_src *s)
 {
-	if (!(s->sql = open_conn(s, 0)))
+	if (!(s->sql = open_conn(s, 0)) ||
+	    fix_settings(s, s->sql, "SQL", s->settings, sizeof s->settings) != 0) {
+		src_close(s);
 		return -1;
-	PQsetClientEncoding(s->sql, PQparameterStatus(s->sql, "server_encoding"));
+	}
 	return 0;
 }
 

@@ -6,9 +6,11 @@
  * queries and the COPY of the first snapshot.
  *
  * Both connections fix the settings that shape a value's text form
- * (DateStyle, TimeZone, IntervalStyle, extra_float_digits, bytea_output),
- * so COPY and pgoutput print every value alike.  Every failure leaves one
- * line naming the cause and the fix in src->err.
+ * (DateStyle, TimeZone, IntervalStyle, extra_float_digits, bytea_output,
+ * lc_monetary, search_path, client encoding = server encoding) whatever
+ * the environment or the conninfo says, and read them back: COPY and
+ * pgoutput print every value alike, on every run.  Every failure leaves
+ * one line naming the cause and the fix in src->err.
  */
 #ifndef TOOLS_PG_SOURCE_H
 #define TOOLS_PG_SOURCE_H
@@ -28,6 +30,7 @@ typedef struct pg_src {
 	uint64_t wal_end;      /* the server's WAL end, from 'w' and 'k' */
 	int reply_requested;   /* the last keepalive asked for a reply */
 	uint64_t bytes;        /* CopyData bytes received */
+	char settings[512];    /* the effective text settings, "name=value" lines */
 	char err[1024];
 } pg_src;
 

@@ -145,6 +145,11 @@ int cmd_verify(int argc, char **argv)
 		fprintf(stderr, "ah-pgsync verify: %s\n", src.err);
 		goto out;
 	}
+	if (st.settings[0] && settings_diff(st.settings, src.settings, err, err + 512, 512)) {
+		fprintf(stderr, "ah-pgsync verify: heap %s was made with the text setting %s, this "
+		        "connection has %s: the comparison would be meaningless\n", path, err, err + 512);
+		goto out;
+	}
 	lsn_fmt(st.lsn, l, sizeof l);
 	for (int i = 0; i < st.nt; i++) {
 		digest hd = { 0 };
