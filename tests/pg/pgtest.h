@@ -62,24 +62,24 @@ static inline int pgt_port_free(int port)
 }
 
 /* The running test's cluster and engines, stopped by pgt_fini also after a
- * failed assertion (Criterion runs .fini then). */
-static pgt *pgt_cur;
+ * failed assertion (Criterion runs .fini then, after the test's stack frame
+ * is gone: so the directory is kept here, not a pointer to the test's pgt). */
+static char pgt_cur_dir[128];
 static pid_t pgt_pids[8];
 
-static inline void pgt_stop(pgt *c);
+static inline void pgt_stop_dir(const char *dir);
 static inline void pgt_fini(void)
 {
 	for (int i = 0; i < 8; i++)
 		if (pgt_pids[i] > 0)
 			kill(pgt_pids[i], SIGKILL);
-	if (pgt_cur)
-		pgt_stop(pgt_cur);
+	if (pgt_cur_dir[0])
+		pgt_stop_dir(pgt_cur_dir);
 }
 
 /* Starts the cluster with extra server options (-c name=value ...). */
 static inline void pgt_start_opts(pgt *c, const char *opts)
 {
-	pgt_cur = c;
 	c->env = "";
 	const char *b = getenv("AH_BUILD");
 	if (!b || access(PGT_BIN "/initdb", X_OK) != 0)
@@ -87,6 +87,7 @@ static inline void pgt_start_opts(pgt *c, const char *opts)
 	snprintf(c->sync, sizeof c->sync, "%s/ah-pgsync", b);
 	snprintf(c->dir, sizeof c->dir, "/tmp/ahpg.XXXXXX");
 	cr_assert(mkdtemp(c->dir));
+	memcpy(pgt_cur_dir, c->dir, sizeof pgt_cur_dir);
 	chmod(c->dir, 0755);
 	if (geteuid() == 0)
 		cr_assert_eq(pgt_sh("chown postgres '%s'", c->dir), 0);
@@ -113,12 +114,17 @@ static inline void pgt_start(pgt *c)
 	pgt_start_opts(c, "");
 }
 
+static inline void pgt_stop_dir(const char *dir)
+{
+	pgt_sh("%s" PGT_BIN "/pg_ctl -D %s/data -m immediate stop >/dev/null 2>&1", pgt_as_pg(), dir);
+	if (!strncmp(dir, "/tmp/ahpg.", 10))
+		pgt_sh("rm -rf '%s'", dir);
+	pgt_cur_dir[0] = 0;
+}
+
 static inline void pgt_stop(pgt *c)
 {
-	pgt_sh("%s" PGT_BIN "/pg_ctl -D %s/data -m immediate stop >/dev/null 2>&1", pgt_as_pg(),
-	       c->dir);
-	pgt_sh("rm -rf '%s'", c->dir);
-	pgt_cur = NULL;
+	pgt_stop_dir(c->dir);
 }
 
 /* Runs SQL with psql in database db; returns its trimmed output (malloc). */
@@ -152,7 +158,7 @@ static inline void pgt_exec(pgt *c, const char *db, const char *sql)
 static inline pid_t pgt_engine(pgt *c, const char *heap, const char *log, const char *args)
 {
 	char cmd[2048];
-	snprintf(cmd, sizeof cmd, "%s exec %s -d '%s' --group-ms 50 %s %s/%s 2>%s/%s", c->env,
+	snprintf(cmd, sizeof cmd, "%s exec %s -d '%s' --group-ms 50 %s %s/%s >/dev/null 2>%s/%s", c->env,
 	         c->sync, c->conn, args ? args : "", c->dir, heap, c->dir, log);
 	pid_t pid = fork();
 	cr_assert(pid >= 0);

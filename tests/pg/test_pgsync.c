@@ -278,3 +278,36 @@ Test(pgsync, verify_reports_every_table, .timeout = 120, .fini = pgt_fini)
 	free(lsn);
 	pgt_stop(&c);
 }
+
+/* A publication whose stream would lack changes the heap needs is refused,
+ * at the first run and at a restart: one that does not publish every kind
+ * of change, one with a row filter, one dropped and re-created. */
+Test(pgsync, publication_changes_refused, .timeout = 120, .fini = pgt_fini)
+{
+	pgt c;
+	pgt_start(&c);
+	pgt_exec(&c, "postgres", "CREATE TABLE t (id int PRIMARY KEY, v text);"
+	         "ALTER TABLE t REPLICA IDENTITY FULL; INSERT INTO t VALUES (1, 'x');"
+	         "CREATE PUBLICATION ah_pgsync FOR TABLE t WITH (publish = 'insert, update');");
+	expect_error(&c, "h1", NULL, "publication ah_pgsync does not publish deletes, so the heap "
+	             "would keep rows the tables no longer have: ALTER PUBLICATION ah_pgsync SET "
+	             "(publish = 'insert, update, delete, truncate')");
+	pgt_exec(&c, "postgres", "ALTER PUBLICATION ah_pgsync SET (publish = 'insert, update, delete, "
+	         "truncate'); ALTER PUBLICATION ah_pgsync SET TABLE t WHERE (id > 0);");
+	expect_error(&c, "h1", NULL, "publication ah_pgsync has a row filter or a column list on "
+	             "table public.t");
+	pgt_exec(&c, "postgres", "SELECT pg_drop_replication_slot('ah_pgsync') FROM pg_replication_slots;"
+	         "ALTER PUBLICATION ah_pgsync SET TABLE t;");
+	pid_t e = pgt_engine(&c, "h1", "e.log", NULL);
+	pgt_wait_heap(&c, "h1");
+	pgt_catch_up(&c, "postgres", "h1");
+	kill(e, SIGTERM);
+	cr_assert_eq(pgt_wait_pid(e), 0);
+	uint64_t before = pgt_last_txn(&c, "h1");
+	pgt_exec(&c, "postgres", "ALTER PUBLICATION ah_pgsync SET (publish = 'insert, update, delete');");
+	expect_error(&c, "h1", NULL, "publication ah_pgsync does not publish truncates");
+	pgt_exec(&c, "postgres", "DROP PUBLICATION ah_pgsync; CREATE PUBLICATION ah_pgsync FOR TABLE t;");
+	expect_error(&c, "h1", NULL, "publication ah_pgsync was dropped and re-created since heap ");
+	cr_assert_eq(pgt_last_txn(&c, "h1"), before, "heap changed");
+	pgt_stop(&c);
+}

@@ -119,7 +119,7 @@ static int heap_rows(sink *s, pg_table *t, pg_buf *copy, kvref **refs, size_t *n
 	ah_cursor *c = NULL;
 	int rc;
 
-	if (s->pos == 0)
+	if (s->pos == 0 || !t->in_heap)
 		return 0;
 	if ((rc = ah_txn_begin(s->heap, AH_TXN_RDONLY, &txn)) != 0 ||
 	    (rc = ah_cursor_open(txn, t->name, &c)) != 0 ||
@@ -276,6 +276,32 @@ void sink_idle(sink *s, uint64_t wal_end)
 		s->group_pos = wal_end;
 }
 
+int sink_add_table(sink *s, pg_table *t)
+{
+	pg_table *q;
+
+	for (int i = 0; i < s->nt; i++)
+		if (!strcmp(s->t[i].name, t->name)) {
+			snprintf(s->err, sizeof s->err, "table %s.%s (relid %" PRIu32 ") has the "
+			         "arrangement name %s of table %s.%s (relid %" PRIu32 ") that the heap "
+			         "follows: it was dropped and re-created, or renamed (ah-pgsync does not "
+			         "follow DDL): make a new heap and slot", t->nsp, t->rel, t->relid, t->name,
+			         s->t[i].nsp, s->t[i].rel, s->t[i].relid);
+			s->stuck = 1;
+			return -1;
+		}
+	if (!(q = realloc(s->t, (size_t)(s->nt + 1) * sizeof *q)))
+		return oom(s);
+	s->t = q;
+	q[s->nt] = *t;
+	q[s->nt].in_heap = 0;
+	q[s->nt].nups = q[s->nt].mark = 0;
+	q[s->nt].bytes_mark = q[s->nt].bytes.len = 0;
+	s->nt++;
+	memset(t, 0, sizeof *t);
+	return 0;
+}
+
 static int append_table(ah_txn *txn, pg_table *t, uint64_t lower, uint64_t upper)
 {
 	ah_update *u;
@@ -299,19 +325,42 @@ int sink_flush(sink *s)
 {
 	ah_txn *txn = NULL;
 	char lsn[32], stats[100];
-	int rc, i = -1;
+	pg_buf tabs = { 0 };
+	int rc, i = -1, created = 0;
 
 	if (s->in_txn || s->group_pos == s->pos)
 		return 0;
 	if ((rc = ah_txn_begin(s->heap, 0, &txn)) != 0)
 		goto out;
-	for (i = 0; i < s->nt; i++)
-		if ((rc = append_table(txn, &s->t[i], s->pos + 1, s->group_pos + 1)) != 0)
+	for (i = 0; i < s->nt; i++) {
+		pg_table *t = &s->t[i];
+		if (t->in_heap)
+			rc = append_table(txn, t, s->pos + 1, s->group_pos + 1);
+		else if (t->nups == 0)
+			continue;  /* followed, but no rows yet: not in the heap */
+		else if ((rc = ah_arrangement_create(txn, t->name)) == 0 &&
+		         (rc = append_table(txn, t, 0, s->group_pos + 1)) == 0)
+			created++;
+		if (rc)
 			goto out;
+	}
 	lsn_fmt(s->group_pos, lsn, sizeof lsn);
 	i = -1;
 	if ((rc = ah_source_put(txn, "pg.lsn", lsn, strlen(lsn))) != 0)
 		goto out;
+	if (created) {
+		/* the new tables go into pg.tables with their first rows */
+		for (int k = 0; k < s->nt; k++)
+			if (!s->t[k].in_heap && s->t[k].nups)
+				s->t[k].in_heap = 2;
+		int bad = tables_format(s->t, s->nt, &tabs);
+		rc = bad ? AH_ENOMEM : ah_source_put(txn, "pg.tables", tabs.p, tabs.len);
+		for (int k = 0; k < s->nt; k++)
+			if (s->t[k].in_heap == 2)
+				s->t[k].in_heap = 0;
+		if (rc)
+			goto out;
+	}
 	snprintf(stats, sizeof stats, "txns=%" PRIu64 " updates=%" PRIu64 "\n", s->total_txns + s->txns,
 	         s->total_updates + s->updates);
 	if ((rc = ah_source_put(txn, "pg.stats", stats, strlen(stats))) != 0)
@@ -328,11 +377,15 @@ int sink_flush(sink *s)
 	s->group_txns = 0;
 	s->group_updates = 0;
 	for (i = 0; i < s->nt; i++) {
+		if (s->t[i].nups)
+			s->t[i].in_heap = 1;
 		s->t[i].nups = s->t[i].mark = 0;
 		s->t[i].bytes.len = s->t[i].bytes_mark = 0;
 	}
+	pg_buf_free(&tabs);
 	return 0;
 out:
+	pg_buf_free(&tabs);
 	snprintf(s->err, sizeof s->err, "heap commit%s%s: %s", i >= 0 ? " of " : "",
 	         i >= 0 ? s->t[i].name : "",
 	         txn && *ah_txn_errmsg(txn) ? ah_txn_errmsg(txn) : ah_strerror(rc));

@@ -182,12 +182,13 @@ static PGconn *open_conn(pg_src *s, int replication)
 int src_connect(pg_src *s)
 {
 	PGresult *r = NULL;
+	char other[sizeof s->settings];
+	pg_pub pub;
 	int rc = -1;
 
 	/* positions of an earlier connection say nothing about this one */
 	s->wal_end = 0;
 	s->reply_requested = 0;
-	char other[sizeof s->settings];
 
 	if (!(s->repl = open_conn(s, 1)) || !(s->sql = open_conn(s, 0)) ||
 	    fix_settings(s, s->repl, "replication", other, sizeof other) != 0 ||
@@ -205,16 +206,21 @@ int src_connect(pg_src *s)
 	snprintf(s->sysid, sizeof s->sysid, "%s", PQgetvalue(r, 0, 0));
 	snprintf(s->dbname, sizeof s->dbname, "%s", PQgetvalue(r, 0, 3));
 	PQclear(r);
-	const char *pv[1] = { s->pub };
-	r = PQexecParams(s->sql, "SELECT 1 FROM pg_publication WHERE pubname = $1", 1, NULL, pv,
-	                 NULL, NULL, 0);
-	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-		pq_fail(s, s->sql, "looking up the publication");
+	r = NULL;
+	if (src_publication(s, &pub) != 0)
+		goto out;
+	s->pub_oid = pub.oid;
+	if (!pub.ins || !pub.upd || !pub.del || !pub.trunc) {
+		fail(s, "publication %s does not publish %s, so the heap would keep rows the tables "
+		     "no longer have: ALTER PUBLICATION %s SET (publish = 'insert, update, delete, "
+		     "truncate')", s->pub, !pub.ins ? "inserts" : !pub.upd ? "updates" :
+		     !pub.del ? "deletes" : "truncates", s->pub);
 		goto out;
 	}
-	if (PQntuples(r) != 1) {
-		fail(s, "publication \"%s\" does not exist in database %s: CREATE PUBLICATION %s "
-		     "FOR ALL TABLES (or FOR TABLE ...), or pass --publication", s->pub, s->dbname, s->pub);
+	if (pub.filtered[0]) {
+		fail(s, "publication %s has a row filter or a column list on table %s, so its stream "
+		     "lacks changes the heap needs: ALTER PUBLICATION %s SET TABLE ... without WHERE "
+		     "and columns, or use another publication", s->pub, pub.filtered, s->pub);
 		goto out;
 	}
 	rc = 0;
@@ -381,6 +387,7 @@ int src_tables(pg_src *s, pg_table **out, int *nt)
 		if (table_columns(s, x, PQgetvalue(r, n - 1, 0)) != 0)
 			goto out;
 		table_name_for(x);
+		x->in_heap = 1;  /* in the first copy */
 	}
 	rc = 0;
 out:
@@ -392,6 +399,104 @@ out:
 	}
 	*out = t;
 	*nt = n;
+	return rc;
+}
+
+int src_publication(pg_src *s, pg_pub *o)
+{
+	const char *pv[1] = { s->pub };
+	PGresult *r = PQexecParams(s->sql,
+		"SELECT p.oid::text, p.puballtables, p.pubinsert, p.pubupdate, p.pubdelete, "
+		"p.pubtruncate, (SELECT n.nspname || '.' || c.relname FROM pg_publication_rel x "
+		"JOIN pg_class c ON c.oid = x.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+		"WHERE x.prpubid = p.oid AND (x.prqual IS NOT NULL OR x.prattrs IS NOT NULL) "
+		"ORDER BY 1 LIMIT 1) FROM pg_publication p WHERE p.pubname = $1", 1, NULL, pv, NULL,
+		NULL, 0);
+	int rc = -1;
+
+	memset(o, 0, sizeof *o);
+	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+		pq_fail(s, s->sql, "looking up the publication");
+	} else if (PQntuples(r) != 1) {
+		fail(s, "publication \"%s\" does not exist in database %s: CREATE PUBLICATION %s "
+		     "FOR ALL TABLES (or FOR TABLE ...), or pass --publication", s->pub, s->dbname, s->pub);
+	} else {
+		o->oid = (uint32_t)strtoul(PQgetvalue(r, 0, 0), NULL, 10);
+		o->all_tables = PQgetvalue(r, 0, 1)[0] == 't';
+		o->ins = PQgetvalue(r, 0, 2)[0] == 't';
+		o->upd = PQgetvalue(r, 0, 3)[0] == 't';
+		o->del = PQgetvalue(r, 0, 4)[0] == 't';
+		o->trunc = PQgetvalue(r, 0, 5)[0] == 't';
+		snprintf(o->filtered, sizeof o->filtered, "%s", PQgetvalue(r, 0, 6));
+		rc = 0;
+	}
+	PQclear(r);
+	return rc;
+}
+
+int src_relation(pg_src *s, uint32_t relid, pg_table *t, pg_rel *o)
+{
+	char oid[16];
+	const char *pv[1] = { oid };
+	PGresult *r;
+	int rc = -1;
+
+	snprintf(oid, sizeof oid, "%" PRIu32, relid);
+	memset(o, 0, sizeof *o);
+	r = PQexecParams(s->sql, "SELECT n.nspname, c.relname, c.relfilenode::text, c.relpersistence, "
+	                 "c.relkind, c.relreplident FROM pg_class c JOIN pg_namespace n ON "
+	                 "n.oid = c.relnamespace WHERE c.oid = $1::oid", 1, NULL, pv, NULL, NULL, 0);
+	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+		pq_fail(s, s->sql, "looking up a table");
+		goto out;
+	}
+	rc = 0;
+	if (PQntuples(r) != 1)
+		goto out;
+	o->exists = 1;
+	o->relfilenode = (uint32_t)strtoul(PQgetvalue(r, 0, 2), NULL, 10);
+	o->persistence = PQgetvalue(r, 0, 3)[0];
+	o->kind = PQgetvalue(r, 0, 4)[0];
+	o->replident = PQgetvalue(r, 0, 5)[0];
+	memset(t, 0, sizeof *t);
+	t->relid = relid;
+	if (!(t->nsp = strdup(PQgetvalue(r, 0, 0))) || !(t->rel = strdup(PQgetvalue(r, 0, 1))))
+		rc = fail(s, "out of memory");
+	else
+		rc = table_columns(s, t, oid);
+	if (rc == 0)
+		table_name_for(t);
+out:
+	PQclear(r);
+	return rc;
+}
+
+int src_relid_max(pg_src *s, uint32_t *out)
+{
+	PGresult *r = PQexec(s->sql, "SELECT max(oid)::text FROM pg_class");
+	int rc = 0;
+
+	if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
+		rc = pq_fail(s, s->sql, "reading pg_class in the snapshot");
+	else
+		*out = (uint32_t)strtoul(PQgetvalue(r, 0, 0), NULL, 10);
+	PQclear(r);
+	return rc;
+}
+
+int src_wal_held(pg_src *s, uint64_t *bytes)
+{
+	const char *pv[1] = { s->slot };
+	PGresult *r = PQexecParams(s->sql, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)"
+	                           "::bigint FROM pg_replication_slots WHERE slot_name = $1", 1, NULL,
+	                           pv, NULL, NULL, 0);
+	int rc = 0;
+
+	if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1 || PQgetisnull(r, 0, 0))
+		rc = -1;
+	else
+		*bytes = strtoull(PQgetvalue(r, 0, 0), NULL, 10);
+	PQclear(r);
 	return rc;
 }
 

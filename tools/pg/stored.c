@@ -31,6 +31,11 @@ void identity_get(const char *id, const char *key, char *buf, size_t len)
 	}
 }
 
+void snapshot_fmt(char *buf, size_t len, uint32_t relid_max, uint32_t pub_oid)
+{
+	snprintf(buf, len, "relid_max=%" PRIu32 "\npublication_oid=%" PRIu32 "\n", relid_max, pub_oid);
+}
+
 /* The value of the line "name=..." of text, or NULL. */
 static const char *line_value(const char *text, const char *name, size_t nl, size_t *vl)
 {
@@ -98,6 +103,21 @@ int stored_read(ah_heap *h, pg_stored *st, char *err, size_t errlen)
 	if (rc == 0 && len < sizeof st->settings && !memchr(p, 0, len)) {
 		memcpy(st->settings, p, len);
 		st->settings[len] = 0;
+	} else if (rc != AH_ENOTFOUND) {
+		goto bad;
+	}
+	rc = ah_source_get(txn, "pg.snapshot", &p, &len);
+	if (rc == 0) {
+		char tmp[100];
+		int n = 0;
+		if (len >= sizeof tmp)
+			goto bad;
+		memcpy(tmp, p, len);
+		tmp[len] = 0;
+		if (sscanf(tmp, "relid_max=%" SCNu32 "\npublication_oid=%" SCNu32 "\n%n", &st->relid_max,
+		           &st->pub_oid, &n) != 2 || (size_t)n != len)
+			goto bad;
+		st->have_snapshot = 1;
 	} else if (rc != AH_ENOTFOUND) {
 		goto bad;
 	}
