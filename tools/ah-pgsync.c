@@ -457,8 +457,10 @@ static int stream(engine *e)
 		}
 		if (r == 1) {
 			int d = po_decode(&e->dec, data, len, &why);
-			if (d != 0)
+			if (d != 0) {
+				e->snk.stuck = d == -1;  /* the server sends it again */
 				return efail(e, "%s", d == -2 ? "out of memory" : why);
+			}
 			if (e->dec.m.type == 'R' && !sink_table(&e->snk, e->dec.m.relid) &&
 			    (d = follow(e)) != 0)
 				return d;
