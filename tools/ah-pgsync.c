@@ -12,9 +12,10 @@
  * published table inside it as each arrangement's first batch at the
  * slot's consistent point, then streams.  Later runs start replication at
  * the stored LSN.  A table created after the slot is followed when
- * tools/pg/follow.c proves the stream holds all its rows.  Groups of source transactions are committed to the heap
- * with the LSN (tools/pg/sink.h); only then is the LSN confirmed to the
- * server as flushed.  ARCHITECTURE.md section 12 has the contract.
+ * tools/pg/follow.c proves the stream holds all its rows.  Groups of
+ * source transactions are committed to the heap with the LSN
+ * (tools/pg/sink.h); only then is the LSN confirmed to the server as
+ * flushed.  ARCHITECTURE.md section 12 has the contract.
  *
  * A thin program over include/arrheap.h and libpq.  Exit status: 0 stopped
  * by SIGTERM/SIGINT after its last commit, 1 an error (one line on stderr
