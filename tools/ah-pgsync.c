@@ -11,9 +11,11 @@
  * First run: creates slot S with an exported snapshot, COPYs every
  * published table inside it as each arrangement's first batch at the
  * slot's consistent point, then streams.  Later runs start replication at
- * the stored LSN.  Groups of source transactions are committed to the heap
- * with the LSN (tools/pg/sink.h); only then is the LSN confirmed to the
- * server as flushed.  ARCHITECTURE.md section 12 has the contract.
+ * the stored LSN.  A table created after the slot is followed when
+ * tools/pg/follow.c proves the stream holds all its rows.  Groups of
+ * source transactions are committed to the heap with the LSN
+ * (tools/pg/sink.h); only then is the LSN confirmed to the server as
+ * flushed.  ARCHITECTURE.md section 12 has the contract.
  *
  * A thin program over include/arrheap.h and libpq.  Exit status: 0 stopped
  * by SIGTERM/SIGINT after its last commit, 1 an error (one line on stderr
@@ -43,10 +45,11 @@ typedef struct engine {
 	po_decoder dec;
 	pg_stored st;
 	uint64_t start_lsn;
+	uint64_t reported;   /* the write position last sent to the server */
 	struct timespec t0, last_flush, last_status, last_progress;
 	uint64_t prog_txns, prog_updates;
 	int tty, progress_shown;
-	char err[1200];
+	char err[2048];
 } engine;
 
 static volatile sig_atomic_t stop_requested;
@@ -86,7 +89,16 @@ static void usage(FILE *f)
 	      "Keeps the tables of publication NAME (default ah_pgsync) as arrangements in HEAP\n"
 	      "through logical replication slot NAME (default ah_pgsync; pgoutput), resuming from\n"
 	      "the heap's stored LSN.  Tables need REPLICA IDENTITY FULL.  SIGTERM/SIGINT stop it\n"
-	      "after its current commit.\n", f);
+	      "after its current commit.  The settings that shape a value's text form (DateStyle,\n"
+	      "TimeZone, IntervalStyle, extra_float_digits, bytea_output, lc_monetary, search_path,\n"
+	      "client encoding) are fixed whatever PGTZ, PGDATESTYLE, PGCLIENTENCODING, PGOPTIONS\n"
+	      "or CONNINFO say, and recorded in the heap: a restart with others is refused.\n"
+	      "In a FOR ALL TABLES publication, tables created after the slot are followed; a\n"
+	      "change it cannot follow (a table that existed before joining the publication, a\n"
+	      "column change) stops it with an error that says how much WAL the slot holds.\n"
+	      "verify compares every table with its arrangement at the heap's frontier: one line\n"
+	      "per table (equal, or DIFFERENT and what differs), then \"verified\" or a line naming\n"
+	      "each differing table; exit 1 if any differs.\n", f);
 }
 
 
@@ -111,8 +123,8 @@ static int open_existing(engine *e)
 		return efail(e, "heap %s holds no ah-pgsync stream: give a new file name", e->heap_path);
 	if ((rc = ah_txn_begin(e->snk.heap, AH_TXN_RDONLY, &txn)) == 0 &&
 	    (rc = ah_arrangement_next(txn, NULL, name)) == 0 &&
-	    (rc = ah_cursor_open(txn, name, &c)) == 0 && ah_cursor_key_valid(c))
-		rc = ah_cursor_accumulate(c, e->st.lsn, &sum);
+	    (rc = ah_cursor_open(txn, name, &c)) == 0 && (rc = ah_cursor_rewind_keys(c)) >= 0)
+		rc = ah_cursor_key_valid(c) ? ah_cursor_accumulate(c, e->st.lsn, &sum) : 0;
 	ah_cursor_close(c);
 	ah_txn_abort(txn);
 	if (rc != 0 && rc != AH_ENOTFOUND)
@@ -152,6 +164,20 @@ static int check_source(engine *e)
 		             "--slot %s --publication %s", e->heap_path, want, want + 100, have,
 		             e->src.pub, want, want + 100);
 	}
+	if (!e->st.settings[0]) {
+		/* made before pg.settings: recorded with the next commit */
+		e->snk.settings = e->src.settings;
+	} else if (settings_diff(e->st.settings, e->src.settings, want, have, 100)) {
+		return efail(e, "heap %s was made with the text setting %s, this connection has %s: "
+		             "values would print otherwise and its rows could not be retracted; run "
+		             "the ah-pgsync that made it, or make a new heap (delete %s)",
+		             e->heap_path, want, have, e->heap_path);
+	}
+	if (e->st.have_snapshot && e->src.pub_oid != e->st.pub_oid)
+		return efail(e, "publication %s was dropped and re-created since heap %s was made "
+		             "(OID %" PRIu32 ", now %" PRIu32 "), so the stream may lack changes the "
+		             "heap needs: make a new heap and slot", e->src.pub, e->heap_path,
+		             e->st.pub_oid, e->src.pub_oid);
 	if (src_slot(&e->src, &sl) != 0)
 		return efail(e, "%s", e->src.err);
 	lsn_fmt(e->snk.pos, l1, sizeof l1);
@@ -215,15 +241,19 @@ static int fill_heap(engine *e, const char *path, const char *snapshot, uint64_t
 	ah_txn *txn = NULL;
 	copy_ctx c = { .e = e, .time = lsn };
 	pg_buf tabs = { 0 };
-	char id[1024], l[32];
+	pg_pub pub;
+	char id[1024], l[32], snap[100];
 	int rc, status = -1;
 
 	if ((rc = ah_open(path, &o, &h)) != 0 || (rc = ah_txn_begin(h, 0, &txn)) != 0) {
 		efail(e, "cannot create heap %s: %s", path, ah_strerror(rc));
 		goto out;
 	}
-	if (src_copy_begin(&e->src, snapshot) != 0)
+	if (src_copy_begin(&e->src, snapshot) != 0 ||
+	    src_relid_max(&e->src, &e->st.relid_max) != 0 || src_publication(&e->src, &pub) != 0)
 		goto src_err;
+	e->st.pub_oid = pub.oid;
+	e->st.have_snapshot = 1;
 	for (int i = 0; i < e->snk.nt; i++) {
 		c.t = &e->snk.t[i];
 		c.rows = 0;
@@ -252,13 +282,16 @@ static int fill_heap(engine *e, const char *path, const char *snapshot, uint64_t
 	if (src_copy_end(&e->src) != 0)
 		goto src_err;
 	identity_fmt(id, sizeof id, e->src.sysid, e->src.dbname, e->src.slot, e->src.pub);
+	snapshot_fmt(snap, sizeof snap, e->st.relid_max, e->st.pub_oid);
 	lsn_fmt(lsn, l, sizeof l);
 	if (tables_format(e->snk.t, e->snk.nt, &tabs) != 0) {
 		efail(e, "out of memory");
 		goto out;
 	}
 	if ((rc = ah_source_put(txn, "pg.identity", id, strlen(id))) != 0 ||
+	    (rc = ah_source_put(txn, "pg.settings", e->src.settings, strlen(e->src.settings))) != 0 ||
 	    (rc = ah_source_put(txn, "pg.tables", tabs.p, tabs.len)) != 0 ||
+	    (rc = ah_source_put(txn, "pg.snapshot", snap, strlen(snap))) != 0 ||
 	    (rc = ah_source_put(txn, "pg.lsn", l, strlen(l))) != 0) {
 		efail(e, "recording the source in the heap: %s", ah_strerror(rc));
 		goto out;
@@ -325,6 +358,7 @@ static int first_run(engine *e)
 	e->snk.pos = e->snk.group_pos = lsn;
 	identity_fmt(e->st.identity, sizeof e->st.identity, e->src.sysid, e->src.dbname,
 	             e->src.slot, e->src.pub);
+	snprintf(e->st.settings, sizeof e->st.settings, "%s", e->src.settings);
 	return 0;
 }
 
@@ -352,15 +386,55 @@ static void progress(engine *e, int final)
 	}
 }
 
+/* Standby status update, as PostgreSQL's own subscriber sends it: write =
+ * what the engine has received (complete transactions, idle positions),
+ * flush = apply = what the heap holds.  The slot advances by flush only,
+ * so nothing the heap lacks is ever confirmed. */
+static int status(engine *e)
+{
+	if (!e->src.repl || src_status(&e->src, e->snk.group_pos, e->snk.pos) != 0)
+		return -2;
+	e->reported = e->snk.group_pos;
+	clock_gettime(CLOCK_MONOTONIC, &e->last_status);
+	return 0;
+}
+
 /* Commits the group, then (only then) confirms its LSN to the server. */
 static int flush(engine *e)
 {
 	if (sink_flush(&e->snk) != 0)
 		return efail(e, "%s", e->snk.err);
 	clock_gettime(CLOCK_MONOTONIC, &e->last_flush);
-	if (e->src.repl && src_status(&e->src, e->snk.pos, e->snk.pos) != 0)
+	return e->src.repl ? status(e) : 0;
+}
+
+/* A Relation message for a table the heap does not hold: follow it if
+ * tools/pg/follow.c can prove that the stream holds all its rows, else stop
+ * (stuck: a restart meets the same message). */
+static int follow(engine *e)
+{
+	const po_msg *m = &e->dec.m;
+	pg_table t;
+	int rc = follow_table(&e->src, &e->st, m, &t, e->err, sizeof e->err);
+
+	if (rc == -2) {
+		/* the SQL connection failed: reconnect, the message comes again */
+		snprintf(e->src.err, sizeof e->src.err, "%.1000s", e->err);
+		sink_rollback(&e->snk);
 		return -2;
-	clock_gettime(CLOCK_MONOTONIC, &e->last_status);
+	}
+	if (rc != 0) {
+		e->snk.stuck = 1;
+		return -1;
+	}
+	if (sink_add_table(&e->snk, &t) != 0) {
+		table_clear(&t);
+		return efail(e, "%s", e->snk.err);
+	}
+	fprintf(stderr, "%sah-pgsync: following table %s.%s (relid %" PRIu32 "), created after the "
+	        "slot, as arrangement %s\n", e->progress_shown ? "\n" : "",
+	        e->snk.t[e->snk.nt - 1].nsp, e->snk.t[e->snk.nt - 1].rel, m->relid,
+	        e->snk.t[e->snk.nt - 1].name);
 	return 0;
 }
 
@@ -378,18 +452,24 @@ static int stream(engine *e)
 			return flush(e) == -1 ? -1 : 0;
 		r = src_recv(&e->src, 100, &data, &len);
 		if (r < 0) {
+			/* the open transaction only: the complete ones are kept */
 			sink_rollback(&e->snk);
 			return -2;
 		}
 		if (r == 1) {
 			int d = po_decode(&e->dec, data, len, &why);
-			if (d != 0)
+			if (d != 0) {
+				e->snk.stuck = d == -1;  /* the server sends it again */
 				return efail(e, "%s", d == -2 ? "out of memory" : why);
+			}
+			if (e->dec.m.type == 'R' && !sink_table(&e->snk, e->dec.m.relid) &&
+			    (d = follow(e)) != 0)
+				return d;
 			if (apply_msg(&e->snk, &e->dec.m, &committed) != 0)
 				return efail(e, "%s", e->snk.err);
 		} else if (r == 2) {
 			sink_idle(&e->snk, e->src.wal_end);
-			if (e->src.reply_requested && src_status(&e->src, e->snk.pos, e->snk.pos) != 0)
+			if ((e->src.reply_requested || e->snk.group_pos > e->reported) && status(e) != 0)
 				return -2;
 		}
 		if (!e->snk.in_txn && e->snk.group_pos > e->snk.pos &&
@@ -397,7 +477,7 @@ static int stream(engine *e)
 			if ((r = flush(e)) != 0)
 				return r;
 		}
-		if (ms_since(&e->last_status) >= 10000 && src_status(&e->src, e->snk.pos, e->snk.pos))
+		if (ms_since(&e->last_status) >= 10000 && status(e) != 0)
 			return -2;
 		progress(e, 0);
 	}
@@ -439,6 +519,21 @@ static int reconnect(engine *e)
 	return 1;
 }
 
+/* The stream holds a change the heap cannot follow, so every restart stops
+ * there, and the idle slot keeps the WAL from its restart_lsn on: say how
+ * much, and how to release it. */
+static void wal_note(engine *e)
+{
+	size_t n = strlen(e->err);
+	uint64_t b;
+
+	if (!e->src.sql || src_wal_held(&e->src, &b) != 0)
+		return;
+	snprintf(e->err + n, sizeof e->err - n, "; until then slot %s holds %.1f MB of WAL on the "
+	         "server (SELECT pg_drop_replication_slot('%s') releases it, and this heap cannot "
+	         "resume after that)", e->src.slot, (double)b / (1024.0 * 1024.0), e->src.slot);
+}
+
 static int run(engine *e)
 {
 	struct stat sb;
@@ -465,10 +560,13 @@ static int run(engine *e)
 		if ((rc = reconnect(e)) != 0)
 			break;
 	if (rc < 0) {
-		/* Keep the complete transactions already received. */
+		/* Keep the complete transactions already received: drop only the
+		 * open one (sink_rollback never drops a committed one). */
 		sink_rollback(&e->snk);
 		if (sink_flush(&e->snk) == 0)
-			src_status(&e->src, e->snk.pos, e->snk.pos);
+			status(e);
+		if (e->snk.stuck)
+			wal_note(e);
 	}
 	progress(e, 1);
 	lsn_fmt(e->start_lsn, l1, sizeof l1);

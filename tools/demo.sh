@@ -6,7 +6,7 @@
 # (as the postgres user when run as root), runs `pgbench -i -s SCALE`, sets
 # REPLICA IDENTITY FULL and a publication, starts build/ah-pgsync, runs
 # pgbench for SECONDS with 4 clients, kill -9s the engine half way, restarts
-# it, waits until the heap has caught up with pg_current_wal_lsn(), verifies
+# it, waits until the heap has caught up with every commit, verifies
 # every table against its arrangement and prints a report ending in
 # "verified".  The cluster and the temp dir go away on exit, failure or ^C.
 set -euo pipefail
@@ -38,6 +38,19 @@ as_pg "$pgbin/pg_ctl" -D "$work/data" -l "$work/pg.log" -w -o "-c listen_address
   -c max_wal_senders=8 -c synchronous_commit=off" start >/dev/null
 export PGHOST=127.0.0.1 PGPORT=$port PGUSER=postgres PGDATABASE=postgres
 sql() { psql -X -A -t -q -v ON_ERROR_STOP=1 -c "$1"; }
+# An LSN at or past the end of every transaction that has returned so far.
+# Under synchronous_commit=off a commit returns before its WAL is written,
+# so pg_current_wal_lsn() (the write position) can lag it.  A marker
+# transaction that writes WAL (a transactional logical message, which
+# pgoutput does not send) committed synchronously flushes all WAL before
+# its commit, so the flush position after it covers every earlier commit;
+# and unlike pg_current_wal_insert_lsn() it never points past WAL not yet
+# written (the insert position can sit after the header of an empty page).
+covering_lsn() {
+  psql -X -A -t -q -v ON_ERROR_STOP=1 -c "SET synchronous_commit = on" \
+    -c "SELECT pg_logical_emit_message(true, 'ah-pgsync', 'marker') IS NOT NULL" \
+    -c "SELECT pg_current_wal_flush_lsn()" | tail -1
+}
 echo "cluster: PostgreSQL $(sql 'SHOW server_version') on 127.0.0.1:$port in $work"
 
 t=$(ms); "$pgbin/pgbench" -i -q -s "$scale" 2>&1 | tail -1
@@ -61,10 +74,10 @@ sleep 2
 "$sync" "$heap" 2>"$work/sync2.log" & engine=$!
 wait "$pgbench_pid"; pgbench_pid=""
 tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$work/pgbench.log" | head -1)
-target=$(sql "SELECT pg_current_wal_lsn()")
+target=$(covering_lsn)
 t=$(ms)
 "$sync" wait "$heap" "$target" 120 >/dev/null || { cat "$work/sync2.log" >&2; exit 1; }
-echo "pgbench done ($tps tps); heap caught up with pg_current_wal_lsn() $target $(( $(ms) - t )) ms after pgbench ended"
+echo "pgbench done ($tps tps); heap caught up with every commit (LSN $target) $(( $(ms) - t )) ms after pgbench ended"
 kill -TERM "$engine"; wait "$engine" || { cat "$work/sync2.log" >&2; exit 1; }; engine=""
 
 first_ms=$(sed -n 's/.*first query answered \([0-9.]*\) ms.*/\1/p' "$work/sync2.log")

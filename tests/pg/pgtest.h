@@ -30,6 +30,7 @@ typedef struct pgt {
 	char dir[128];
 	char conn[256];     /* for ah-pgsync -d and psql */
 	char sync[512];     /* path of ah-pgsync */
+	const char *env;    /* shell words before ah-pgsync (pgt_engine, pgt_verify) */
 	int port;
 } pgt;
 
@@ -61,29 +62,32 @@ static inline int pgt_port_free(int port)
 }
 
 /* The running test's cluster and engines, stopped by pgt_fini also after a
- * failed assertion (Criterion runs .fini then). */
-static pgt *pgt_cur;
+ * failed assertion (Criterion runs .fini then, after the test's stack frame
+ * is gone: so the directory is kept here, not a pointer to the test's pgt). */
+static char pgt_cur_dir[128];
 static pid_t pgt_pids[8];
 
-static inline void pgt_stop(pgt *c);
+static inline void pgt_stop_dir(const char *dir);
 static inline void pgt_fini(void)
 {
 	for (int i = 0; i < 8; i++)
 		if (pgt_pids[i] > 0)
 			kill(pgt_pids[i], SIGKILL);
-	if (pgt_cur)
-		pgt_stop(pgt_cur);
+	if (pgt_cur_dir[0])
+		pgt_stop_dir(pgt_cur_dir);
 }
 
-static inline void pgt_start(pgt *c)
+/* Starts the cluster with extra server options (-c name=value ...). */
+static inline void pgt_start_opts(pgt *c, const char *opts)
 {
-	pgt_cur = c;
+	c->env = "";
 	const char *b = getenv("AH_BUILD");
 	if (!b || access(PGT_BIN "/initdb", X_OK) != 0)
 		cr_skip_test("needs AH_BUILD and PostgreSQL 15 (make deps)");
 	snprintf(c->sync, sizeof c->sync, "%s/ah-pgsync", b);
 	snprintf(c->dir, sizeof c->dir, "/tmp/ahpg.XXXXXX");
 	cr_assert(mkdtemp(c->dir));
+	memcpy(pgt_cur_dir, c->dir, sizeof pgt_cur_dir);
 	chmod(c->dir, 0755);
 	if (geteuid() == 0)
 		cr_assert_eq(pgt_sh("chown postgres '%s'", c->dir), 0);
@@ -95,8 +99,8 @@ static inline void pgt_start(pgt *c)
 			continue;
 		if (pgt_sh("%s" PGT_BIN "/pg_ctl -D %s/data -l %s/pg.log -w -o \"-c listen_addresses="
 		           "127.0.0.1 -p %d -c unix_socket_directories=%s -c wal_level=logical "
-		           "-c max_replication_slots=8 -c max_wal_senders=8 -c fsync=off\" start >/dev/null",
-		           pgt_as_pg(), c->dir, c->dir, c->port, c->dir) == 0)
+		           "-c max_replication_slots=8 -c max_wal_senders=8 -c fsync=off %s\" start >/dev/null",
+		           pgt_as_pg(), c->dir, c->dir, c->port, c->dir, opts) == 0)
 			break;
 		c->port = 0;
 	}
@@ -105,12 +109,22 @@ static inline void pgt_start(pgt *c)
 	         c->port);
 }
 
+static inline void pgt_start(pgt *c)
+{
+	pgt_start_opts(c, "");
+}
+
+static inline void pgt_stop_dir(const char *dir)
+{
+	pgt_sh("%s" PGT_BIN "/pg_ctl -D %s/data -m immediate stop >/dev/null 2>&1", pgt_as_pg(), dir);
+	if (!strncmp(dir, "/tmp/ahpg.", 10))
+		pgt_sh("rm -rf '%s'", dir);
+	pgt_cur_dir[0] = 0;
+}
+
 static inline void pgt_stop(pgt *c)
 {
-	pgt_sh("%s" PGT_BIN "/pg_ctl -D %s/data -m immediate stop >/dev/null 2>&1", pgt_as_pg(),
-	       c->dir);
-	pgt_sh("rm -rf '%s'", c->dir);
-	pgt_cur = NULL;
+	pgt_stop_dir(c->dir);
 }
 
 /* Runs SQL with psql in database db; returns its trimmed output (malloc). */
@@ -144,8 +158,8 @@ static inline void pgt_exec(pgt *c, const char *db, const char *sql)
 static inline pid_t pgt_engine(pgt *c, const char *heap, const char *log, const char *args)
 {
 	char cmd[2048];
-	snprintf(cmd, sizeof cmd, "exec %s -d '%s' --group-ms 50 %s %s/%s 2>%s/%s", c->sync, c->conn,
-	         args ? args : "", c->dir, heap, c->dir, log);
+	snprintf(cmd, sizeof cmd, "%s exec %s -d '%s' --group-ms 50 %s %s/%s >/dev/null 2>%s/%s", c->env,
+	         c->sync, c->conn, args ? args : "", c->dir, heap, c->dir, log);
 	pid_t pid = fork();
 	cr_assert(pid >= 0);
 	if (pid == 0) {
@@ -186,19 +200,32 @@ static inline void pgt_wait_heap(pgt *c, const char *heap)
 	cr_assert_eq(access(path, F_OK), 0, "no first copy in %s", path);
 }
 
+/* An LSN at or past the end of every transaction committed so far (malloc).
+ * pg_current_wal_lsn() (the write position) lags commits that returned
+ * under synchronous_commit=off, and pg_current_wal_insert_lsn() can point
+ * past WAL not yet written (after the header of an empty page).  A marker
+ * transaction that writes WAL (a transactional logical message: pgoutput
+ * does not send it) committed synchronously flushes all WAL before it, so
+ * the flush position after it covers every earlier commit and is
+ * reachable.  tools/demo.sh does the same. */
+static inline char *pgt_wal_lsn(pgt *c, const char *db)
+{
+	char *out = pgt_sql(c, db, "SET synchronous_commit = on;\n"
+	                    "SELECT pg_logical_emit_message(true, 'ah-pgsync', 'marker') IS NOT NULL;\n"
+	                    "SELECT pg_current_wal_flush_lsn();\n");
+	char *nl = strrchr(out, '\n');
+	cr_assert(nl && !strncmp(out, "t\n", 2), "%s", out);
+	memmove(out, nl + 1, strlen(nl + 1) + 1);
+	return out;
+}
+
 /* Waits until the heap has every transaction committed so far. */
 static inline void pgt_catch_up(pgt *c, const char *db, const char *heap)
 {
-	char *lsn = pgt_sql(c, db, "SELECT pg_current_wal_lsn()");
+	char *lsn = pgt_wal_lsn(c, db);
 	int rc = pgt_sh("%s wait %s/%s %s 60 >/dev/null", c->sync, c->dir, heap, lsn);
 	cr_assert_eq(rc, 0, "heap did not catch up with %s", lsn);
 	free(lsn);
-}
-
-static inline int pgt_verify(pgt *c, const char *db, const char *heap)
-{
-	return pgt_sh("%s verify -d 'host=127.0.0.1 port=%d user=postgres dbname=%s' %s/%s "
-	              ">%s/verify.log 2>&1", c->sync, c->port, db, c->dir, heap, c->dir);
 }
 
 /* The contents of a file in the test dir (malloc, NUL-terminated). */
@@ -214,6 +241,40 @@ static inline char *pgt_file(pgt *c, const char *name)
 		fclose(f);
 	}
 	return s;
+}
+
+/* Polls until the SQL query returns "t" (up to secs seconds). */
+static inline void pgt_poll(pgt *c, const char *db, const char *sql, int secs)
+{
+	for (int i = 0; i < secs * 10; i++) {
+		char *r = pgt_sql(c, db, sql);
+		int ok = !strcmp(r, "t");
+		free(r);
+		if (ok)
+			return;
+		usleep(100000);
+	}
+	cr_assert_fail("still not true after %d s: %s", secs, sql);
+}
+
+/* Waits until the file name in the test dir contains needle. */
+static inline void pgt_wait_log(pgt *c, const char *name, const char *needle, int secs)
+{
+	for (int i = 0; i < secs * 20; i++) {
+		char *s = pgt_file(c, name);
+		int ok = strstr(s, needle) != NULL;
+		free(s);
+		if (ok)
+			return;
+		usleep(50000);
+	}
+	cr_assert_fail("no \"%s\" in %s after %d s:\n%s", needle, name, secs, pgt_file(c, name));
+}
+
+static inline int pgt_verify(pgt *c, const char *db, const char *heap)
+{
+	return pgt_sh("%s %s verify -d 'host=127.0.0.1 port=%d user=postgres dbname=%s' %s/%s "
+	              ">%s/verify.log 2>&1", c->env, c->sync, c->port, db, c->dir, heap, c->dir);
 }
 
 /* One field of the row encoding (tools/pg/row.h) as text: NULL, or the
@@ -270,25 +331,59 @@ static inline char *pgt_read(pgt *c, const char *heap, const char *name)
 	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
 	cr_assert_eq(ah_arrangement_info_get(t, name, &in), 0, "no arrangement %s", name);
 	cr_assert_eq(ah_cursor_open(t, name, &cur), 0);
-	for (; ah_cursor_key_valid(cur); ah_cursor_step_key(cur))
-		for (; ah_cursor_val_valid(cur); ah_cursor_step_val(cur)) {
+	cr_assert_geq(ah_cursor_rewind_keys(cur), 0);
+	while (ah_cursor_key_valid(cur)) {
+		while (ah_cursor_val_valid(cur)) {
 			const void *k, *v;
 			size_t kl, vl;
 			int64_t sum;
 			cr_assert_eq(ah_cursor_key(cur, &k, &kl), 0);
 			cr_assert_eq(ah_cursor_val(cur, &v, &vl), 0);
 			cr_assert_eq(ah_cursor_accumulate(cur, in.upper - 1, &sum), 0);
-			if (!sum)
-				continue;
-			pgt_fields(k, kl, &w);
-			*w++ = '|';
-			pgt_fields(v, vl, &w);
-			w += sprintf(w, "|%" PRId64 "\n", sum);
+			if (sum) {
+				pgt_fields(k, kl, &w);
+				*w++ = '|';
+				pgt_fields(v, vl, &w);
+				w += sprintf(w, "|%" PRId64 "\n", sum);
+			}
+			cr_assert_geq(ah_cursor_step_val(cur), 0);
 		}
+		cr_assert_geq(ah_cursor_step_key(cur), 0);
+	}
 	ah_cursor_close(cur);
 	ah_txn_abort(t);
 	cr_assert_eq(ah_close(h), 0);
 	return out;
+}
+
+/* The number of rows (sum of counts) of an arrangement at its frontier. */
+static inline int64_t pgt_rows(pgt *c, const char *heap, const char *name)
+{
+	char path[256];
+	ah_heap *h;
+	ah_txn *t;
+	ah_cursor *cur;
+	ah_arrangement_info in;
+	ah_open_opts o = { .size = sizeof o, .flags = AH_OPEN_RDONLY };
+	int64_t rows = 0, sum;
+	snprintf(path, sizeof path, "%s/%s", c->dir, heap);
+	cr_assert_eq(ah_open(path, &o, &h), 0);
+	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
+	cr_assert_eq(ah_arrangement_info_get(t, name, &in), 0, "no arrangement %s", name);
+	cr_assert_eq(ah_cursor_open(t, name, &cur), 0);
+	cr_assert_geq(ah_cursor_rewind_keys(cur), 0);
+	while (ah_cursor_key_valid(cur)) {
+		while (ah_cursor_val_valid(cur)) {
+			cr_assert_eq(ah_cursor_accumulate(cur, in.upper - 1, &sum), 0);
+			rows += sum;
+			cr_assert_geq(ah_cursor_step_val(cur), 0);
+		}
+		cr_assert_geq(ah_cursor_step_key(cur), 0);
+	}
+	ah_cursor_close(cur);
+	ah_txn_abort(t);
+	cr_assert_eq(ah_close(h), 0);
+	return rows;
 }
 
 /* The id of the heap's last commit: equal before and after = untouched.
@@ -320,7 +415,8 @@ static inline uint64_t pgt_time_of(pgt *c, const char *heap, const char *name, c
 	cr_assert_eq(ah_open(path, &o, &h), 0);
 	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
 	cr_assert_eq(ah_cursor_open(t, name, &cur), 0);
-	for (; ah_cursor_key_valid(cur); ah_cursor_step_key(cur)) {
+	cr_assert_geq(ah_cursor_rewind_keys(cur), 0);
+	while (ah_cursor_key_valid(cur)) {
 		const void *k;
 		size_t kl;
 		cr_assert_eq(ah_cursor_key(cur, &k, &kl), 0);
@@ -330,6 +426,7 @@ static inline uint64_t pgt_time_of(pgt *c, const char *heap, const char *name, c
 			cr_assert_eq(ah_cursor_time_next(cur, &time, &diff), 1);
 			break;
 		}
+		cr_assert_geq(ah_cursor_step_key(cur), 0);
 	}
 	ah_cursor_close(cur);
 	ah_txn_abort(t);

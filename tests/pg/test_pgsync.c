@@ -4,7 +4,8 @@
  * database) and the edge cases of issue 6: delete and re-insert in one
  * transaction, primary key changes, composite keys, NULLs, tabs, newlines,
  * non-ASCII, bytea, TRUNCATE, two tables in one transaction, a server
- * restart under the engine, and slots behind or ahead of the heap.
+ * restart under the engine, slots behind or ahead of the heap, and verify
+ * reporting every differing table.
  * Each test has its own cluster (tests/pg/pgtest.h).
  */
 #include "tests/pg/pgtest.h"
@@ -233,6 +234,80 @@ Test(pgsync, errors, .timeout = 120, .fini = pgt_fini)
 	expect_error(&c, "h2", NULL, "replication slot ah_pgsync already exists but heap");
 	pgt_exec(&c, "postgres", "SELECT pg_drop_replication_slot('ah_pgsync');");
 	expect_error(&c, "h1", NULL, "replication slot ah_pgsync does not exist");
+	cr_assert_eq(pgt_last_txn(&c, "h1"), before, "heap changed");
+	pgt_stop(&c);
+}
+
+/* verify goes on past a differing table: every table is reported, each
+ * differing one with what differs, and the summary names them all. */
+Test(pgsync, verify_reports_every_table, .timeout = 120, .fini = pgt_fini)
+{
+	pgt c;
+	char want[1024], heap[300];
+	pgt_start(&c);
+	pgt_exec(&c, "postgres",
+		"CREATE TABLE a (id int PRIMARY KEY, v text); CREATE TABLE b (id int PRIMARY KEY, v text);\n"
+		"CREATE TABLE c (id int PRIMARY KEY, v text);\n"
+		"ALTER TABLE a REPLICA IDENTITY FULL; ALTER TABLE b REPLICA IDENTITY FULL;\n"
+		"ALTER TABLE c REPLICA IDENTITY FULL;\n"
+		"INSERT INTO a VALUES (1, 'x'), (2, 'y'); INSERT INTO b VALUES (1, 'x'), (2, 'y');\n"
+		"INSERT INTO c VALUES (1, 'x');\n"
+		"CREATE PUBLICATION ah_pgsync FOR ALL TABLES;\n");
+	pid_t e = pgt_engine(&c, "heap", "e.log", NULL);
+	pgt_wait_heap(&c, "heap");
+	pgt_catch_up(&c, "postgres", "heap");
+	kill(e, SIGTERM);
+	cr_assert_eq(pgt_wait_pid(e), 0, "%s", pgt_file(&c, "e.log"));
+	/* the engine is stopped: the heap keeps the old contents */
+	pgt_exec(&c, "postgres", "INSERT INTO a VALUES (3, 'z'); UPDATE b SET v = 'w' WHERE id = 2;");
+	snprintf(heap, sizeof heap, "%s/heap", c.dir);
+	cr_assert_eq(pgt_sh("%s status %s | sed -n 's/^lsn //p' >%s/lsn", c.sync, heap, c.dir), 0);
+	char *lsn = pgt_file(&c, "lsn");
+	lsn[strcspn(lsn, "\n")] = 0;
+	cr_assert_eq(pgt_verify(&c, "postgres", "heap"), 1);
+	snprintf(want, sizeof want,
+		"public.a: table 3 rows, heap 2 rows at LSN %s: DIFFERENT (the heap has 1 row fewer)\n"
+		"public.b: table 2 rows, heap 2 rows at LSN %s: DIFFERENT (same number of rows, other "
+		"contents)\n"
+		"public.c: table 1 rows, heap 1 rows at LSN %s: equal\n"
+		"DIFFERENT: 2 of 3 tables differ from the database at LSN %s: public.a, public.b\n",
+		lsn, lsn, lsn, lsn);
+	char *out = pgt_file(&c, "verify.log");
+	cr_assert_str_eq(out, want);
+	free(out);
+	free(lsn);
+	pgt_stop(&c);
+}
+
+/* A publication whose stream would lack changes the heap needs is refused,
+ * at the first run and at a restart: one that does not publish every kind
+ * of change, one with a row filter, one dropped and re-created. */
+Test(pgsync, publication_changes_refused, .timeout = 120, .fini = pgt_fini)
+{
+	pgt c;
+	pgt_start(&c);
+	pgt_exec(&c, "postgres", "CREATE TABLE t (id int PRIMARY KEY, v text);"
+	         "ALTER TABLE t REPLICA IDENTITY FULL; INSERT INTO t VALUES (1, 'x');"
+	         "CREATE PUBLICATION ah_pgsync FOR TABLE t WITH (publish = 'insert, update');");
+	expect_error(&c, "h1", NULL, "publication ah_pgsync does not publish deletes, so the heap "
+	             "would keep rows the tables no longer have: ALTER PUBLICATION ah_pgsync SET "
+	             "(publish = 'insert, update, delete, truncate')");
+	pgt_exec(&c, "postgres", "ALTER PUBLICATION ah_pgsync SET (publish = 'insert, update, delete, "
+	         "truncate'); ALTER PUBLICATION ah_pgsync SET TABLE t WHERE (id > 0);");
+	expect_error(&c, "h1", NULL, "publication ah_pgsync has a row filter or a column list on "
+	             "table public.t");
+	pgt_exec(&c, "postgres", "SELECT pg_drop_replication_slot('ah_pgsync') FROM pg_replication_slots;"
+	         "ALTER PUBLICATION ah_pgsync SET TABLE t;");
+	pid_t e = pgt_engine(&c, "h1", "e.log", NULL);
+	pgt_wait_heap(&c, "h1");
+	pgt_catch_up(&c, "postgres", "h1");
+	kill(e, SIGTERM);
+	cr_assert_eq(pgt_wait_pid(e), 0);
+	uint64_t before = pgt_last_txn(&c, "h1");
+	pgt_exec(&c, "postgres", "ALTER PUBLICATION ah_pgsync SET (publish = 'insert, update, delete');");
+	expect_error(&c, "h1", NULL, "publication ah_pgsync does not publish truncates");
+	pgt_exec(&c, "postgres", "DROP PUBLICATION ah_pgsync; CREATE PUBLICATION ah_pgsync FOR TABLE t;");
+	expect_error(&c, "h1", NULL, "publication ah_pgsync was dropped and re-created since heap ");
 	cr_assert_eq(pgt_last_txn(&c, "h1"), before, "heap changed");
 	pgt_stop(&c);
 }

@@ -2,8 +2,10 @@
  * tools/pg/apply.c - turns decoded pgoutput messages into the sink's
  * updates: insert (key, row, +1), delete (key, old row, -1), update both,
  * TRUNCATE the retraction of every current row.  Refuses what the heap
- * cannot follow (a table new to the publication, a changed column list,
- * a missing old row) with a message that names the fix.
+ * cannot follow (a changed column list, a missing old row; a table new to
+ * the stream is decided before, by follow.c) with a message that names the
+ * fix, and marks the sink stuck: the stream holds the same change after a
+ * restart.
  */
 #include <stdio.h>
 #include <string.h>
@@ -16,6 +18,7 @@ static int relation(sink *s, const po_msg *m)
 	pg_table *t = sink_table(s, m->relid);
 	const char *nsp = *m->nspname ? m->nspname : "pg_catalog";
 
+	s->stuck = 1;
 	if (!t) {
 		snprintf(s->err, sizeof s->err, "table %s.%s joined the publication after the heap was "
 		         "made, so its earlier rows are missing: make a new heap (and slot) to include it",
@@ -37,6 +40,7 @@ static int relation(sink *s, const po_msg *m)
 		         t->nsp, t->rel, t->nsp, t->rel);
 		return -1;
 	}
+	s->stuck = 0;
 	return 0;
 }
 
@@ -44,6 +48,7 @@ static pg_table *table_of(sink *s, const po_msg *m, const po_tuple *tp)
 {
 	pg_table *t = sink_table(s, m->relid);
 
+	s->stuck = !t || tp->ncols != t->ncols;
 	if (!t)
 		snprintf(s->err, sizeof s->err, "a change of unknown relation %u before its Relation "
 		         "message", m->relid);
@@ -62,6 +67,7 @@ static int need_old(sink *s, const po_msg *m)
 
 	if (m->old_kind == 'O')
 		return 0;
+	s->stuck = 1;
 	snprintf(s->err, sizeof s->err, "an update or delete of %s came without the old row: "
 	         "ALTER TABLE %s.%s REPLICA IDENTITY FULL", t ? t->name : "a table",
 	         t ? t->nsp : "?", t ? t->rel : "?");
@@ -106,6 +112,7 @@ int apply_msg(sink *s, const po_msg *m, int *committed)
 	case 'T':
 		for (int i = 0; i < m->nrels; i++) {
 			if (!(t = sink_table(s, m->relids[i]))) {
+				s->stuck = 1;
 				snprintf(s->err, sizeof s->err, "TRUNCATE of unknown relation %u", m->relids[i]);
 				return -1;
 			}

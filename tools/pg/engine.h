@@ -11,12 +11,19 @@
 #include "tools/pg/sink.h"
 
 /* What a heap records about its source (sources pg.identity, pg.tables,
- * pg.lsn).  have_lsn = 0: the heap has never been filled. */
+ * pg.lsn, pg.stats, pg.settings, pg.snapshot).  have_lsn = 0: the heap has never been
+ * filled. */
 typedef struct pg_stored {
 	int have_lsn;
 	uint64_t lsn;
 	uint64_t txns, updates;  /* pg.stats */
 	char identity[1024];
+	char settings[512];  /* pg.settings; "" in heaps made before it existed */
+	/* pg.snapshot: what the first copy's snapshot saw (have_snapshot 0 in
+	 * heaps made before it existed) */
+	int have_snapshot;
+	uint32_t relid_max;  /* the largest pg_class OID */
+	uint32_t pub_oid;    /* the publication's OID */
 	pg_table *t;
 	int nt;
 } pg_stored;
@@ -26,11 +33,26 @@ void identity_fmt(char *buf, size_t len, const char *sysid, const char *db, cons
                   const char *pub);
 /* The value of "key=" in an identity text, copied to buf ("" if absent). */
 void identity_get(const char *id, const char *key, char *buf, size_t len);
+/* Compares the heap's text settings with a connection's ("name=value"
+ * lines): 0 if equal, else 1 with "name=heap's" and "name=this" (the first
+ * difference) in a and b. */
+int settings_diff(const char *heap, const char *conn, char *a, char *b, size_t len);
+
+/* The pg.snapshot record's text. */
+void snapshot_fmt(char *buf, size_t len, uint32_t relid_max, uint32_t pub_oid);
+
+/* Decides whether a table new to the stream (Relation message m for a
+ * relid the sink does not hold) can be followed; if so fills *t (names,
+ * columns, key, arrangement name) and returns 0; else -1 (refused) or -2
+ * (a catalog query failed: the connection) with one line in err.  The rule is in tools/pg/follow.c and ARCHITECTURE.md section 12. */
+struct pg_src;
+struct po_msg;
+int follow_table(struct pg_src *src, const pg_stored *st, const struct po_msg *m, pg_table *t,
+                 char *err, size_t len);
 
 /* Applies one decoded pgoutput message to the sink: Begin, Commit,
  * Relation (checked against the stored table), Insert, Update, Delete,
  * Truncate.  *committed is set to 1 when a Commit was applied or skipped. */
-struct po_msg;
 int apply_msg(sink *s, const struct po_msg *m, int *committed);
 
 int cmd_verify(int argc, char **argv);

@@ -109,45 +109,54 @@ static int cmp_kv(const void *x, const void *y)
 	return c ? c : cmp_bytes(a->v, a->vl, b->v, b->vl);
 }
 
-/* Appends the heap's (key, val, count) at its frontier to copy/refs. */
+/* Appends the heap's (key, val, count) at its frontier to copy/refs.  Every
+ * cursor call is checked (a step returns 1 on a key or val, 0 at the end,
+ * < 0 an error): a damaged heap fails the TRUNCATE, never makes it retract
+ * part of the table. */
 static int heap_rows(sink *s, pg_table *t, pg_buf *copy, kvref **refs, size_t *n, size_t *cap)
 {
 	ah_txn *txn = NULL;
 	ah_cursor *c = NULL;
 	int rc;
 
-	if (s->pos == 0)
+	if (s->pos == 0 || !t->in_heap)
 		return 0;
 	if ((rc = ah_txn_begin(s->heap, AH_TXN_RDONLY, &txn)) != 0 ||
-	    (rc = ah_cursor_open(txn, t->name, &c)) != 0)
+	    (rc = ah_cursor_open(txn, t->name, &c)) != 0 ||
+	    (rc = ah_cursor_rewind_keys(c)) < 0)  /* positions it: an error shows here */
 		goto out;
-	for (; ah_cursor_key_valid(c); ah_cursor_step_key(c)) {
-		for (; ah_cursor_val_valid(c); ah_cursor_step_val(c)) {
+	while (ah_cursor_key_valid(c)) {
+		while (ah_cursor_val_valid(c)) {
 			const void *k, *v;
 			size_t kl, vl;
 			int64_t sum;
 			if ((rc = ah_cursor_key(c, &k, &kl)) || (rc = ah_cursor_val(c, &v, &vl)) ||
 			    (rc = ah_cursor_accumulate(c, s->pos, &sum)))
 				goto out;
-			if (sum == 0)
-				continue;
-			if (*n == *cap) {
-				kvref *q = realloc(*refs, (*cap = *cap ? *cap * 2 : 1024) * sizeof *q);
-				if (!q) {
+			if (sum != 0) {
+				if (*n == *cap) {
+					kvref *q = realloc(*refs, (*cap = *cap ? *cap * 2 : 1024) * sizeof *q);
+					if (!q) {
+						rc = AH_ENOMEM;
+						goto out;
+					}
+					*refs = q;
+				}
+				/* offsets now, pointers once copy stops moving */
+				(*refs)[*n] = (kvref){ NULL, NULL, kl, vl, sum, copy->len };
+				(*n)++;
+				if (pg_buf_put(copy, k, kl) || pg_buf_put(copy, v, vl)) {
 					rc = AH_ENOMEM;
 					goto out;
 				}
-				*refs = q;
 			}
-			/* offsets now, pointers once copy stops moving */
-			(*refs)[*n] = (kvref){ NULL, NULL, kl, vl, sum, copy->len };
-			(*n)++;
-			if (pg_buf_put(copy, k, kl) || pg_buf_put(copy, v, vl)) {
-				rc = AH_ENOMEM;
+			if ((rc = ah_cursor_step_val(c)) < 0)
 				goto out;
-			}
 		}
+		if ((rc = ah_cursor_step_key(c)) < 0)
+			goto out;
 	}
+	rc = 0;
 out:
 	ah_cursor_close(c);
 	ah_txn_abort(txn);
@@ -235,6 +244,10 @@ int sink_commit(sink *s, uint64_t end_lsn, int *skipped)
 		s->group_updates += t->nups - t->mark;
 		s->updates += t->nups - t->mark;
 	}
+	for (int i = 0; i < s->nt; i++) {
+		s->t[i].mark = s->t[i].nups;
+		s->t[i].bytes_mark = s->t[i].bytes.len;
+	}
 	s->group_pos = end_lsn;
 	s->group_txns++;
 	s->txns++;
@@ -242,8 +255,14 @@ int sink_commit(sink *s, uint64_t end_lsn, int *skipped)
 	return 0;
 }
 
+/* Only the open transaction is dropped: once sink_commit ran, group_pos
+ * counts the transaction as received, so its updates must reach the heap
+ * with the next flush (a rollback here would commit pg.lsn past rows the
+ * heap never got, and the slot would be confirmed past them). */
 void sink_rollback(sink *s)
 {
+	if (!s->in_txn)
+		return;
 	for (int i = 0; i < s->nt; i++) {
 		s->t[i].nups = s->t[i].mark;
 		s->t[i].bytes.len = s->t[i].bytes_mark;
@@ -255,6 +274,32 @@ void sink_idle(sink *s, uint64_t wal_end)
 {
 	if (!s->in_txn && wal_end > s->group_pos)
 		s->group_pos = wal_end;
+}
+
+int sink_add_table(sink *s, pg_table *t)
+{
+	pg_table *q;
+
+	for (int i = 0; i < s->nt; i++)
+		if (!strcmp(s->t[i].name, t->name)) {
+			snprintf(s->err, sizeof s->err, "table %s.%s (relid %" PRIu32 ") has the "
+			         "arrangement name %s of table %s.%s (relid %" PRIu32 ") that the heap "
+			         "follows: it was dropped and re-created, or renamed (ah-pgsync does not "
+			         "follow DDL): make a new heap and slot", t->nsp, t->rel, t->relid, t->name,
+			         s->t[i].nsp, s->t[i].rel, s->t[i].relid);
+			s->stuck = 1;
+			return -1;
+		}
+	if (!(q = realloc(s->t, (size_t)(s->nt + 1) * sizeof *q)))
+		return oom(s);
+	s->t = q;
+	q[s->nt] = *t;
+	q[s->nt].in_heap = 0;
+	q[s->nt].nups = q[s->nt].mark = 0;
+	q[s->nt].bytes_mark = q[s->nt].bytes.len = 0;
+	s->nt++;
+	memset(t, 0, sizeof *t);
+	return 0;
 }
 
 static int append_table(ah_txn *txn, pg_table *t, uint64_t lower, uint64_t upper)
@@ -280,36 +325,67 @@ int sink_flush(sink *s)
 {
 	ah_txn *txn = NULL;
 	char lsn[32], stats[100];
-	int rc, i = -1;
+	pg_buf tabs = { 0 };
+	int rc, i = -1, created = 0;
 
 	if (s->in_txn || s->group_pos == s->pos)
 		return 0;
 	if ((rc = ah_txn_begin(s->heap, 0, &txn)) != 0)
 		goto out;
-	for (i = 0; i < s->nt; i++)
-		if ((rc = append_table(txn, &s->t[i], s->pos + 1, s->group_pos + 1)) != 0)
+	for (i = 0; i < s->nt; i++) {
+		pg_table *t = &s->t[i];
+		if (t->in_heap)
+			rc = append_table(txn, t, s->pos + 1, s->group_pos + 1);
+		else if (t->nups == 0)
+			continue;  /* followed, but no rows yet: not in the heap */
+		else if ((rc = ah_arrangement_create(txn, t->name)) == 0 &&
+		         (rc = append_table(txn, t, 0, s->group_pos + 1)) == 0)
+			created++;
+		if (rc)
 			goto out;
+	}
 	lsn_fmt(s->group_pos, lsn, sizeof lsn);
 	i = -1;
 	if ((rc = ah_source_put(txn, "pg.lsn", lsn, strlen(lsn))) != 0)
 		goto out;
+	if (created) {
+		/* the new tables go into pg.tables with their first rows */
+		for (int k = 0; k < s->nt; k++)
+			if (!s->t[k].in_heap && s->t[k].nups)
+				s->t[k].in_heap = 2;
+		int bad = tables_format(s->t, s->nt, &tabs);
+		rc = bad ? AH_ENOMEM : ah_source_put(txn, "pg.tables", tabs.p, tabs.len);
+		for (int k = 0; k < s->nt; k++)
+			if (s->t[k].in_heap == 2)
+				s->t[k].in_heap = 0;
+		if (rc)
+			goto out;
+	}
 	snprintf(stats, sizeof stats, "txns=%" PRIu64 " updates=%" PRIu64 "\n", s->total_txns + s->txns,
 	         s->total_updates + s->updates);
 	if ((rc = ah_source_put(txn, "pg.stats", stats, strlen(stats))) != 0)
+		goto out;
+	if (s->settings &&
+	    (rc = ah_source_put(txn, "pg.settings", s->settings, strlen(s->settings))) != 0)
 		goto out;
 	rc = ah_txn_commit(txn);
 	txn = NULL;
 	if (rc)
 		goto out;
+	s->settings = NULL;
 	s->pos = s->group_pos;
 	s->group_txns = 0;
 	s->group_updates = 0;
 	for (i = 0; i < s->nt; i++) {
+		if (s->t[i].nups)
+			s->t[i].in_heap = 1;
 		s->t[i].nups = s->t[i].mark = 0;
 		s->t[i].bytes.len = s->t[i].bytes_mark = 0;
 	}
+	pg_buf_free(&tabs);
 	return 0;
 out:
+	pg_buf_free(&tabs);
 	snprintf(s->err, sizeof s->err, "heap commit%s%s: %s", i >= 0 ? " of " : "",
 	         i >= 0 ? s->t[i].name : "",
 	         txn && *ah_txn_errmsg(txn) ? ah_txn_errmsg(txn) : ah_strerror(rc));

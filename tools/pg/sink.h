@@ -15,6 +15,12 @@
  *   source "pg.identity"   text lines system=, database=, slot=,
  *                          publication=: whose stream this heap follows.
  *   source "pg.stats"      text "txns=N updates=M": totals applied so far.
+ *   source "pg.snapshot"   relid_max= (the largest pg_class OID the first
+ *                          copy's snapshot saw), publication_oid=: what a
+ *                          table new to the stream is measured against.
+ *   source "pg.settings"   the text settings both connections had when the
+ *                          heap was made ("name=value" lines, source.h): a
+ *                          restart with others is refused.
  *   source "pg.tables"     one line per table: relid, arrangement, schema,
  *                          table, key column indices, column names
  *                          (tab-separated, names escaped as escape.h).
@@ -45,6 +51,8 @@ typedef struct pg_table {
 	char **cols;
 	int nkey;
 	int *key;          /* column indices of the primary key, in its order */
+	int in_heap;       /* 0: followed since this run (sink_add_table), its
+	                    * arrangement not made yet; 1: in the heap */
 	/* pending updates of the current group */
 	pg_buf bytes;
 	pend *ups;
@@ -63,6 +71,8 @@ typedef struct sink {
 	uint64_t group_updates;
 	uint64_t txns, skipped, updates;  /* totals of this run */
 	uint64_t total_txns, total_updates; /* of earlier runs (pg.stats) */
+	int stuck;           /* the last error is in the stream: a restart meets it again */
+	const char *settings; /* written as pg.settings by the next flush if set */
 	pg_buf kv;           /* scratch for one row's key and val */
 	char err[1024];
 } sink;
@@ -76,10 +86,19 @@ int lsn_parse(const char *s, size_t len, uint64_t *out);
 void table_name_for(pg_table *t);
 pg_table *sink_table(sink *s, uint32_t relid);
 
-/* The stored table list, serialised and parsed (see above). */
+/* Follows table t (its fields moved into the sink; *t is cleared) from the
+ * open source txn on: not in the heap until a flush commits its first
+ * rows, creating its arrangement and adding it to pg.tables in the same
+ * write transaction.  Fails (stuck) if its arrangement name is taken. */
+int sink_add_table(sink *s, pg_table *t);
+
+/* The stored table list, serialised and parsed (see above); tables not in
+ * the heap (in_heap 0) are left out. */
 int tables_format(const pg_table *t, int nt, pg_buf *out);
 int tables_parse(const char *p, size_t len, pg_table **out, int *nt, char *err, size_t errlen);
 void tables_free(pg_table *t, int nt);
+/* Frees one table's fields (not t itself) and zeroes it. */
+void table_clear(pg_table *t);
 
 /* Encodes a row (ncols fields) as key and val into s->kv: key is
  * s->kv.p[0..*klen), val follows. */
@@ -93,7 +112,8 @@ int sink_truncate(sink *s, pg_table *t);
 /* Ends the open source txn at end_lsn; drops it if end_lsn <= group_pos
  * (already applied: the server resent it).  *skipped set to 1 then. */
 int sink_commit(sink *s, uint64_t end_lsn, int *skipped);
-/* Drops the open source txn (connection lost mid-transaction). */
+/* Drops the open source txn (connection lost mid-transaction); a no-op
+ * outside one: committed transactions are never dropped. */
 void sink_rollback(sink *s);
 /* The stream is idle up to wal_end: nothing before it is missing. */
 void sink_idle(sink *s, uint64_t wal_end);

@@ -14,8 +14,22 @@
 
 #include "tools/pg/source.h"
 
-#define TEXT_SETTINGS "-c DateStyle=ISO -c TimeZone=UTC -c IntervalStyle=postgres " \
-	"-c extra_float_digits=3 -c bytea_output=hex"
+/* The settings that shape a value's text form (the type output functions
+ * run in the backend for COPY, in the walsender for pgoutput), fixed on
+ * both connections whatever the environment, the conninfo, or the role's
+ * and database's defaults say: lc_monetary for money, search_path for the
+ * reg* types; the client encoding is the server encoding.  If a value
+ * changes here, heaps made before are refused at restart (pg.settings). */
+static const char *const TEXT_SETTINGS[][2] = {
+	{ "DateStyle", "ISO, MDY" },
+	{ "TimeZone", "UTC" },
+	{ "IntervalStyle", "postgres" },
+	{ "extra_float_digits", "3" },
+	{ "bytea_output", "hex" },
+	{ "lc_monetary", "C" },
+	{ "search_path", "pg_catalog" },
+};
+#define NSETTINGS (sizeof TEXT_SETTINGS / sizeof TEXT_SETTINGS[0])
 
 static int fail(pg_src *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int fail(pg_src *s, const char *fmt, ...)
@@ -60,21 +74,95 @@ static int pq_fail(pg_src *s, PGconn *c, const char *what)
 	return fail(s, "%s: %s", what, m);
 }
 
+/* "-c name=value ..." for the startup packet (spaces escaped). */
+static void options_for(char *buf, size_t len)
+{
+	size_t n = 0;
+
+	buf[0] = 0;
+	for (size_t i = 0; i < NSETTINGS && n + 1 < len; i++) {
+		n += (size_t)snprintf(buf + n, len - n, "%s-c %s=", i ? " " : "", TEXT_SETTINGS[i][0]);
+		for (const char *v = TEXT_SETTINGS[i][1]; *v && n + 2 < len; v++) {
+			if (*v == ' ')
+				buf[n++] = '\\';
+			buf[n++] = *v;
+		}
+		buf[n] = 0;
+	}
+}
+
+/* Sets the text settings on connection c and reads them back: out gets
+ * "name=value" lines, the client encoding last.  Fails naming a setting
+ * the server did not take. */
+static int fix_settings(pg_src *s, PGconn *c, const char *which, char *out, size_t len)
+{
+	const char *enc = PQparameterStatus(c, "server_encoding");
+	char q[600], line[600];
+	size_t n = 0, qn;
+	PGresult *r;
+
+	if (!enc || PQsetClientEncoding(c, enc) != 0)
+		return fail(s, "setting the client encoding of the %s connection to the server encoding "
+		            "%s failed: %s", which, enc ? enc : "(unknown)",
+		            first_line(PQerrorMessage(c), line, sizeof line));
+	for (size_t i = 0; i < NSETTINGS; i++) {
+		char *v = PQescapeLiteral(c, TEXT_SETTINGS[i][1], strlen(TEXT_SETTINGS[i][1]));
+		if (!v)
+			return fail(s, "out of memory");
+		snprintf(q, sizeof q, "SET %s = %s", TEXT_SETTINGS[i][0], v);
+		PQfreemem(v);
+		r = PQexec(c, q);
+		int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+		PQclear(r);
+		if (!ok) {
+			snprintf(q, sizeof q, "setting %s on the %s connection", TEXT_SETTINGS[i][0], which);
+			return pq_fail(s, c, q);
+		}
+	}
+	qn = (size_t)snprintf(q, sizeof q, "SELECT ");
+	for (size_t i = 0; i < NSETTINGS; i++)
+		qn += (size_t)snprintf(q + qn, sizeof q - qn, "current_setting('%s'), ", TEXT_SETTINGS[i][0]);
+	snprintf(q + qn, sizeof q - qn, "current_setting('client_encoding')");
+	r = PQexec(c, q);
+	if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1 ||
+	    PQnfields(r) != (int)NSETTINGS + 1) {
+		PQclear(r);
+		snprintf(q, sizeof q, "reading the settings of the %s connection", which);
+		return pq_fail(s, c, q);
+	}
+	for (size_t i = 0; i <= NSETTINGS; i++) {
+		const char *name = i < NSETTINGS ? TEXT_SETTINGS[i][0] : "client_encoding";
+		const char *want = i < NSETTINGS ? TEXT_SETTINGS[i][1] : enc;
+		const char *have = PQgetvalue(r, 0, (int)i);
+		if (strcmp(have, want) != 0) {
+			fail(s, "the server keeps %s = '%s' on the %s connection, not '%s' as set: "
+			     "ah-pgsync needs it so that every value has one text form", name, have,
+			     which, want);
+			PQclear(r);
+			return -1;
+		}
+		n += (size_t)snprintf(out + n, n < len ? len - n : 0, "%s=%s\n", name, have);
+	}
+	PQclear(r);
+	return n < len ? 0 : fail(s, "the text settings do not fit %zu bytes", len);
+}
+
 static PGconn *open_conn(pg_src *s, int replication)
 {
-	const char *keys[] = { "dbname", "replication", "options", "fallback_application_name", NULL };
-	const char *vals[] = { s->conninfo, replication ? "database" : NULL, TEXT_SETTINGS,
-	                       "ah-pgsync", NULL };
-	char line[600];
+	char opts[400], line[600];
+	/* The expanded dbname comes first, so the keywords after it override
+	 * what the conninfo (and PGOPTIONS, PGCLIENTENCODING) says. */
+	const char *keys[] = { "dbname", "options", "client_encoding", "fallback_application_name",
+	                       replication ? "replication" : NULL, NULL };
+	const char *vals[] = { s->conninfo, opts, "UTF8", "ah-pgsync", "database", NULL };
 	PGconn *c;
 
-	if (!replication) {
-		keys[1] = "options";
-		vals[1] = TEXT_SETTINGS;
-		keys[2] = "fallback_application_name";
-		vals[2] = "ah-pgsync";
-		keys[3] = NULL;
-	}
+	options_for(opts, sizeof opts);
+	/* libpq sends these as startup parameters, applied after the options
+	 * and overridden by no keyword; an invalid one would refuse the
+	 * connection.  fix_settings sets everything again anyway. */
+	unsetenv("PGTZ");
+	unsetenv("PGDATESTYLE");
 	c = PQconnectdbParams(keys, vals, 1);
 	if (c && PQstatus(c) == CONNECTION_OK)
 		return c;
@@ -94,11 +182,22 @@ static PGconn *open_conn(pg_src *s, int replication)
 int src_connect(pg_src *s)
 {
 	PGresult *r = NULL;
+	char other[sizeof s->settings];
+	pg_pub pub;
 	int rc = -1;
 
-	if (!(s->repl = open_conn(s, 1)) || !(s->sql = open_conn(s, 0)))
+	/* positions of an earlier connection say nothing about this one */
+	s->wal_end = 0;
+	s->reply_requested = 0;
+
+	if (!(s->repl = open_conn(s, 1)) || !(s->sql = open_conn(s, 0)) ||
+	    fix_settings(s, s->repl, "replication", other, sizeof other) != 0 ||
+	    fix_settings(s, s->sql, "SQL", s->settings, sizeof s->settings) != 0)
 		goto out;
-	PQsetClientEncoding(s->sql, PQparameterStatus(s->sql, "server_encoding"));
+	if (strcmp(other, s->settings) != 0) {
+		fail(s, "the replication and SQL connections have other text settings");
+		goto out;
+	}
 	r = PQexec(s->repl, "IDENTIFY_SYSTEM");
 	if (PQresultStatus(r) != PGRES_TUPLES_OK || PQnfields(r) < 4 || PQntuples(r) != 1) {
 		pq_fail(s, s->repl, "IDENTIFY_SYSTEM");
@@ -107,16 +206,21 @@ int src_connect(pg_src *s)
 	snprintf(s->sysid, sizeof s->sysid, "%s", PQgetvalue(r, 0, 0));
 	snprintf(s->dbname, sizeof s->dbname, "%s", PQgetvalue(r, 0, 3));
 	PQclear(r);
-	const char *pv[1] = { s->pub };
-	r = PQexecParams(s->sql, "SELECT 1 FROM pg_publication WHERE pubname = $1", 1, NULL, pv,
-	                 NULL, NULL, 0);
-	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-		pq_fail(s, s->sql, "looking up the publication");
+	r = NULL;
+	if (src_publication(s, &pub) != 0)
+		goto out;
+	s->pub_oid = pub.oid;
+	if (!pub.ins || !pub.upd || !pub.del || !pub.trunc) {
+		fail(s, "publication %s does not publish %s, so the heap would keep rows the tables "
+		     "no longer have: ALTER PUBLICATION %s SET (publish = 'insert, update, delete, "
+		     "truncate')", s->pub, !pub.ins ? "inserts" : !pub.upd ? "updates" :
+		     !pub.del ? "deletes" : "truncates", s->pub);
 		goto out;
 	}
-	if (PQntuples(r) != 1) {
-		fail(s, "publication \"%s\" does not exist in database %s: CREATE PUBLICATION %s "
-		     "FOR ALL TABLES (or FOR TABLE ...), or pass --publication", s->pub, s->dbname, s->pub);
+	if (pub.filtered[0]) {
+		fail(s, "publication %s has a row filter or a column list on table %s, so its stream "
+		     "lacks changes the heap needs: ALTER PUBLICATION %s SET TABLE ... without WHERE "
+		     "and columns, or use another publication", s->pub, pub.filtered, s->pub);
 		goto out;
 	}
 	rc = 0;
@@ -129,9 +233,11 @@ out:
 
 int src_connect_sql(pg_src *s)
 {
-	if (!(s->sql = open_conn(s, 0)))
+	if (!(s->sql = open_conn(s, 0)) ||
+	    fix_settings(s, s->sql, "SQL", s->settings, sizeof s->settings) != 0) {
+		src_close(s);
 		return -1;
-	PQsetClientEncoding(s->sql, PQparameterStatus(s->sql, "server_encoding"));
+	}
 	return 0;
 }
 
@@ -281,6 +387,7 @@ int src_tables(pg_src *s, pg_table **out, int *nt)
 		if (table_columns(s, x, PQgetvalue(r, n - 1, 0)) != 0)
 			goto out;
 		table_name_for(x);
+		x->in_heap = 1;  /* in the first copy */
 	}
 	rc = 0;
 out:
@@ -292,6 +399,104 @@ out:
 	}
 	*out = t;
 	*nt = n;
+	return rc;
+}
+
+int src_publication(pg_src *s, pg_pub *o)
+{
+	const char *pv[1] = { s->pub };
+	PGresult *r = PQexecParams(s->sql,
+		"SELECT p.oid::text, p.puballtables, p.pubinsert, p.pubupdate, p.pubdelete, "
+		"p.pubtruncate, (SELECT n.nspname || '.' || c.relname FROM pg_publication_rel x "
+		"JOIN pg_class c ON c.oid = x.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+		"WHERE x.prpubid = p.oid AND (x.prqual IS NOT NULL OR x.prattrs IS NOT NULL) "
+		"ORDER BY 1 LIMIT 1) FROM pg_publication p WHERE p.pubname = $1", 1, NULL, pv, NULL,
+		NULL, 0);
+	int rc = -1;
+
+	memset(o, 0, sizeof *o);
+	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+		pq_fail(s, s->sql, "looking up the publication");
+	} else if (PQntuples(r) != 1) {
+		fail(s, "publication \"%s\" does not exist in database %s: CREATE PUBLICATION %s "
+		     "FOR ALL TABLES (or FOR TABLE ...), or pass --publication", s->pub, s->dbname, s->pub);
+	} else {
+		o->oid = (uint32_t)strtoul(PQgetvalue(r, 0, 0), NULL, 10);
+		o->all_tables = PQgetvalue(r, 0, 1)[0] == 't';
+		o->ins = PQgetvalue(r, 0, 2)[0] == 't';
+		o->upd = PQgetvalue(r, 0, 3)[0] == 't';
+		o->del = PQgetvalue(r, 0, 4)[0] == 't';
+		o->trunc = PQgetvalue(r, 0, 5)[0] == 't';
+		snprintf(o->filtered, sizeof o->filtered, "%s", PQgetvalue(r, 0, 6));
+		rc = 0;
+	}
+	PQclear(r);
+	return rc;
+}
+
+int src_relation(pg_src *s, uint32_t relid, pg_table *t, pg_rel *o)
+{
+	char oid[16];
+	const char *pv[1] = { oid };
+	PGresult *r;
+	int rc = -1;
+
+	snprintf(oid, sizeof oid, "%" PRIu32, relid);
+	memset(o, 0, sizeof *o);
+	r = PQexecParams(s->sql, "SELECT n.nspname, c.relname, c.relfilenode::text, c.relpersistence, "
+	                 "c.relkind, c.relreplident FROM pg_class c JOIN pg_namespace n ON "
+	                 "n.oid = c.relnamespace WHERE c.oid = $1::oid", 1, NULL, pv, NULL, NULL, 0);
+	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+		pq_fail(s, s->sql, "looking up a table");
+		goto out;
+	}
+	rc = 0;
+	if (PQntuples(r) != 1)
+		goto out;
+	o->exists = 1;
+	o->relfilenode = (uint32_t)strtoul(PQgetvalue(r, 0, 2), NULL, 10);
+	o->persistence = PQgetvalue(r, 0, 3)[0];
+	o->kind = PQgetvalue(r, 0, 4)[0];
+	o->replident = PQgetvalue(r, 0, 5)[0];
+	memset(t, 0, sizeof *t);
+	t->relid = relid;
+	if (!(t->nsp = strdup(PQgetvalue(r, 0, 0))) || !(t->rel = strdup(PQgetvalue(r, 0, 1))))
+		rc = fail(s, "out of memory");
+	else
+		rc = table_columns(s, t, oid);
+	if (rc == 0)
+		table_name_for(t);
+out:
+	PQclear(r);
+	return rc;
+}
+
+int src_relid_max(pg_src *s, uint32_t *out)
+{
+	PGresult *r = PQexec(s->sql, "SELECT max(oid)::text FROM pg_class");
+	int rc = 0;
+
+	if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
+		rc = pq_fail(s, s->sql, "reading pg_class in the snapshot");
+	else
+		*out = (uint32_t)strtoul(PQgetvalue(r, 0, 0), NULL, 10);
+	PQclear(r);
+	return rc;
+}
+
+int src_wal_held(pg_src *s, uint64_t *bytes)
+{
+	const char *pv[1] = { s->slot };
+	PGresult *r = PQexecParams(s->sql, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)"
+	                           "::bigint FROM pg_replication_slots WHERE slot_name = $1", 1, NULL,
+	                           pv, NULL, NULL, 0);
+	int rc = 0;
+
+	if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1 || PQgetisnull(r, 0, 0))
+		rc = -1;
+	else
+		*bytes = strtoull(PQgetvalue(r, 0, 0), NULL, 10);
+	PQclear(r);
 	return rc;
 }
 

@@ -6,9 +6,11 @@
  * queries and the COPY of the first snapshot.
  *
  * Both connections fix the settings that shape a value's text form
- * (DateStyle, TimeZone, IntervalStyle, extra_float_digits, bytea_output),
- * so COPY and pgoutput print every value alike.  Every failure leaves one
- * line naming the cause and the fix in src->err.
+ * (DateStyle, TimeZone, IntervalStyle, extra_float_digits, bytea_output,
+ * lc_monetary, search_path, client encoding = server encoding) whatever
+ * the environment or the conninfo says, and read them back: COPY and
+ * pgoutput print every value alike, on every run.  Every failure leaves
+ * one line naming the cause and the fix in src->err.
  */
 #ifndef TOOLS_PG_SOURCE_H
 #define TOOLS_PG_SOURCE_H
@@ -28,6 +30,8 @@ typedef struct pg_src {
 	uint64_t wal_end;      /* the server's WAL end, from 'w' and 'k' */
 	int reply_requested;   /* the last keepalive asked for a reply */
 	uint64_t bytes;        /* CopyData bytes received */
+	char settings[512];    /* the effective text settings, "name=value" lines */
+	uint32_t pub_oid;      /* the publication's OID, at connect */
 	char err[1024];
 } pg_src;
 
@@ -38,6 +42,25 @@ typedef struct pg_slot {
 	uint64_t confirmed, restart;
 } pg_slot;
 
+/* The publication as it is now: filtered names a table with a row filter
+ * or a column list ("" if none). */
+typedef struct pg_pub {
+	uint32_t oid;
+	int all_tables;
+	int ins, upd, del, trunc;   /* what it publishes */
+	char filtered[300];
+} pg_pub;
+
+/* What the catalog says now of a relation. */
+typedef struct pg_rel {
+	int exists;                 /* 0: no such relation (any more) */
+	uint32_t relfilenode;
+	char persistence, kind, replident;
+} pg_rel;
+
+/* Connects both connections and checks the publication: it must exist,
+ * publish inserts, updates, deletes and truncates, and have no row filter
+ * or column list (else the stream would lack changes the heap needs). */
 int src_connect(pg_src *s);
 /* Only the normal connection (for `verify`). */
 int src_connect_sql(pg_src *s);
@@ -52,6 +75,17 @@ int src_tables(pg_src *s, pg_table **out, int *nt);
 int src_copy_begin(pg_src *s, const char *snapshot);
 int src_copy(pg_src *s, const pg_table *t, int (*row)(void *, char *, size_t), void *ctx);
 int src_copy_end(pg_src *s);
+int src_publication(pg_src *s, pg_pub *out);
+/* Relation relid now: out->exists, and if it exists t gets its names,
+ * columns and primary key (as src_tables; t's strings are malloc'd). */
+int src_relation(pg_src *s, uint32_t relid, pg_table *t, pg_rel *out);
+/* The largest pg_class OID the current snapshot sees (inside the first
+ * copy's snapshot: every relation that existed at the consistent point
+ * has an OID <= it). */
+int src_relid_max(pg_src *s, uint32_t *out);
+/* The WAL the slot holds on the server: bytes from its restart_lsn to the
+ * current WAL position (-1 if unknown). */
+int src_wal_held(pg_src *s, uint64_t *bytes);
 int src_start(pg_src *s, uint64_t lsn);
 /* Waits up to timeout_ms for a message: 1 with pgoutput bytes in *data,
  * 2 for a keepalive (wal_end, reply_requested updated), 0 timed out,

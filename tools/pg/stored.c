@@ -31,6 +31,47 @@ void identity_get(const char *id, const char *key, char *buf, size_t len)
 	}
 }
 
+void snapshot_fmt(char *buf, size_t len, uint32_t relid_max, uint32_t pub_oid)
+{
+	snprintf(buf, len, "relid_max=%" PRIu32 "\npublication_oid=%" PRIu32 "\n", relid_max, pub_oid);
+}
+
+/* The value of the line "name=..." of text, or NULL. */
+static const char *line_value(const char *text, const char *name, size_t nl, size_t *vl)
+{
+	for (const char *p = text; *p; p += strcspn(p, "\n") + (p[strcspn(p, "\n")] != 0)) {
+		if (!strncmp(p, name, nl) && p[nl] == '=') {
+			*vl = strcspn(p + nl + 1, "\n");
+			return p + nl + 1;
+		}
+	}
+	return NULL;
+}
+
+int settings_diff(const char *heap, const char *conn, char *a, char *b, size_t len)
+{
+	/* every line of either side must be in the other, with its value */
+	for (int side = 0; side < 2; side++) {
+		const char *x = side ? conn : heap, *y = side ? heap : conn;
+		for (const char *p = x; *p; p += strcspn(p, "\n") + (p[strcspn(p, "\n")] != 0)) {
+			size_t nl = strcspn(p, "=\n"), xl = 0, yl = 0;
+			const char *xv = p[nl] == '=' ? p + nl + 1 : p + nl;
+			const char *yv = line_value(y, p, nl, &yl);
+			xl = strcspn(xv, "\n");
+			if (yv && yl == xl && !memcmp(xv, yv, xl))
+				continue;
+			const char *hv = side ? yv : xv, *cv = side ? xv : yv;
+			size_t hl = side ? yl : xl, cl = side ? xl : yl;
+			snprintf(a, len, "%.*s=%s%.*s%s", (int)nl, p, hv ? "'" : "(unset)", hv ? (int)hl : 0,
+			         hv ? hv : "", hv ? "'" : "");
+			snprintf(b, len, "%.*s=%s%.*s%s", (int)nl, p, cv ? "'" : "(unset)", cv ? (int)cl : 0,
+			         cv ? cv : "", cv ? "'" : "");
+			return 1;
+		}
+	}
+	return 0;
+}
+
 int stored_read(ah_heap *h, pg_stored *st, char *err, size_t errlen)
 {
 	ah_txn *txn = NULL;
@@ -58,6 +99,28 @@ int stored_read(ah_heap *h, pg_stored *st, char *err, size_t errlen)
 	if (ah_source_get(txn, "pg.tables", &p, &len) != 0 ||
 	    tables_parse(p, len, &st->t, &st->nt, err, errlen) != 0)
 		goto bad;
+	rc = ah_source_get(txn, "pg.settings", &p, &len);
+	if (rc == 0 && len < sizeof st->settings && !memchr(p, 0, len)) {
+		memcpy(st->settings, p, len);
+		st->settings[len] = 0;
+	} else if (rc != AH_ENOTFOUND) {
+		goto bad;
+	}
+	rc = ah_source_get(txn, "pg.snapshot", &p, &len);
+	if (rc == 0) {
+		char tmp[100];
+		int n = 0;
+		if (len >= sizeof tmp)
+			goto bad;
+		memcpy(tmp, p, len);
+		tmp[len] = 0;
+		if (sscanf(tmp, "relid_max=%" SCNu32 "\npublication_oid=%" SCNu32 "\n%n", &st->relid_max,
+		           &st->pub_oid, &n) != 2 || (size_t)n != len)
+			goto bad;
+		st->have_snapshot = 1;
+	} else if (rc != AH_ENOTFOUND) {
+		goto bad;
+	}
 	if (ah_source_get(txn, "pg.stats", &p, &len) == 0 && len < 100) {
 		char tmp[100];
 		memcpy(tmp, p, len);

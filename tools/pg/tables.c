@@ -66,6 +66,8 @@ int tables_format(const pg_table *t, int nt, pg_buf *out)
 	char num[32];
 
 	for (int i = 0; i < nt; i++) {
+		if (!t[i].in_heap)
+			continue;
 		snprintf(num, sizeof num, "%" PRIu32 "\t", t[i].relid);
 		if (pg_buf_put(out, num, strlen(num)) || pg_buf_put(out, t[i].name, strlen(t[i].name)) ||
 		    pg_buf_put(out, "\t", 1) || put_escaped(out, t[i].nsp) ||
@@ -162,6 +164,7 @@ int tables_parse(const char *p, size_t len, pg_table **out, int *nt, char *err, 
 			t = q;
 		}
 		memset(&t[n], 0, sizeof t[n]);
+		t[n].in_heap = 1;
 		if (parse_line(p + start, i - start, &t[n++]) != 0)
 			goto bad;
 		start = i + 1;
@@ -177,19 +180,24 @@ bad:
 	return -1;
 }
 
+void table_clear(pg_table *t)
+{
+	for (int c = 0; t->cols && c < t->ncols; c++)
+		free(t->cols[c]);
+	free(t->cols);
+	free(t->key);
+	free(t->nsp);
+	free(t->rel);
+	pg_buf_free(&t->bytes);
+	free(t->ups);
+	memset(t, 0, sizeof *t);
+}
+
 void tables_free(pg_table *t, int nt)
 {
 	if (!t)
 		return;
-	for (int i = 0; i < nt; i++) {
-		for (int c = 0; t[i].cols && c < t[i].ncols; c++)
-			free(t[i].cols[c]);
-		free(t[i].cols);
-		free(t[i].key);
-		free(t[i].nsp);
-		free(t[i].rel);
-		pg_buf_free(&t[i].bytes);
-		free(t[i].ups);
-	}
+	for (int i = 0; i < nt; i++)
+		table_clear(&t[i]);
 	free(t);
 }

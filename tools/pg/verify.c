@@ -3,6 +3,8 @@
  *   verify: every table equals its arrangement at the heap's frontier,
  *           compared as multisets of (key, val) through two 64-bit sums of
  *           XXH3 hashes (order-free, so neither side is sorted) plus counts;
+ *           every table is compared and reported, the differing ones named
+ *           with what differs (row counts, or contents);
  *   status: the stored LSN, identity and arrangements;
  *   wait:   polls the stored LSN until it reaches a target.
  * They open the heap read-only, so they may run beside the engine.
@@ -45,16 +47,19 @@ static int open_ro(const char *path, ah_heap **h)
 	return rc;
 }
 
+/* Every cursor call is checked (a step returns 1 on a key or val, 0 at the
+ * end, < 0 an error): a damaged heap is an error, never a short digest. */
 static int heap_digest(ah_heap *h, const char *name, uint64_t as_of, digest *d)
 {
 	ah_txn *txn = NULL;
 	ah_cursor *c = NULL;
 	int rc;
 
-	if ((rc = ah_txn_begin(h, AH_TXN_RDONLY, &txn)) || (rc = ah_cursor_open(txn, name, &c)))
+	if ((rc = ah_txn_begin(h, AH_TXN_RDONLY, &txn)) || (rc = ah_cursor_open(txn, name, &c)) ||
+	    (rc = ah_cursor_rewind_keys(c)) < 0)  /* positions it: an error shows here */
 		goto out;
-	for (; ah_cursor_key_valid(c); ah_cursor_step_key(c))
-		for (; ah_cursor_val_valid(c); ah_cursor_step_val(c)) {
+	while (ah_cursor_key_valid(c)) {
+		while (ah_cursor_val_valid(c)) {
 			const void *k, *v;
 			size_t kl, vl;
 			int64_t sum;
@@ -63,7 +68,13 @@ static int heap_digest(ah_heap *h, const char *name, uint64_t as_of, digest *d)
 				goto out;
 			if (sum)
 				digest_add(d, k, kl, v, vl, sum);
+			if ((rc = ah_cursor_step_val(c)) < 0)
+				goto out;
 		}
+		if ((rc = ah_cursor_step_key(c)) < 0)
+			goto out;
+	}
+	rc = 0;
 out:
 	ah_cursor_close(c);
 	ah_txn_abort(txn);
@@ -88,6 +99,20 @@ static int verify_row(void *ctx, char *line, size_t len)
 	return 0;
 }
 
+/* What differs, for a table whose digests differ. */
+static void describe(char *buf, size_t len, const digest *table, const digest *heap)
+{
+	int64_t d = heap->rows - table->rows;
+
+	if (d == 0)
+		snprintf(buf, len, "same number of rows, other contents");
+	else
+		snprintf(buf, len, "the heap has %" PRId64 " row%s %s", d < 0 ? -d : d,
+		         d == 1 || d == -1 ? "" : "s", d < 0 ? "fewer" : "more");
+}
+
+/* Compares every table, also past a difference: one line per table, then a
+ * summary naming each differing table; exit 1 if any differs. */
 int cmd_verify(int argc, char **argv)
 {
 	pg_src src = { .conninfo = "" };
@@ -95,9 +120,10 @@ int cmd_verify(int argc, char **argv)
 	ah_heap *h = NULL;
 	pg_stored st = { 0 };
 	vctx v = { 0 };
-	char err[1024], l[32];
+	pg_buf names = { 0 };
+	char err[1024], l[32], what[100];
 	int64_t total = 0;
-	int status = 1, rc;
+	int status = 1, rc, ndiff = 0;
 
 	for (int i = 1; i < argc; i++) {
 		if ((!strcmp(argv[i], "-d") || !strcmp(argv[i], "--dbname")) && i + 1 < argc)
@@ -119,13 +145,20 @@ int cmd_verify(int argc, char **argv)
 		fprintf(stderr, "ah-pgsync verify: %s\n", src.err);
 		goto out;
 	}
+	if (st.settings[0] && settings_diff(st.settings, src.settings, err, err + 512, 512)) {
+		fprintf(stderr, "ah-pgsync verify: heap %s was made with the text setting %s, this "
+		        "connection has %s: the comparison would be meaningless\n", path, err, err + 512);
+		goto out;
+	}
 	lsn_fmt(st.lsn, l, sizeof l);
 	for (int i = 0; i < st.nt; i++) {
 		digest hd = { 0 };
 		v.t = &st.t[i];
 		memset(&v.d, 0, sizeof v.d);
-		if (!(v.f = calloc((size_t)v.t->ncols, sizeof *v.f)))
+		if (!(v.f = calloc((size_t)v.t->ncols, sizeof *v.f))) {
+			fprintf(stderr, "ah-pgsync verify: out of memory\n");
 			goto out;
+		}
 		rc = src_copy(&src, v.t, verify_row, &v);
 		free(v.f);
 		if (rc) {
@@ -137,17 +170,30 @@ int cmd_verify(int argc, char **argv)
 			goto out;
 		}
 		int same = hd.a == v.d.a && hd.b == v.d.b && hd.rows == v.d.rows;
-		printf("%s: table %" PRId64 " rows, heap %" PRId64 " rows at LSN %s: %s\n", v.t->name,
-		       v.d.rows, hd.rows, l, same ? "equal" : "DIFFERENT");
-		if (!same)
-			goto out;
+		if (!same) {
+			describe(what, sizeof what, &v.d, &hd);
+			if ((ndiff++ && pg_buf_put(&names, ", ", 2)) ||
+			    pg_buf_put(&names, v.t->name, strlen(v.t->name))) {
+				fprintf(stderr, "ah-pgsync verify: out of memory\n");
+				goto out;
+			}
+		}
+		printf("%s: table %" PRId64 " rows, heap %" PRId64 " rows at LSN %s: %s%s%s\n",
+		       v.t->name, v.d.rows, hd.rows, l, same ? "equal" : "DIFFERENT (",
+		       same ? "" : what, same ? "" : ")");
 		total += v.d.rows;
 	}
 	src_copy_end(&src);
+	if (ndiff) {
+		printf("DIFFERENT: %d of %d tables differ from the database at LSN %s: %.*s\n", ndiff,
+		       st.nt, l, (int)names.len, (const char *)names.p);
+		goto out;
+	}
 	printf("verified: %d tables, %" PRId64 " rows equal to the database at LSN %s\n", st.nt,
 	       total, l);
 	status = 0;
 out:
+	pg_buf_free(&names);
 	pg_buf_free(&v.s.kv);
 	src_close(&src);
 	tables_free(st.t, st.nt);
