@@ -299,6 +299,13 @@ int batch_load(heap_txn *t, uint64_t id, batch **out)
 	return record_decode(id, rec, len, !heap_txn_rdonly(t), out);
 }
 
+int batch_load_listed(heap_txn *t, uint64_t id, batch **out)
+{
+	int rc = batch_load(t, id, out);
+
+	return rc == AH_ENOTFOUND ? CORRUPT : rc;
+}
+
 void batch_free(batch *b)
 {
 	if (!b)
@@ -396,6 +403,7 @@ int batch_new_id(heap_txn *t, uint64_t *id)
 	size_t len;
 	if (!t || !id)
 		return AH_EINVAL;
+	uint64_t last;
 	int rc = heap_get(t, HEAP_T_BATCH, &key, sizeof key, &v, &len);
 	if (rc == 0) {
 		if (len != 8)
@@ -406,6 +414,13 @@ int batch_new_id(heap_txn *t, uint64_t *id)
 	} else if (rc != AH_ENOTFOUND) {
 		return rc;
 	}
+	/* The counter outlives every batch it handed out: missing, or not
+	 * past the largest id in use, it was damaged, and a fresh id could
+	 * overwrite a live batch record. */
+	if ((rc = heap_last_below(t, HEAP_T_BATCH, BATCH_ID_COUNTER, &last)))
+		return rc;
+	if (last >= next)
+		return CORRUPT;
 	uint64_t after = next + 1;
 	rc = heap_put(t, HEAP_T_BATCH, &key, sizeof key, &after, sizeof after);
 	if (rc)

@@ -84,6 +84,9 @@ typedef struct batch {
 
 /* Loads batch id.  Errors: AH_ENOTFOUND, AH_ECORRUPT, AH_ENOMEM. */
 int batch_load(heap_txn *t, uint64_t id, batch **out);
+/* batch_load of an id that a spine or a merge lists: a missing record is
+ * AH_ECORRUPT (its key was damaged or it was lost), never "not found". */
+int batch_load_listed(heap_txn *t, uint64_t id, batch **out);
 void batch_free(batch *b);
 /* Deletes the batch record and frees all its chunks. */
 int batch_drop(heap_txn *t, uint64_t id);

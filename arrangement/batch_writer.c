@@ -334,7 +334,7 @@ int batch_writer_resume(heap_txn *t, pool *p, uint64_t partial_id,
 	bchunk c;
 	int rc;
 
-	if ((rc = writer_alloc(t, p, &w)) || (rc = batch_load(t, partial_id, &b)))
+	if ((rc = writer_alloc(t, p, &w)) || (rc = batch_load_listed(t, partial_id, &b)))
 		goto out;
 	w->adopted = partial_id;
 	if (b->nchunks == 0)

@@ -246,7 +246,7 @@ static int complete(heap_txn *t, spine *sp, uint32_t mi, batch **in,
 	uint64_t out_updates = 0;
 	if (out) {
 		batch *ob;
-		rc = batch_load(t, out, &ob);
+		rc = batch_load_listed(t, out, &ob);
 		if (rc)
 			return rc;
 		out_updates = ob->updates;
@@ -259,7 +259,7 @@ static int complete(heap_txn *t, spine *sp, uint32_t mi, batch **in,
 	if (!out && after < sp->nbatches) {
 		/* S2: the next batch now starts where the dropped run began. */
 		batch *nb;
-		if ((rc = batch_load(t, sp->batches[after].id, &nb)))
+		if ((rc = batch_load_listed(t, sp->batches[after].id, &nb)))
 			return rc;
 		batch_desc d = nb->desc;
 		d.lower = in[0]->desc.lower;
@@ -300,7 +300,7 @@ static int run_merge(heap_txn *t, pool *p, spine *sp, uint32_t mi,
 	if (!in)
 		return AH_ENOMEM;
 	for (uint32_t i = 0; i < m->count && !rc; i++)
-		rc = batch_load(t, sp->batches[m->first + i].id, &in[i]);
+		rc = batch_load_listed(t, sp->batches[m->first + i].id, &in[i]);
 	if (rc)
 		goto out;
 	merge_resume res = { m->has_boundary, m->key, m->klen, m->val, m->vlen,
@@ -439,7 +439,7 @@ static int lagging(heap_txn *t, const spine *sp, bool *lag)
 	*lag = false;
 	for (uint32_t i = 0; i < sp->nbatches && !*lag; i++) {
 		batch *b;
-		int rc = batch_load(t, sp->batches[i].id, &b);
+		int rc = batch_load_listed(t, sp->batches[i].id, &b);
 		if (rc)
 			return rc;
 		*lag = b->desc.since < sp->since && b->desc.lower < sp->since;
@@ -499,7 +499,7 @@ int spine_check(heap_txn *t, const spine *sp, char *msg, size_t msglen)
 	}
 	for (uint32_t i = 0; i < sp->nbatches && !rc; i++) {
 		batch *b;
-		if ((rc = batch_load(t, sp->batches[i].id, &b))) {
+		if ((rc = batch_load_listed(t, sp->batches[i].id, &b))) {
 			snprintf(msg, msglen, "batch %llu: cannot load (%s)",
 			         (unsigned long long)sp->batches[i].id, ah_err_name(rc));
 			return rc;

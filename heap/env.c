@@ -138,6 +138,11 @@ static int catalog(heap *h, MDB_env *env, bool create, bool prealloc)
 		v.mv_data = rec;
 		HEAP_TRY(heap_err(HEAP_MDB(mdb_put(txn, h->dbi[HEAP_DBI_META], &k, &v,
 		                          0))));
+		{
+			static const uint64_t none[4] = { 0 };
+
+			HEAP_TRY(heap_names_put_raw(txn, h->dbi[HEAP_DBI_META], none));
+		}
 	} else if (rc == MDB_NOTFOUND) {
 		rc = AH_EFORMAT;
 		goto out;

@@ -286,8 +286,13 @@ int heap_upgrade(heap *h)
 	HEAP_TRY(heap_err(HEAP_MDB(mdb_get(t->txn, h->dbi[HEAP_DBI_META], &k, &v))));
 	HEAP_TRY(heap_meta_check(v.mv_data, v.mv_size, h->psize, uuid, &ver));
 	if (ver < HEAP_FORMAT_VERSION) {
+		uint64_t names[4];
+
 		for (int tb = 0; tb < HEAP_T__COUNT; tb++)
 			HEAP_TRY(upgrade_table(t, tb));
+		HEAP_TRY(heap_names_compute(t->txn, h->dbi, names));
+		HEAP_TRY(heap_space_need(t, 2));
+		HEAP_TRY(heap_names_put_raw(t->txn, h->dbi[HEAP_DBI_META], names));
 		heap_meta_encode(rec, h->psize, uuid, HEAP_FORMAT_VERSION);
 		v.mv_size = sizeof rec;
 		v.mv_data = rec;

@@ -232,6 +232,16 @@ int heap_del(heap_txn *t, enum heap_table tb, const void *key, size_t klen);
  * then unusable); with *key NULL the table itself could not be walked. */
 int heap_next(heap_txn *t, enum heap_table tb, const void *after, size_t alen,
               const void **key, size_t *klen, const void **val, size_t *vlen);
+/* Checks the catalog records of the meta DB: the meta record (checksum,
+ * fields, uuid) and the names digest against the arr and source tables
+ * (heap/names.c).  Each problem goes to fn; returns 0 when the check ran.
+ * Errors: AH_EBADTXN, AH_ECORRUPT (the meta tree is refused), AH_EIO. */
+int heap_catalog_check(heap_txn *t, void (*fn)(const char *problem, void *user),
+                       void *user);
+/* The largest key below `below` of the (integer-keyed) batch table, or 0
+ * when there is none.  Errors: AH_EINVAL, AH_ECORRUPT. */
+int heap_last_below(heap_txn *t, enum heap_table tb, uint64_t below,
+                    uint64_t *id);
 
 /* Debug checks (invariants), compiled in every build, on when
  * AH_DEBUG is set in the environment at open. */

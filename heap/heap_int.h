@@ -51,6 +51,10 @@ struct heap_txn {
 	bool rdonly;
 	bool poisoned;
 	uint64_t next_id;      /* next chunk id, 0 = not looked up yet */
+	/* names.c: the names digest as this txn has it. */
+	bool names_loaded, names_have, names_dirty;
+	unsigned names_ok;     /* tables (bits) walked and found in step */
+	uint64_t names[4];
 	uint64_t bound_pages;  /* pages this write txn may touch (space.c) */
 };
 
@@ -102,6 +106,18 @@ void heap_record_frame(int tb, const void *key, size_t klen, const void *val,
  * AH_ECORRUPT when the check fails in a format-2 heap. */
 int heap_record_unframe(const heap *h, int tb, const void *key, size_t klen,
                         const void **val, size_t *vlen);
+
+/* names.c: the names digest of the arr and source tables (see there). */
+int heap_names_put_raw(MDB_txn *txn, MDB_dbi meta, const uint64_t d[4]);
+int heap_names_compute(MDB_txn *txn, const MDB_dbi *dbi, uint64_t d[4]);
+/* A new key (+1) or a deleted one (-1) of tb. */
+int heap_names_note(heap_txn *t, enum heap_table tb, const void *key,
+                    size_t klen, int delta);
+/* Writes the digest if this txn changed it (before the commit). */
+int heap_names_store(heap_txn *t);
+/* 0 when tb's keys match the digest (or the heap has none), else
+ * AH_ECORRUPT. */
+int heap_names_check(heap_txn *t, enum heap_table tb);
 
 /* format.c */
 int heap_format_precheck(int fd, uint32_t psize);

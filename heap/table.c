@@ -53,6 +53,12 @@ int heap_get(heap_txn *t, enum heap_table tb, const void *key, size_t klen,
 		*val = v.mv_data;
 		*vlen = v.mv_size;
 		rc = heap_record_unframe(t->h, tb, key, klen, val, vlen);
+	} else if (rc == AH_ENOTFOUND) {
+		/* Missing, or stored under a damaged key? (names.c) */
+		int nrc = heap_names_check(t, tb);
+
+		if (nrc != 0)
+			rc = nrc;
 	}
 	return rc;
 }
@@ -72,10 +78,24 @@ int heap_put(heap_txn *t, enum heap_table tb, const void *key, size_t klen,
 		return heap_txn_fail(t, rc);
 	v.mv_size = vlen + HEAP_RECORD_FRAME;
 	rc = heap_space_need(t, (klen + v.mv_size + 16) / t->h->psize + 1);
-	/* Reserved, then framed in place: the bytes are written once. */
-	if (rc == 0)
+	/* Reserved, then framed in place: the bytes are written once.  A new
+	 * name of the arr or source table also goes into the names digest. */
+	if (rc == 0 && (tb == HEAP_T_ARR || tb == HEAP_T_SOURCE)) {
+		rc = HEAP_MDB(mdb_put(t->txn, t->h->dbi[tb], &k, &v,
+		                      MDB_RESERVE | MDB_NOOVERWRITE));
+		if (rc == 0)
+			rc = heap_names_note(t, tb, key, klen, +1);
+		else if (rc == MDB_KEYEXIST) {
+			v.mv_size = vlen + HEAP_RECORD_FRAME;
+			rc = heap_err(HEAP_MDB(mdb_put(t->txn, t->h->dbi[tb], &k, &v,
+			                               MDB_RESERVE)));
+		} else {
+			rc = heap_err(rc);
+		}
+	} else if (rc == 0) {
 		rc = heap_err(HEAP_MDB(mdb_put(t->txn, t->h->dbi[tb], &k, &v,
 		                               MDB_RESERVE)));
+	}
 	if (rc == 0)
 		heap_record_frame(tb, key, klen, val, vlen, v.mv_data);
 	return heap_txn_fail(t, rc);
@@ -97,6 +117,8 @@ int heap_del(heap_txn *t, enum heap_table tb, const void *key, size_t klen)
 		rc = heap_space_need(t, v.mv_size / t->h->psize / 500 + 1);
 	if (rc == 0)
 		rc = heap_err(HEAP_MDB(mdb_del(t->txn, t->h->dbi[tb], &k, NULL)));
+	if (rc == 0)
+		rc = heap_names_note(t, tb, key, klen, -1);
 	return heap_txn_fail(t, rc);
 }
 
@@ -157,6 +179,42 @@ int heap_next(heap_txn *t, enum heap_table tb, const void *after, size_t alen,
 	*val = v.mv_data;
 	*vlen = v.mv_size;
 	rc = heap_record_unframe(t->h, tb, k.mv_data, k.mv_size, val, vlen);
+out:
+	if (cur != NULL)
+		mdb_cursor_close(cur);
+	return rc;
+}
+
+int heap_last_below(heap_txn *t, enum heap_table tb, uint64_t below,
+                    uint64_t *id)
+{
+	MDB_cursor *cur = NULL;
+	MDB_val k = { sizeof below, &below }, v;
+	int rc;
+
+	if ((rc = heap_txn_usable(t, false)) != 0)
+		return rc;
+	if (tb != HEAP_T_BATCH || id == NULL)
+		return AH_EINVAL;
+	if ((rc = heap_trees_usable(t->h, HEAP_TREE_BIT(tb))) != 0)
+		return rc;
+	*id = 0;
+	HEAP_TRY(heap_err(HEAP_MDB(mdb_cursor_open(t->txn, t->h->dbi[tb], &cur))));
+	/* The first key >= below, then the one before it (or the last). */
+	rc = HEAP_MDB(mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE));
+	rc = HEAP_MDB(mdb_cursor_get(cur, &k, &v, rc == 0 ? MDB_PREV : MDB_LAST));
+	if (rc == MDB_NOTFOUND) {
+		rc = 0;
+		goto out;
+	}
+	HEAP_TRY(heap_err(rc));
+	if (k.mv_size != sizeof *id) {
+		rc = HEAP_CORRUPT("batch key is not a u64");
+		goto out;
+	}
+	memcpy(id, k.mv_data, sizeof *id);
+	if (*id >= below)
+		rc = HEAP_CORRUPT("table key out of order");
 out:
 	if (cur != NULL)
 		mdb_cursor_close(cur);

@@ -162,10 +162,13 @@ int heap_txn_commit(heap_txn *t)
 		return rc;
 	}
 	heap_fault_order();
+	/* The last write of a write txn, while it can still fail cleanly. */
+	if (!t->poisoned && !t->rdonly && (rc = heap_names_store(t)) != 0)
+		t->poisoned = true;
 	writer_end(t);
 	if (t->poisoned) {
 		mdb_txn_abort(t->txn);
-		rc = AH_EBADTXN;
+		rc = rc ? rc : AH_EBADTXN;
 	} else if (t->rdonly) {
 		mdb_txn_abort(t->txn);
 	} else {

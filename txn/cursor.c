@@ -87,7 +87,7 @@ static int cursor_new(ah_txn *t, const char *name, ah_cursor **out)
 		return AH_ENOMEM;
 	}
 	for (uint32_t i = 0; i < sp.nbatches && !rc; i++) {
-		rc = batch_load(t->ht, sp.batches[i].id, &c->batches[i]);
+		rc = batch_load_listed(t->ht, sp.batches[i].id, &c->batches[i]);
 		if (!rc)
 			c->nbatches++;
 	}

@@ -63,7 +63,7 @@ static int walk_batches(ah_txn *t, const char *name, batch_each each,
 
 		if (id == 0)
 			continue;
-		if ((rc = batch_load(t->ht, id, &b))) {
+		if ((rc = batch_load_listed(t->ht, id, &b))) {
 			txn_fail(t, rc, "arrangement '%s': batch %llu: %s", name,
 			         (unsigned long long)id, ah_strerror(rc));
 			break;

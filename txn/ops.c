@@ -61,7 +61,7 @@ static uint64_t chain_lower(ah_txn *t, const spine *sp, int *rc)
 	if (sp->nbatches == 0)
 		return sp->upper;
 	batch *b;
-	if ((*rc = batch_load(t->ht, sp->batches[sp->nbatches - 1].id, &b)))
+	if ((*rc = batch_load_listed(t->ht, sp->batches[sp->nbatches - 1].id, &b)))
 		return 0;
 	uint64_t u = b->desc.upper;
 	batch_free(b);
@@ -106,7 +106,7 @@ int ah_arrangement_info_get(ah_txn *t, const char *name, ah_arrangement_info *in
 	info->merging = sp.nmerges;
 	for (uint32_t i = 0; i < sp.nbatches && !rc; i++) {
 		batch *b;
-		if ((rc = batch_load(t->ht, sp.batches[i].id, &b)))
+		if ((rc = batch_load_listed(t->ht, sp.batches[i].id, &b)))
 			break;
 		info->updates += b->updates;
 		info->keys += b->keys;
@@ -119,7 +119,7 @@ int ah_arrangement_info_get(ah_txn *t, const char *name, ah_arrangement_info *in
 		batch *b;
 		if (!sp.merges[i].partial_id)
 			continue;
-		if ((rc = batch_load(t->ht, sp.merges[i].partial_id, &b)))
+		if ((rc = batch_load_listed(t->ht, sp.merges[i].partial_id, &b)))
 			break;
 		info->chunks += b->nchunks;
 		info->bytes += b->bytes;
@@ -278,7 +278,7 @@ int ah_builder_finish(ah_builder *b)
 	rc = builder_finish(bb, &d, &id);
 	if (!rc && id) {
 		batch *bt;
-		if (!(rc = batch_load(t->ht, id, &bt))) {
+		if (!(rc = batch_load_listed(t->ht, id, &bt))) {
 			n = bt->updates;
 			batch_free(bt);
 		}

@@ -274,6 +274,56 @@ static int check_arrangements(verifier *v)
 	return 0;
 }
 
+/* ----------------------------------------- sources and catalog records */
+
+/* Every source record's frame (record.c) and name. */
+static void check_sources(verifier *v)
+{
+	const void *k = NULL, *val;
+	size_t klen = 0, vlen;
+	char name[AH_NAME_MAX + 1];
+	int rc;
+
+	for (;;) {
+		const void *nk;
+
+		if (v->stop)
+			return;
+		rc = heap_next(v->t->ht, HEAP_T_SOURCE, k, klen, &nk, &klen, &val,
+		               &vlen);
+		if (rc != 0 && !(rc == AH_ECORRUPT && nk != NULL))
+			break;
+		k = nk;
+		size_t n = klen < AH_NAME_MAX ? klen : AH_NAME_MAX;
+		memcpy(name, k, n);
+		name[n] = 0;
+		char esc[4 * AH_NAME_MAX + 1];
+		size_t o = 0;
+		for (size_t i = 0; i < n; i++) {
+			unsigned char c = (unsigned char)name[i];
+			if (c >= 0x20 && c < 0x7f && c != '\\')
+				esc[o++] = (char)c;
+			else
+				o += (size_t)snprintf(esc + o, sizeof esc - o, "\\x%02x", c);
+		}
+		esc[o] = 0;
+		if (rc == AH_ECORRUPT)
+			report(v, UINT32_MAX, 0, 0, "source %s: record checksum "
+			       "mismatch (its name or position is damaged)", esc);
+		if (memchr(k, 0, klen) || klen > AH_NAME_MAX || !txn_name_ok(name))
+			report(v, UINT32_MAX, 0, 0, "source table: a stored name of "
+			       "%zu bytes that is no valid name (%s)", klen, esc);
+	}
+	if (!v->stop && rc != AH_ENOTFOUND)
+		report(v, UINT32_MAX, 0, 0, "source table unreadable: %s",
+		       ah_err_name(rc));
+}
+
+static void on_catalog(const char *problem, void *user)
+{
+	report(user, UINT32_MAX, 0, 0, "%s", problem);
+}
+
 /* -------------------------------------------------- pass 3: references */
 
 static int cmp_cref(const void *a, const void *b)
@@ -403,6 +453,12 @@ int ah_verify(ah_txn *t, ah_problem_fn fn, void *user, ah_verify_stats *st)
 		check_chunk_refs(&v);
 	if (!v.stop && arr_ok && v.batch_ok)
 		check_batch_refs(&v);
+	if (!v.stop && tree_ok(&pc, HEAP_TREE_SOURCE))
+		check_sources(&v);
+	if (!v.stop && tree_ok(&pc, HEAP_TREE_META) &&
+	    (rc = heap_catalog_check(t->ht, on_catalog, &v)) != 0 && !v.stop)
+		report(&v, UINT32_MAX, 0, 0, "catalog records unreadable: %s",
+		       ah_err_name(rc));
 	rc = v.stop;
 out:
 	if (st)

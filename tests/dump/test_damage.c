@@ -322,7 +322,8 @@ Test(damage, verify_escapes_damaged_names, .init = du_setup,
 	free(buf);
 	cr_assert_eq(du_dump(heap, "verify", true, &out), 1, "%s", out);
 	/* Its record's check names it (the name is part of the check), and
-	 * so does the name rule. */
+	 * so does the name rule; the names digest no longer matches the table
+	 * (a problem of no one arrangement). */
 	cr_assert(strstr(out, "problem: arrangement zz-escap\\xfa: arrangement "
 	                      "record checksum mismatch (its name or bytes are "
 	                      "damaged)\n"), "%s", out);
@@ -331,7 +332,7 @@ Test(damage, verify_escapes_damaged_names, .init = du_setup,
 	                      "name\n"), "%s", out);
 	free(out);
 	out = du_json(heap, "verify", 1, "[p['arrangement'] for p in d['problems']]");
-	cr_assert_str_eq(out, "['zz-escap\\\\xfa', 'zz-escap\\\\xfa']");
+	cr_assert_str_eq(out, "['zz-escap\\\\xfa', 'zz-escap\\\\xfa', '']");
 	free(out);
 }
 
