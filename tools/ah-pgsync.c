@@ -22,6 +22,7 @@
  * naming the cause and the fix), 2 a usage error.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -317,6 +318,22 @@ out:
 
 /* First run: slot with exported snapshot, COPY, heap made under a
  * temporary name and renamed into place once the copy is committed. */
+/* Moves the finished heap to its name without ever replacing a file
+ * there (another first run that published first): renameat2
+ * RENAME_NOREPLACE, or link + unlink where that flag is missing.  0, or
+ * -1 with errno (EEXIST: something is there). */
+static int publish(const char *tmp, const char *path)
+{
+	if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_NOREPLACE) == 0)
+		return 0;
+	if (errno != EINVAL && errno != ENOSYS)
+		return -1;
+	if (link(tmp, path) != 0)
+		return -1;
+	unlink(tmp);
+	return 0;
+}
+
 static int first_run(engine *e)
 {
 	char snapshot[128], tmp[4096], tmp_lock[4200], l[32];
@@ -334,7 +351,9 @@ static int first_run(engine *e)
 		             e->src.slot, e->heap_path, e->src.slot);
 	if (src_tables(&e->src, &e->snk.t, &e->snk.nt) != 0)
 		return efail(e, "%s", e->src.err);
-	snprintf(tmp, sizeof tmp, "%s.creating", e->heap_path);
+	/* This process's own temporary name: a concurrent first run of the
+	 * same heap never deletes our copy in progress, nor we its. */
+	snprintf(tmp, sizeof tmp, "%s.creating.%d", e->heap_path, (int)getpid());
 	snprintf(tmp_lock, sizeof tmp_lock, "%s-lock", tmp);
 	unlink(tmp);
 	unlink(tmp_lock);
@@ -348,9 +367,17 @@ static int first_run(engine *e)
 		unlink(tmp_lock);
 		return -1;
 	}
-	if (rename(tmp, e->heap_path) != 0) {
+	if (publish(tmp, e->heap_path) != 0) {
+		int err = errno;
+
+		unlink(tmp);
 		unlink(tmp_lock);
-		return efail(e, "cannot rename %s to %s: %s", tmp, e->heap_path, strerror(errno));
+		if (err == EEXIST)
+			return efail(e, "heap %s appeared while this first copy ran (another "
+			             "first run?): it is left as it is; drop this run's slot "
+			             "(SELECT pg_drop_replication_slot('%s'))",
+			             e->heap_path, e->src.slot);
+		return efail(e, "cannot rename %s to %s: %s", tmp, e->heap_path, strerror(err));
 	}
 	unlink(tmp_lock);
 	if ((rc = ah_open(e->heap_path, &o, &e->snk.heap)) != 0)
