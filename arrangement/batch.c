@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "arrangement/batch.h"
+#include "heap/codec.h"
 
 /* Where corruption was seen, for the debug log (SQLite's CORRUPT_BKPT). */
 static int corrupt_at(int line)
@@ -35,20 +36,6 @@ int bytes_cmp(const void *a, size_t alen, const void *b, size_t blen)
 }
 
 /* ----------------------------------------------------------- chunk view */
-
-static uint32_t rd32(const uint8_t *p)
-{
-	uint32_t v;
-	memcpy(&v, p, 4);
-	return v;
-}
-
-static uint64_t rd64(const uint8_t *p)
-{
-	uint64_t v;
-	memcpy(&v, p, 8);
-	return v;
-}
 
 #define TOUCH(c, p, n)                                                         \
 	do {                                                                   \
@@ -77,14 +64,14 @@ static int open_view(bchunk *c, const uint8_t *b, size_t body_used)
 		return CORRUPT;
 	if ((c->flags & BCHUNK_VAL_CONT) && !(c->flags & BCHUNK_KEY_CONT))
 		return CORRUPT;
-	nk = c->nkeys = rd32(b + 8);
-	nv = c->nvals = rd32(b + 12);
-	nu = c->nupds = rd32(b + 16);
-	c->used = rd32(b + 20);
+	nk = c->nkeys = get_u32(b + 8);
+	nv = c->nvals = get_u32(b + 12);
+	nu = c->nupds = get_u32(b + 16);
+	c->used = get_u32(b + 20);
 	if (nk == 0 || nv < nk || nu < nv || c->used > body_used)
 		return CORRUPT;
 	for (int i = 0; i < 8; i++)
-		off[i] = rd32(b + 24 + 4 * i);
+		off[i] = get_u32(b + 24 + 4 * i);
 	off[8] = c->used;
 	for (int i = 0; i < 8; i++)
 		if ((off[i] & 7u) || off[i] > off[i + 1])
@@ -226,12 +213,12 @@ static int record_decode(uint64_t id, const uint8_t *rec, size_t len,
 	if (ver != BREC_VERSION || rec[6] != 8 ||
 	    (rec[7] & ~BREC_PARTIAL))
 		return CORRUPT;
-	n = rd32(rec + 72);
+	n = get_u32(rec + 72);
 	ftab = BREC_HDR + 8 * n;
 	fbytes = ftab + 4 * (n + 1);
 	if (fbytes > len)
 		return CORRUPT;
-	fend = rd32(rec + ftab + 4 * n);
+	fend = get_u32(rec + ftab + 4 * n);
 	if (fend > len - fbytes)
 		return CORRUPT;
 	b = calloc(1, sizeof *b);
@@ -240,14 +227,14 @@ static int record_decode(uint64_t id, const uint8_t *rec, size_t len,
 	b->id = id;
 	b->time_width = rec[6];
 	b->rec_flags = rec[7];
-	b->desc.lower = rd64(rec + 8);
-	b->desc.upper = rd64(rec + 16);
-	b->desc.since = rd64(rec + 24);
-	b->updates = rd64(rec + 32);
-	b->keys = rd64(rec + 40);
-	b->vals = rd64(rec + 48);
-	b->bytes = rd64(rec + 56);
-	b->chunk_bytes = rd64(rec + 64);
+	b->desc.lower = get_u64(rec + 8);
+	b->desc.upper = get_u64(rec + 16);
+	b->desc.since = get_u64(rec + 24);
+	b->updates = get_u64(rec + 32);
+	b->keys = get_u64(rec + 40);
+	b->vals = get_u64(rec + 48);
+	b->bytes = get_u64(rec + 56);
+	b->chunk_bytes = get_u64(rec + 64);
 	b->nchunks = (uint32_t)n;
 	/* One block: ids, fence pointers, fence lengths, copied fence bytes. */
 	size_t sz = n * (sizeof(uint64_t) + sizeof(void *) + sizeof(size_t)) +
@@ -268,9 +255,9 @@ static int record_decode(uint64_t id, const uint8_t *rec, size_t len,
 		fb = dst;
 	}
 	for (uint64_t i = 0; i < n; i++) {
-		b->chunk_ids[i] = rd64(rec + BREC_HDR + 8 * i);
-		uint32_t lo = rd32(rec + ftab + 4 * i);
-		uint32_t hi = rd32(rec + ftab + 4 * (i + 1));
+		b->chunk_ids[i] = get_u64(rec + BREC_HDR + 8 * i);
+		uint32_t lo = get_u32(rec + ftab + 4 * i);
+		uint32_t hi = get_u32(rec + ftab + 4 * (i + 1));
 		if (lo > hi || hi > fend) {
 			rc = CORRUPT;
 			goto out;
@@ -332,16 +319,16 @@ int batch_record_put(heap_txn *t, const batch *b)
 	memcpy(rec + 4, &ver, 2);
 	rec[6] = 8;
 	rec[7] = (uint8_t)b->rec_flags;
-	memcpy(rec + 8, &b->desc.lower, 8);
-	memcpy(rec + 16, &b->desc.upper, 8);
-	memcpy(rec + 24, &b->desc.since, 8);
-	memcpy(rec + 32, &b->updates, 8);
-	memcpy(rec + 40, &b->keys, 8);
-	memcpy(rec + 48, &b->vals, 8);
-	memcpy(rec + 56, &b->bytes, 8);
-	memcpy(rec + 64, &b->chunk_bytes, 8);
-	memcpy(rec + 72, &n32, 4);
-	memcpy(rec + 76, &zero, 4);
+	put_u64(rec + 8, b->desc.lower);
+	put_u64(rec + 16, b->desc.upper);
+	put_u64(rec + 24, b->desc.since);
+	put_u64(rec + 32, b->updates);
+	put_u64(rec + 40, b->keys);
+	put_u64(rec + 48, b->vals);
+	put_u64(rec + 56, b->bytes);
+	put_u64(rec + 64, b->chunk_bytes);
+	put_u32(rec + 72, n32);
+	put_u32(rec + 76, zero);
 	for (uint64_t i = 0; i < n; i++) {
 		memcpy(rec + BREC_HDR + 8 * i, &b->chunk_ids[i], 8);
 		memcpy(rec + ftab + 4 * i, &off, 4);
@@ -371,9 +358,9 @@ int batch_set_desc(heap_txn *t, uint64_t id, const batch_desc *d)
 	if (!copy)
 		return AH_ENOMEM;
 	memcpy(copy, rec, len);
-	memcpy(copy + 8, &d->lower, 8);
-	memcpy(copy + 16, &d->upper, 8);
-	memcpy(copy + 24, &d->since, 8);
+	put_u64(copy + 8, d->lower);
+	put_u64(copy + 16, d->upper);
+	put_u64(copy + 24, d->since);
 	rc = heap_put(t, HEAP_T_BATCH, &id, sizeof id, copy, len);
 	free(copy);
 	return rc;

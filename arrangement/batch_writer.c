@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "arrangement/batch.h"
+#include "heap/codec.h"
 
 /* A growable pool buffer. */
 typedef struct buf {
@@ -74,7 +75,7 @@ static inline int put32(pool *p, buf *b, uint32_t v)
 	int rc;
 	if (b->len + 4 > b->cap && (rc = grow(p, b, 4)))
 		return rc;
-	memcpy(b->p + b->len, &v, 4);
+	put_u32(b->p + b->len, v);
 	b->len += 4;
 	return 0;
 }
@@ -84,7 +85,7 @@ static inline int put64(pool *p, buf *b, uint64_t v)
 	int rc;
 	if (b->len + 8 > b->cap && (rc = grow(p, b, 8)))
 		return rc;
-	memcpy(b->p + b->len, &v, 8);
+	put_u64(b->p + b->len, v);
 	b->len += 8;
 	return 0;
 }
@@ -217,10 +218,10 @@ static void write_header(uint8_t *body, const batch_writer *w,
 	memcpy(body + 4, &ver, 2);
 	body[6] = (uint8_t)w->flags;
 	body[7] = 8;
-	memcpy(body + 8, &w->nk, 4);
-	memcpy(body + 12, &w->nv, 4);
-	memcpy(body + 16, &w->nu, 4);
-	memcpy(body + 20, &used, 4);
+	put_u32(body + 8, w->nk);
+	put_u32(body + 12, w->nv);
+	put_u32(body + 16, w->nu);
+	put_u32(body + 20, used);
 	memcpy(body + 24, off, 32);
 }
 

@@ -35,44 +35,13 @@
 
 #include "arrangement/merge.h"
 #include "arrangement/spine.h"
+#include "heap/codec.h"
 
 #define SPINE_MAGIC 0x52414841u /* "AHAR" little-endian */
 #define SPINE_VERSION 1
 #define SPINE_HDR 32
 
 /* ----------------------------------------------------------- encoding */
-
-typedef struct rd {
-	const uint8_t *p;
-	size_t left;
-	bool bad;
-} rd;
-
-static void rd_get(rd *r, void *dst, size_t n)
-{
-	if (r->bad || r->left < n) {
-		r->bad = true;
-		memset(dst, 0, n);
-		return;
-	}
-	memcpy(dst, r->p, n);
-	r->p += n;
-	r->left -= n;
-}
-
-static uint64_t rd_u64(rd *r)
-{
-	uint64_t v;
-	rd_get(r, &v, 8);
-	return v;
-}
-
-static uint32_t rd_u32(rd *r)
-{
-	uint32_t v;
-	rd_get(r, &v, 4);
-	return v;
-}
 
 void spine_clear(spine *sp)
 {
@@ -85,7 +54,7 @@ void spine_clear(spine *sp)
 	memset(sp, 0, sizeof *sp);
 }
 
-static int decode_merge(rd *r, spine_merge *m)
+static int decode_merge(codec_rd *r, spine_merge *m)
 {
 	m->first = rd_u32(r);
 	m->count = rd_u32(r);
@@ -104,11 +73,11 @@ static int decode_merge(rd *r, spine_merge *m)
 	m->val = malloc(vlen ? vlen : 1);
 	if (!m->key || !m->val)
 		return AH_ENOMEM;
-	rd_get(r, m->key, klen);
-	rd_get(r, m->val, vlen);
+	rd_bytes(r, m->key, klen);
+	rd_bytes(r, m->val, vlen);
 	size_t pad = (8 - ((klen + vlen) & 7)) & 7;
 	uint8_t zero[8];
-	rd_get(r, zero, pad);
+	rd_bytes(r, zero, pad);
 	return r->bad ? AH_ECORRUPT : 0;
 }
 
@@ -120,11 +89,11 @@ int spine_load(heap_txn *t, const char *name, spine *sp)
 	int rc = heap_get(t, HEAP_T_ARR, name, strlen(name), &v, &vlen);
 	if (rc)
 		return rc;
-	rd r = { v, vlen, false };
+	codec_rd r = { v, vlen, false };
 	uint32_t magic = rd_u32(&r);
 	uint16_t ver, reserved;
-	rd_get(&r, &ver, 2);
-	rd_get(&r, &reserved, 2);
+	rd_bytes(&r, &ver, 2);
+	rd_bytes(&r, &reserved, 2);
 	sp->upper = rd_u64(&r);
 	sp->since = rd_u64(&r);
 	uint32_t nb = rd_u32(&r), nm = rd_u32(&r);
@@ -169,43 +138,33 @@ int spine_store(heap_txn *t, const char *name, const spine *sp)
 	uint8_t *buf = calloc(1, len), *p = buf;
 	if (!buf)
 		return AH_ENOMEM;
-#define PUT(v, n) do { memcpy(p, (v), (n)); p += (n); } while (0)
-	uint32_t magic = SPINE_MAGIC, u32;
-	uint16_t ver = SPINE_VERSION, zero16 = 0;
-	PUT(&magic, 4);
-	PUT(&ver, 2);
-	PUT(&zero16, 2);
-	PUT(&sp->upper, 8);
-	PUT(&sp->since, 8);
-	PUT(&sp->nbatches, 4);
-	PUT(&sp->nmerges, 4);
+	wr_u32(&p, SPINE_MAGIC);
+	put_u16(p, SPINE_VERSION);
+	p += 4; /* version, then 2 reserved bytes */
+	wr_u64(&p, sp->upper);
+	wr_u64(&p, sp->since);
+	wr_u32(&p, sp->nbatches);
+	wr_u32(&p, sp->nmerges);
 	for (uint32_t i = 0; i < sp->nbatches; i++) {
-		PUT(&sp->batches[i].id, 8);
-		PUT(&sp->batches[i].updates, 8);
+		wr_u64(&p, sp->batches[i].id);
+		wr_u64(&p, sp->batches[i].updates);
 	}
 	for (uint32_t i = 0; i < sp->nmerges; i++) {
 		const spine_merge *m = &sp->merges[i];
-		PUT(&m->first, 4);
-		PUT(&m->count, 4);
-		PUT(&m->since, 8);
-		PUT(&m->credit, 8);
-		PUT(&m->done, 8);
-		PUT(&m->partial_id, 8);
-		u32 = m->has_boundary;
-		PUT(&u32, 4);
-		u32 = (uint32_t)m->klen;
-		PUT(&u32, 4);
-		u32 = (uint32_t)m->vlen;
-		PUT(&u32, 4);
-		u32 = 0;
-		PUT(&u32, 4);
-		if (m->klen)
-			PUT(m->key, m->klen);
-		if (m->vlen)
-			PUT(m->val, m->vlen);
+		wr_u32(&p, m->first);
+		wr_u32(&p, m->count);
+		wr_u64(&p, m->since);
+		wr_u64(&p, m->credit);
+		wr_u64(&p, m->done);
+		wr_u64(&p, m->partial_id);
+		wr_u32(&p, m->has_boundary);
+		wr_u32(&p, (uint32_t)m->klen);
+		wr_u32(&p, (uint32_t)m->vlen);
+		wr_u32(&p, 0);
+		wr_bytes(&p, m->key, m->klen);
+		wr_bytes(&p, m->val, m->vlen);
 		p += (8 - ((m->klen + m->vlen) & 7)) & 7;
 	}
-#undef PUT
 	int rc = heap_put(t, HEAP_T_ARR, name, strlen(name), buf, len);
 	free(buf);
 	return rc;

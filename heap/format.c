@@ -58,6 +58,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "heap/codec.h"
 #include "heap/fault.h"
 #include "heap/heap_int.h"
 
@@ -82,19 +83,6 @@ struct lmdb_meta {
 	uint64_t txnid;
 };
 
-static uint32_t get32(const uint8_t *p)
-{
-	uint32_t v;
-	memcpy(&v, p, sizeof v);
-	return v;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	uint64_t v;
-	memcpy(&v, p, sizeof v);
-	return v;
-}
 
 /* 1: a valid meta page; 0: not one; <0: I/O error. *swapped when the magic
  * is LMDB's in the other byte order. */
@@ -111,15 +99,15 @@ static int read_meta(int fd, off_t off, struct lmdb_meta *m, bool *swapped,
 		return AH_EIO;
 	if ((size_t)n < META_READ)
 		return 0;
-	if (get32(buf + META_OFF_MAGIC) == LMDB_MAGIC_SWAPPED)
+	if (get_u32(buf + META_OFF_MAGIC) == LMDB_MAGIC_SWAPPED)
 		*swapped = true;
 	memcpy(&flags, buf + META_OFF_FLAGS, sizeof flags);
-	if (!(flags & LMDB_P_META) || get32(buf + META_OFF_MAGIC) != LMDB_MAGIC ||
-	    get32(buf + META_OFF_VERSION) != LMDB_DATA_VERSION)
+	if (!(flags & LMDB_P_META) || get_u32(buf + META_OFF_MAGIC) != LMDB_MAGIC ||
+	    get_u32(buf + META_OFF_VERSION) != LMDB_DATA_VERSION)
 		return 0;
-	m->psize = get32(buf + META_OFF_PSIZE);
-	m->last_pg = get64(buf + META_OFF_LASTPG);
-	m->txnid = get64(buf + META_OFF_TXNID);
+	m->psize = get_u32(buf + META_OFF_PSIZE);
+	m->last_pg = get_u64(buf + META_OFF_LASTPG);
+	m->txnid = get_u64(buf + META_OFF_TXNID);
 	return 1;
 }
 
@@ -188,17 +176,17 @@ void heap_meta_encode(uint8_t out[HEAP_META_BYTES], uint32_t psize,
 
 	memset(out, 0, HEAP_META_BYTES);
 	memcpy(out, meta_magic, 8);
-	memcpy(out + 8, &version, 4);
-	memcpy(out + 12, &psize, 4);
+	put_u32(out + 8, version);
+	put_u32(out + 12, psize);
 	v = BYTE_ORDER_MARK;
-	memcpy(out + 16, &v, 4);
+	put_u32(out + 16, v);
 	v = HEAP_NCLASSES;
-	memcpy(out + 20, &v, 4);
+	put_u32(out + 20, v);
 	memcpy(out + 24, heap_class_pages, 4 * HEAP_NCLASSES);
 	memcpy(out + 48, uuid, 16);
 	if (version >= 2) {
 		v = meta_check(out);
-		memcpy(out + 44, &v, 4);
+		put_u32(out + 44, v);
 	}
 }
 
@@ -212,9 +200,9 @@ int heap_meta_check(const void *val, size_t len, uint32_t psize,
 	if (len != HEAP_META_BYTES)
 		return AH_EFORMAT;
 	/* Byte order first, so a foreign-endian heap is named as such. */
-	if (memcmp(p, meta_magic, 8) != 0 || get32(p + 16) != BYTE_ORDER_MARK)
+	if (memcmp(p, meta_magic, 8) != 0 || get_u32(p + 16) != BYTE_ORDER_MARK)
 		return AH_EFORMAT;
-	ver = get32(p + 8);
+	ver = get_u32(p + 8);
 	if (ver < HEAP_FORMAT_MIN || ver > HEAP_FORMAT_VERSION)
 		return AH_EFORMAT;
 	heap_meta_encode(want, psize, p + 48, ver);

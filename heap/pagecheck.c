@@ -75,6 +75,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "heap/codec.h"
 #include "heap/heap_int.h"
 
 _Static_assert((int)HEAP_TREE_META == (int)HEAP_DBI_META &&
@@ -163,27 +164,6 @@ typedef struct walker {
 	unsigned depth;
 	span *spans;             /* (psize - PAGEHDR) / 2: a page's nodes */
 } walker;
-
-static uint16_t get16(const uint8_t *p)
-{
-	uint16_t v;
-	memcpy(&v, p, sizeof v);
-	return v;
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	uint32_t v;
-	memcpy(&v, p, sizeof v);
-	return v;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	uint64_t v;
-	memcpy(&v, p, sizeof v);
-	return v;
-}
 
 static void problem(walker *w, enum heap_tree t, uint64_t pgno,
                     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
@@ -297,7 +277,7 @@ static int cmp(const walker *w, const uint8_t *a, size_t alen,
                const uint8_t *b, size_t blen)
 {
 	if (intkey(w)) {
-		uint64_t x = get64(a), y = get64(b);
+		uint64_t x = get_u64(a), y = get_u64(b);
 
 		return x < y ? -1 : x > y;
 	}
@@ -323,12 +303,12 @@ static int check_layout(walker *w, uint64_t pgno, unsigned level)
 
 	if (p == NULL)
 		return -1;
-	flags = get16(p + 10);
-	lower = get16(p + 12);
-	upper = get16(p + 14);
-	if (get64(p) != pgno) {
+	flags = get_u16(p + 10);
+	lower = get_u16(p + 12);
+	upper = get_u16(p + 14);
+	if (get_u64(p) != pgno) {
 		problem(w, w->tree, pgno, "page header names page %llu",
-		        (unsigned long long)get64(p));
+		        (unsigned long long)get_u64(p));
 		return -1;
 	}
 	if (flags != want) {
@@ -350,7 +330,7 @@ static int check_layout(walker *w, uint64_t pgno, unsigned level)
 		return -1;
 	}
 	for (unsigned i = 0; i < n; i++) {
-		unsigned off = get16(p + PAGEHDR + 2 * i), len;
+		unsigned off = get_u16(p + PAGEHDR + 2 * i), len;
 		const uint8_t *node = p + off;
 
 		if (off < upper || (off & 1) || off > w->psize - NODEHDR) {
@@ -358,11 +338,11 @@ static int check_layout(walker *w, uint64_t pgno, unsigned level)
 			        "[upper %u, page end)", i, off, upper);
 			return -1;
 		}
-		len = NODEHDR + get16(node + 6);
+		len = NODEHDR + get_u16(node + 6);
 		if (want == P_LEAF)
-			len += get16(node + 4) & F_BIGDATA
+			len += get_u16(node + 4) & F_BIGDATA
 			               ? 8u
-			               : get16(node) | (unsigned)get16(node + 2) << 16;
+			               : get_u16(node) | (unsigned)get_u16(node + 2) << 16;
 		if (len > w->psize - off) {
 			problem(w, w->tree, pgno, "node %u (%u bytes at offset %u) "
 			        "beyond the page", i, len, off);
@@ -396,8 +376,8 @@ static bool check_keys(walker *w, uint64_t pgno, const uint8_t *p, int n,
 	size_t plen = 0;
 
 	for (int i = leaf ? 0 : 1; i < n; i++) {
-		const uint8_t *node = p + get16(p + PAGEHDR + 2 * i), *k = node + 8;
-		size_t klen = get16(node + 6);
+		const uint8_t *node = p + get_u16(p + PAGEHDR + 2 * i), *k = node + 8;
+		size_t klen = get_u16(node + 6);
 
 		if (intkey(w) ? klen != 8 : klen < 1 || klen > MAX_KEY) {
 			problem(w, w->tree, pgno, "node %d: key of %zu bytes", i,
@@ -423,17 +403,17 @@ static void branch(walker *w, uint64_t pgno, const uint8_t *p, int n,
                    unsigned level, bound lo, bound hi)
 {
 	for (int i = 0; i < n && !w->stop && !w->rc; i++) {
-		const uint8_t *node = p + get16(p + PAGEHDR + 2 * i);
-		uint64_t child = get16(node) | (uint64_t)get16(node + 2) << 16 |
-		                 (uint64_t)get16(node + 4) << 32;
+		const uint8_t *node = p + get_u16(p + PAGEHDR + 2 * i);
+		uint64_t child = get_u16(node) | (uint64_t)get_u16(node + 2) << 16 |
+		                 (uint64_t)get_u16(node + 4) << 32;
 		bound clo = lo, chi = hi;
 
 		if (i > 0)
-			clo = (bound){ node + 8, get16(node + 6) };
+			clo = (bound){ node + 8, get_u16(node + 6) };
 		if (i + 1 < n) {
-			const uint8_t *next = p + get16(p + PAGEHDR + 2 * (i + 1));
+			const uint8_t *next = p + get_u16(p + PAGEHDR + 2 * (i + 1));
 
-			chi = (bound){ next + 8, get16(next + 6) };
+			chi = (bound){ next + 8, get_u16(next + 6) };
 		}
 		walk(w, pgno, child, level + 1, clo, chi);
 	}
@@ -444,11 +424,11 @@ static void branch(walker *w, uint64_t pgno, const uint8_t *p, int n,
 static void free_record(walker *w, uint64_t pgno, const uint8_t *k,
                         const uint8_t *v, uint64_t vlen)
 {
-	uint64_t cnt = vlen >= 8 ? get64(v) : 0;
+	uint64_t cnt = vlen >= 8 ? get_u64(v) : 0;
 
-	if (get64(k) > w->txnid)
+	if (get_u64(k) > w->txnid)
 		problem(w, HEAP_TREE_FREE, pgno, "free-list record of txn %llu, "
-		        "after the snapshot's %llu", (unsigned long long)get64(k),
+		        "after the snapshot's %llu", (unsigned long long)get_u64(k),
 		        (unsigned long long)w->txnid);
 	if (vlen < 8 || vlen % 8 != 0 || cnt > vlen / 8 - 1) {
 		problem(w, HEAP_TREE_FREE, pgno, "free-list record of %llu "
@@ -457,7 +437,7 @@ static void free_record(walker *w, uint64_t pgno, const uint8_t *k,
 		return;
 	}
 	for (uint64_t i = 1; i <= cnt; i++) {
-		uint64_t pg = get64(v + 8 * i);
+		uint64_t pg = get_u64(v + 8 * i);
 
 		if (pg < 2 || pg >= w->npages) {
 			problem(w, HEAP_TREE_FREE, pgno, "free page %llu outside "
@@ -484,14 +464,14 @@ static int tree_by_name(const uint8_t *k, size_t klen)
 
 static void dbrec_read(dbrec *r, const uint8_t *p)
 {
-	r->pad = get32(p);
-	r->flags = get16(p + 4);
-	r->depth = get16(p + 6);
-	r->branch = get64(p + 8);
-	r->leaf = get64(p + 16);
-	r->overflow = get64(p + 24);
-	r->entries = get64(p + 32);
-	r->root = get64(p + 40);
+	r->pad = get_u32(p);
+	r->flags = get_u16(p + 4);
+	r->depth = get_u16(p + 6);
+	r->branch = get_u64(p + 8);
+	r->leaf = get_u64(p + 16);
+	r->overflow = get_u64(p + 24);
+	r->entries = get_u64(p + 32);
+	r->root = get_u64(p + 40);
 }
 
 /* A main-DB node: a named DB's record. */
@@ -521,10 +501,10 @@ static void main_record(walker *w, uint64_t pgno, int i, const uint8_t *k,
 static void leaf(walker *w, uint64_t pgno, const uint8_t *p, int n)
 {
 	for (int i = 0; i < n && !w->stop; i++) {
-		const uint8_t *node = p + get16(p + PAGEHDR + 2 * i), *v;
-		unsigned nflags = get16(node + 4);
-		size_t klen = get16(node + 6);
-		uint64_t vlen = get16(node) | (uint64_t)get16(node + 2) << 16;
+		const uint8_t *node = p + get_u16(p + PAGEHDR + 2 * i), *v;
+		unsigned nflags = get_u16(node + 4);
+		size_t klen = get_u16(node + 6);
+		uint64_t vlen = get_u16(node) | (uint64_t)get_u16(node + 2) << 16;
 
 		v = node + NODEHDR + klen;
 		if (w->tree != HEAP_TREE_MAIN && nflags != 0 && nflags != F_BIGDATA) {
@@ -532,7 +512,7 @@ static void leaf(walker *w, uint64_t pgno, const uint8_t *p, int n)
 			return;
 		}
 		if (nflags & F_BIGDATA) {
-			uint64_t ov = get64(v), need = (PAGEHDR - 1 + vlen) / w->psize + 1;
+			uint64_t ov = get_u64(v), need = (PAGEHDR - 1 + vlen) / w->psize + 1;
 			const uint8_t *op;
 			uint32_t pages;
 
@@ -544,13 +524,13 @@ static void leaf(walker *w, uint64_t pgno, const uint8_t *p, int n)
 			}
 			if ((op = page(w, ov)) == NULL)
 				return;
-			pages = get32(op + 12);
-			if (get64(op) != ov || get16(op + 10) != P_OVERFLOW ||
+			pages = get_u32(op + 12);
+			if (get_u64(op) != ov || get_u16(op + 10) != P_OVERFLOW ||
 			    pages < need) {
 				problem(w, w->tree, ov, "overflow page of node %d of page "
 				        "%llu: header (page %llu, flags 0x%x, %u pages for "
 				        "%llu bytes)", i, (unsigned long long)pgno,
-				        (unsigned long long)get64(op), get16(op + 10),
+				        (unsigned long long)get_u64(op), get_u16(op + 10),
 				        pages, (unsigned long long)vlen);
 				return;
 			}
@@ -667,9 +647,9 @@ static bool check_meta(walker *w, uint64_t mp, uint64_t file_bytes)
 
 	if (p == NULL || o == NULL)
 		return false;
-	if (get64(p) != mp || get16(p + 10) != P_META || get16(p + 8) ||
-	    get32(p + 12) || get32(p + 16) != MAGIC ||
-	    get32(p + 20) != DATA_VERSION || get64(p + 24) != 0) {
+	if (get_u64(p) != mp || get_u16(p + 10) != P_META || get_u16(p + 8) ||
+	    get_u32(p + 12) || get_u32(p + 16) != MAGIC ||
+	    get_u32(p + 20) != DATA_VERSION || get_u64(p + 24) != 0) {
 		problem(w, HEAP_TREE__COUNT, mp, "meta page header, magic, version "
 		        "or address");
 		return false;
@@ -677,8 +657,8 @@ static bool check_meta(walker *w, uint64_t mp, uint64_t file_bytes)
 	/* The older meta is LMDB's fallback, not read by this snapshot: open
 	 * leaves it to format.c's checks (what LMDB itself checks). */
 	if (!w->open_mode &&
-	    (get64(o) != (mp ^ 1) || get16(o + 10) != P_META ||
-	     get32(o + 16) != MAGIC || get32(o + 20) != DATA_VERSION))
+	    (get_u64(o) != (mp ^ 1) || get_u16(o + 10) != P_META ||
+	     get_u32(o + 16) != MAGIC || get_u32(o + 20) != DATA_VERSION))
 		problem(w, HEAP_TREE__COUNT, mp ^ 1, "the other meta page: header, "
 		        "magic or version");
 	if (w->npages * w->psize > file_bytes) {
@@ -720,9 +700,9 @@ static int run(walker *w, int fd, uint64_t mp)
 		memcpy(m, w->metas[mp], META_BYTES);
 	else if ((rc = read_meta(fd, w->psize, mp, m)))
 		return rc;
-	if (get64(m + 144) != w->txnid)
+	if (get_u64(m + 144) != w->txnid)
 		return AH_EBUSY;
-	w->npages = get64(m + 136) + 1;
+	w->npages = get_u64(m + 136) + 1;
 	if (w->npages < 2 || w->npages > w->file_bytes / w->psize ||
 	    w->npages > SIZE_MAX / w->psize) {
 		problem(w, HEAP_TREE__COUNT, mp, "last page %llu beyond the end of "
@@ -877,8 +857,8 @@ int heap_pagecheck_open(int fd, uint32_t psize, uint64_t file_bytes,
 	w->metas[1] = meta1;
 	/* LMDB's choice: the larger txnid (mdb_env_read_header, ties to page
 	 * 0) goes to the lock file, and read txns use meta page txnid & 1. */
-	w->txnid = get64(meta1 + 144) > get64(meta0 + 144) ? get64(meta1 + 144)
-	                                                    : get64(meta0 + 144);
+	w->txnid = get_u64(meta1 + 144) > get_u64(meta0 + 144) ? get_u64(meta1 + 144)
+	                                                    : get_u64(meta0 + 144);
 	rc = run(w, fd, w->txnid & 1);
 	walker_free(w);
 	if (rc == AH_EBUSY)
