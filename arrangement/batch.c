@@ -16,15 +16,6 @@
 #include "arrangement/batch.h"
 #include "heap/codec.h"
 
-/* Where corruption was seen, for the debug log (SQLite's CORRUPT_BKPT). */
-static int corrupt_at(int line)
-{
-	if (ah_config_debug)
-		fprintf(stderr, "arrheap: corrupt batch data at %s:%d\n",
-		        __FILE__, line);
-	return AH_ECORRUPT;
-}
-#define CORRUPT corrupt_at(__LINE__)
 
 int bytes_cmp(const void *a, size_t alen, const void *b, size_t blen)
 {
@@ -37,47 +28,43 @@ int bytes_cmp(const void *a, size_t alen, const void *b, size_t blen)
 
 /* ----------------------------------------------------------- chunk view */
 
-#define TOUCH(c, p, n)                                                         \
-	do {                                                                   \
-		if (heap_chunk_touch(&(c)->hv, (p), (n)) != 0)                 \
-			return CORRUPT;                                        \
-	} while (0)
-
 /* The header checks on a view whose page 0 (the header) is checked. */
 static int open_view(bchunk *c, const uint8_t *b, size_t body_used)
 {
+	int rc;
 	uint32_t off[9];
 	uint64_t nk, nv, nu;
 
 	if (!b || body_used < BCHUNK_HDR || ((uintptr_t)b & 7u))
-		return CORRUPT;
-	TOUCH(c, b, BCHUNK_HDR);
+		return CORRUPT("batch chunk header");
+	if ((rc = heap_chunk_touch(&c->hv, b, BCHUNK_HDR)) != 0)
+		return rc;
 	if (memcmp(b, BCHUNK_MAGIC, 4) != 0)
-		return CORRUPT;
+		return CORRUPT("batch chunk header");
 	uint16_t ver;
 	memcpy(&ver, b + 4, 2);
 	if (ver != BCHUNK_VERSION || b[7] != 8)
-		return CORRUPT;
+		return CORRUPT("batch chunk header");
 	c->body = b;
 	c->flags = b[6];
 	if (c->flags & ~(BCHUNK_KEY_CONT | BCHUNK_VAL_CONT))
-		return CORRUPT;
+		return CORRUPT("batch chunk header");
 	if ((c->flags & BCHUNK_VAL_CONT) && !(c->flags & BCHUNK_KEY_CONT))
-		return CORRUPT;
+		return CORRUPT("batch chunk header");
 	nk = c->nkeys = get_u32(b + 8);
 	nv = c->nvals = get_u32(b + 12);
 	nu = c->nupds = get_u32(b + 16);
 	c->used = get_u32(b + 20);
 	if (nk == 0 || nv < nk || nu < nv || c->used > body_used)
-		return CORRUPT;
+		return CORRUPT("batch chunk header");
 	for (int i = 0; i < 8; i++)
 		off[i] = get_u32(b + 24 + 4 * i);
 	off[8] = c->used;
 	for (int i = 0; i < 8; i++)
 		if ((off[i] & 7u) || off[i] > off[i + 1])
-			return CORRUPT;
+			return CORRUPT("batch chunk header");
 	if (off[0] != BCHUNK_HDR)
-		return CORRUPT;
+		return CORRUPT("batch chunk header");
 	/* Each fixed-width column must fit before the next column starts. */
 	if (4 * (nk + 1) > (uint64_t)off[1] - off[0] ||
 	    4 * (nk + 1) > (uint64_t)off[3] - off[2] ||
@@ -85,7 +72,7 @@ static int open_view(bchunk *c, const uint8_t *b, size_t body_used)
 	    4 * (nv + 1) > (uint64_t)off[6] - off[5] ||
 	    8 * nu > (uint64_t)off[7] - off[6] ||
 	    8 * nu > (uint64_t)off[8] - off[7])
-		return CORRUPT;
+		return CORRUPT("batch chunk header");
 	c->ko = (const uint32_t *)(b + off[0]);
 	c->kb_lo = off[1];
 	c->kb_hi = off[2];
@@ -96,13 +83,17 @@ static int open_view(bchunk *c, const uint8_t *b, size_t body_used)
 	c->vu = (const uint32_t *)(b + off[5]);
 	c->times = (const uint64_t *)(b + off[6]);
 	c->diffs = (const int64_t *)(b + off[7]);
-	TOUCH(c, &c->kv[0], 4);
-	TOUCH(c, &c->kv[nk], 4);
-	TOUCH(c, &c->vu[0], 4);
-	TOUCH(c, &c->vu[nv], 4);
+	if ((rc = heap_chunk_touch(&c->hv, &c->kv[0], 4)) != 0)
+		return rc;
+	if ((rc = heap_chunk_touch(&c->hv, &c->kv[nk], 4)) != 0)
+		return rc;
+	if ((rc = heap_chunk_touch(&c->hv, &c->vu[0], 4)) != 0)
+		return rc;
+	if ((rc = heap_chunk_touch(&c->hv, &c->vu[nv], 4)) != 0)
+		return rc;
 	if (c->kv[0] != 0 || c->kv[nk] != nv || c->vu[0] != 0 ||
 	    c->vu[nv] != nu)
-		return CORRUPT;
+		return CORRUPT("batch chunk header");
 	return 0;
 }
 
@@ -115,13 +106,17 @@ int bchunk_open(const void *body, size_t body_used, bchunk *c)
 
 int bchunk_key(bchunk *c, uint32_t i, const uint8_t **p, size_t *len)
 {
+	int rc;
+
 	if (i >= c->nkeys)
-		return CORRUPT;
-	TOUCH(c, &c->ko[i], 8);
+		return CORRUPT("batch chunk key offsets");
+	if ((rc = heap_chunk_touch(&c->hv, &c->ko[i], 8)) != 0)
+		return rc;
 	uint32_t lo = c->ko[i], hi = c->ko[i + 1];
 	if (lo < c->kb_lo || lo > hi || hi > c->kb_hi)
-		return CORRUPT;
-	TOUCH(c, c->body + lo, hi - lo);
+		return CORRUPT("batch chunk key offsets");
+	if ((rc = heap_chunk_touch(&c->hv, c->body + lo, hi - lo)) != 0)
+		return rc;
 	*p = c->body + lo;
 	*len = hi - lo;
 	return 0;
@@ -129,13 +124,17 @@ int bchunk_key(bchunk *c, uint32_t i, const uint8_t **p, size_t *len)
 
 int bchunk_val(bchunk *c, uint32_t j, const uint8_t **p, size_t *len)
 {
+	int rc;
+
 	if (j >= c->nvals)
-		return CORRUPT;
-	TOUCH(c, &c->vo[j], 8);
+		return CORRUPT("batch chunk val offsets");
+	if ((rc = heap_chunk_touch(&c->hv, &c->vo[j], 8)) != 0)
+		return rc;
 	uint32_t lo = c->vo[j], hi = c->vo[j + 1];
 	if (lo < c->vb_lo || lo > hi || hi > c->vb_hi)
-		return CORRUPT;
-	TOUCH(c, c->body + lo, hi - lo);
+		return CORRUPT("batch chunk val offsets");
+	if ((rc = heap_chunk_touch(&c->hv, c->body + lo, hi - lo)) != 0)
+		return rc;
 	*p = c->body + lo;
 	*len = hi - lo;
 	return 0;
@@ -143,34 +142,44 @@ int bchunk_val(bchunk *c, uint32_t j, const uint8_t **p, size_t *len)
 
 int bchunk_key_vals(bchunk *c, uint32_t i, uint32_t *lo, uint32_t *hi)
 {
+	int rc;
+
 	if (i >= c->nkeys)
-		return CORRUPT;
-	TOUCH(c, &c->kv[i], 8);
+		return CORRUPT("batch chunk key_vals");
+	if ((rc = heap_chunk_touch(&c->hv, &c->kv[i], 8)) != 0)
+		return rc;
 	*lo = c->kv[i];
 	*hi = c->kv[i + 1];
 	if (*lo >= *hi || *hi > c->nvals)
-		return CORRUPT;
+		return CORRUPT("batch chunk key_vals");
 	return 0;
 }
 
 int bchunk_val_upds(bchunk *c, uint32_t j, uint32_t *lo, uint32_t *hi)
 {
+	int rc;
+
 	if (j >= c->nvals)
-		return CORRUPT;
-	TOUCH(c, &c->vu[j], 8);
+		return CORRUPT("batch chunk val_upds");
+	if ((rc = heap_chunk_touch(&c->hv, &c->vu[j], 8)) != 0)
+		return rc;
 	*lo = c->vu[j];
 	*hi = c->vu[j + 1];
 	if (*lo >= *hi || *hi > c->nupds)
-		return CORRUPT;
+		return CORRUPT("batch chunk val_upds");
 	return 0;
 }
 
 int bchunk_touch_upds(bchunk *c, uint32_t lo, uint32_t hi)
 {
+	int rc;
+
 	if (lo > hi || hi > c->nupds)
-		return CORRUPT;
-	TOUCH(c, &c->times[lo], 8 * (size_t)(hi - lo));
-	TOUCH(c, &c->diffs[lo], 8 * (size_t)(hi - lo));
+		return CORRUPT("batch chunk update range");
+	if ((rc = heap_chunk_touch(&c->hv, &c->times[lo], 8 * (size_t)(hi - lo))) != 0)
+		return rc;
+	if ((rc = heap_chunk_touch(&c->hv, &c->diffs[lo], 8 * (size_t)(hi - lo))) != 0)
+		return rc;
 	return 0;
 }
 
@@ -178,7 +187,7 @@ int bchunk_get(heap_txn *t, uint64_t id, enum heap_chunk_how how, bchunk *out)
 {
 	int rc = heap_chunk_open(t, id, how, &out->hv);
 	if (rc == AH_ENOTFOUND)
-		return CORRUPT; /* a record names a chunk that is not there */
+		return CORRUPT("a batch record names a chunk that is not there"); /* a record names a chunk that is not there */
 	if (rc)
 		return rc;
 	return open_view(out, out->hv.body, out->hv.body_used);
@@ -207,20 +216,20 @@ static int record_decode(uint64_t id, const uint8_t *rec, size_t len,
 	int rc = 0;
 
 	if (len < BREC_HDR || memcmp(rec, BREC_MAGIC, 4) != 0)
-		return CORRUPT;
+		return CORRUPT("batch record");
 	uint16_t ver;
 	memcpy(&ver, rec + 4, 2);
 	if (ver != BREC_VERSION || rec[6] != 8 ||
 	    (rec[7] & ~BREC_PARTIAL))
-		return CORRUPT;
+		return CORRUPT("batch record");
 	n = get_u32(rec + 72);
 	ftab = BREC_HDR + 8 * n;
 	fbytes = ftab + 4 * (n + 1);
 	if (fbytes > len)
-		return CORRUPT;
+		return CORRUPT("batch record");
 	fend = get_u32(rec + ftab + 4 * n);
 	if (fend > len - fbytes)
-		return CORRUPT;
+		return CORRUPT("batch record");
 	b = calloc(1, sizeof *b);
 	if (!b)
 		return AH_ENOMEM;
@@ -259,7 +268,7 @@ static int record_decode(uint64_t id, const uint8_t *rec, size_t len,
 		uint32_t lo = get_u32(rec + ftab + 4 * i);
 		uint32_t hi = get_u32(rec + ftab + 4 * (i + 1));
 		if (lo > hi || hi > fend) {
-			rc = CORRUPT;
+			rc = CORRUPT("batch record");
 			goto out;
 		}
 		b->fence[i] = fb + lo;
@@ -290,7 +299,7 @@ int batch_load_listed(heap_txn *t, uint64_t id, batch **out)
 {
 	int rc = batch_load(t, id, out);
 
-	return rc == AH_ENOTFOUND ? CORRUPT : rc;
+	return rc == AH_ENOTFOUND ? CORRUPT("a listed batch record is missing") : rc;
 }
 
 void batch_free(batch *b)
@@ -353,7 +362,7 @@ int batch_set_desc(heap_txn *t, uint64_t id, const batch_desc *d)
 	if (rc)
 		return rc;
 	if (len < BREC_HDR || memcmp(rec, BREC_MAGIC, 4) != 0)
-		return CORRUPT;
+		return CORRUPT("batch record");
 	uint8_t *copy = malloc(len);
 	if (!copy)
 		return AH_ENOMEM;
@@ -375,7 +384,7 @@ int batch_drop(heap_txn *t, uint64_t id)
 	for (uint32_t i = 0; i < b->nchunks && !rc; i++) {
 		rc = heap_chunk_free(t, b->chunk_ids[i]);
 		if (rc == AH_ENOTFOUND)
-			rc = CORRUPT;
+			rc = CORRUPT("batch: batch_drop");
 	}
 	if (!rc)
 		rc = heap_del(t, HEAP_T_BATCH, &id, sizeof id);
@@ -394,10 +403,10 @@ int batch_new_id(heap_txn *t, uint64_t *id)
 	int rc = heap_get(t, HEAP_T_BATCH, &key, sizeof key, &v, &len);
 	if (rc == 0) {
 		if (len != 8)
-			return CORRUPT;
+			return CORRUPT("batch id counter");
 		memcpy(&next, v, 8);
 		if (next == 0 || next == BATCH_ID_COUNTER)
-			return next ? AH_ELIMIT : CORRUPT;
+			return next ? AH_ELIMIT : CORRUPT("batch id counter");
 	} else if (rc != AH_ENOTFOUND) {
 		return rc;
 	}
@@ -407,7 +416,7 @@ int batch_new_id(heap_txn *t, uint64_t *id)
 	if ((rc = heap_last_below(t, HEAP_T_BATCH, BATCH_ID_COUNTER, &last)))
 		return rc;
 	if (last >= next)
-		return CORRUPT;
+		return CORRUPT("batch id counter");
 	uint64_t after = next + 1;
 	rc = heap_put(t, HEAP_T_BATCH, &key, sizeof key, &after, sizeof after);
 	if (rc)
@@ -436,7 +445,7 @@ static int check_fail(check_state *s, uint32_t ci, const char *what)
 		snprintf(s->msg, s->msglen, "batch %llu chunk %llu (#%u): %s",
 		         (unsigned long long)s->b->id,
 		         (unsigned long long)s->b->chunk_ids[ci], ci, what);
-	return AH_ECORRUPT;
+	return CORRUPT(what);
 }
 
 static bool time_ok(const batch_desc *d, uint64_t t)
@@ -558,7 +567,7 @@ int batch_check(heap_txn *t, const batch *b, bool checksums, char *msg,
 		if (msg && msglen)
 			snprintf(msg, msglen, "batch %llu: bad record header",
 			         (unsigned long long)b->id);
-		return AH_ECORRUPT;
+		return CORRUPT("batch record header");
 	}
 	for (uint32_t ci = 0; ci < b->nchunks; ci++)
 		if ((rc = check_chunk(&s, t, ci, checksums)))
@@ -581,7 +590,7 @@ int batch_check(heap_txn *t, const batch *b, bool checksums, char *msg,
 			         (unsigned long long)s.bytes,
 			         (unsigned long long)b->chunk_bytes,
 			         (unsigned long long)s.chunk_bytes);
-		return AH_ECORRUPT;
+		return CORRUPT("batch record counts differ from its chunks");
 	}
 	return 0;
 }

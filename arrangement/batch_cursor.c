@@ -27,7 +27,7 @@
 static int load_at(batch_cursor *c, uint32_t idx, bool seq, bchunk *out)
 {
 	if (idx >= c->b->nchunks)
-		return AH_ECORRUPT;
+		return CORRUPT("a chunk index past the batch");
 	for (uint32_t i = idx; seq && i <= idx + 1 && i < c->b->nchunks; i++) {
 		if (i < c->ahead && c->ahead <= idx + 2)
 			continue; /* asked for when the cursor entered i - 1 */
@@ -247,7 +247,7 @@ static int land(batch_cursor *c, uint32_t start, const void *key, size_t len)
 		return rc;
 	c->c++;
 	if (c->cv.flags & BCHUNK_KEY_CONT)
-		return AH_ECORRUPT;
+		return CORRUPT("fences disagree with the chunks");
 	return set_key(c, 0);
 }
 

@@ -308,7 +308,7 @@ static int stage_chunk(batch_writer *w, bchunk *c)
 		    (rc = stage_key(w, k, kl)))
 			return rc;
 		if (vlo != w->nv)
-			return AH_ECORRUPT;
+			return CORRUPT("partial batch: val ranges");
 		for (uint32_t j = vlo; j < vhi; j++) {
 			const uint8_t *v;
 			size_t vl;
@@ -318,7 +318,7 @@ static int stage_chunk(batch_writer *w, bchunk *c)
 			    (rc = stage_val(w, v, vl)))
 				return rc;
 			if (ulo != w->nu)
-				return AH_ECORRUPT;
+				return CORRUPT("partial batch: update ranges");
 			for (uint32_t u = ulo; u < uhi; u++)
 				if ((rc = stage_upd(w, c->times[u], c->diffs[u])))
 					return rc;
@@ -352,7 +352,7 @@ int batch_writer_resume(heap_txn *t, pool *p, uint64_t partial_id,
 	size_t last_cap = c.hv.value_bytes;
 	if ((c.flags && b->nchunks == 1) || b->bytes < c.used ||
 	    b->chunk_bytes < last_cap) {
-		rc = AH_ECORRUPT;
+		rc = CORRUPT("partial batch record");
 		goto out;
 	}
 	w->updates = b->updates;

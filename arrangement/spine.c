@@ -66,7 +66,7 @@ static int decode_merge(codec_rd *r, spine_merge *m)
 	uint32_t klen = rd_u32(r), vlen = rd_u32(r);
 	(void)rd_u32(r);
 	if (r->bad || (size_t)klen + vlen > r->left)
-		return AH_ECORRUPT;
+		return CORRUPT("arrangement record: merge");
 	m->klen = klen;
 	m->vlen = vlen;
 	m->key = malloc(klen ? klen : 1);
@@ -78,7 +78,7 @@ static int decode_merge(codec_rd *r, spine_merge *m)
 	size_t pad = (8 - ((klen + vlen) & 7)) & 7;
 	uint8_t zero[8];
 	rd_bytes(r, zero, pad);
-	return r->bad ? AH_ECORRUPT : 0;
+	return r->bad ? CORRUPT("arrangement record: merge boundary") : 0;
 }
 
 int spine_load(heap_txn *t, const char *name, spine *sp)
@@ -100,7 +100,7 @@ int spine_load(heap_txn *t, const char *name, spine *sp)
 	if (r.bad || magic != SPINE_MAGIC || ver != SPINE_VERSION ||
 	    sp->since > sp->upper || (uint64_t)nb * 16 > r.left ||
 	    nm > nb)
-		return AH_ECORRUPT;
+		return CORRUPT("arrangement record header");
 	sp->batches = calloc(nb ? nb : 1, sizeof *sp->batches);
 	sp->merges = calloc(nm ? nm : 1, sizeof *sp->merges);
 	if (!sp->batches || !sp->merges) {
@@ -117,7 +117,7 @@ int spine_load(heap_txn *t, const char *name, spine *sp)
 		rc = decode_merge(&r, &sp->merges[i]);
 		if (!rc && ((uint64_t)sp->merges[i].first + sp->merges[i].count > nb ||
 		            sp->merges[i].count == 0))
-			rc = AH_ECORRUPT;
+			rc = CORRUPT("arrangement record: merge range");
 		if (rc) {
 			spine_clear(sp);
 			return rc;
@@ -125,7 +125,7 @@ int spine_load(heap_txn *t, const char *name, spine *sp)
 	}
 	if (r.bad || r.left != 0) {
 		spine_clear(sp);
-		return AH_ECORRUPT;
+		return CORRUPT("arrangement record length");
 	}
 	return 0;
 }
@@ -454,7 +454,7 @@ int spine_check(heap_txn *t, const spine *sp, char *msg, size_t msglen)
 	if (sp->since > sp->upper) {
 		snprintf(msg, msglen, "since %llu beyond upper %llu",
 		         (unsigned long long)sp->since, (unsigned long long)sp->upper);
-		return AH_ECORRUPT;
+		return CORRUPT("spine: since beyond upper");
 	}
 	for (uint32_t i = 0; i < sp->nbatches && !rc; i++) {
 		batch *b;
@@ -478,13 +478,13 @@ int spine_check(heap_txn *t, const spine *sp, char *msg, size_t msglen)
 		prev_upper = b->desc.upper;
 		batch_free(b);
 		if (msg[0])
-			rc = AH_ECORRUPT;
+			rc = CORRUPT("spine check");
 	}
 	for (uint32_t i = 0; i < sp->nmerges && !rc; i++)
 		for (uint32_t j = 0; j < sp->merges[i].count && !rc; j++)
 			if (in_merge(sp, sp->merges[i].first + j) != (int)i) {
 				snprintf(msg, msglen, "merge %u overlaps another", i);
-				rc = AH_ECORRUPT;
+				rc = CORRUPT("spine: merges overlap");
 			}
 	return rc;
 }

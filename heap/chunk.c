@@ -288,7 +288,7 @@ static int lookup(heap_txn *t, uint64_t id, MDB_val *v, chdr *c)
 	if (rc != 0)
 		return rc;
 	if ((problem = parse(t->h, id, v, c)) != NULL)
-		return HEAP_CORRUPT(problem);
+		return CORRUPT(problem);
 	return 0;
 }
 
@@ -299,17 +299,17 @@ static int next_id(heap_txn *t)
 	uint64_t last = 0;
 	int rc;
 
-	HEAP_TRY(heap_trees_usable(t->h, CHUNKS));
-	HEAP_TRY(heap_err(HEAP_MDB(mdb_cursor_open(t->txn, t->h->dbi[HEAP_DBI_CHUNKS],
+	TRY(heap_trees_usable(t->h, CHUNKS));
+	TRY(heap_err(HEAP_MDB(mdb_cursor_open(t->txn, t->h->dbi[HEAP_DBI_CHUNKS],
 	                                  &cur))));
 	rc = HEAP_MDB(mdb_cursor_get(cur, &k, &v, MDB_LAST));
 	if (rc == 0 && k.mv_size != sizeof last)
-		rc = HEAP_CORRUPT("chunk key is not a u64");
+		rc = CORRUPT("chunk key is not a u64");
 	else if (rc == 0)
 		memcpy(&last, k.mv_data, sizeof last);
 	else if (rc == MDB_NOTFOUND)
 		rc = 0;
-	HEAP_TRY(heap_err(rc));
+	TRY(heap_err(rc));
 	if (last == UINT64_MAX) {
 		rc = AH_ELIMIT;
 		goto out;
@@ -335,20 +335,20 @@ int heap_chunk_reserve(heap_txn *t, size_t body_bytes, uint64_t *id,
 		return AH_EINVAL;
 	if ((pages = pages_for(t->h, body_bytes)) == 0)
 		return AH_ELIMIT;
-	HEAP_TRY(heap_trees_usable(t->h, CHUNKS | FREE));
+	TRY(heap_trees_usable(t->h, CHUNKS | FREE));
 	if (t->next_id == 0)
-		HEAP_TRY(next_id(t));
-	HEAP_TRY(heap_space_need(t, pages));
+		TRY(next_id(t));
+	TRY(heap_space_need(t, pages));
 	nid = t->next_id;
 	k.mv_size = sizeof nid;
 	k.mv_data = &nid;
 	v.mv_size = pages * t->h->psize - VALUE_PAD;
 	v.mv_data = NULL;
-	HEAP_TRY(heap_err(HEAP_MDB(mdb_put(t->txn, t->h->dbi[HEAP_DBI_CHUNKS], &k, &v,
+	TRY(heap_err(HEAP_MDB(mdb_put(t->txn, t->h->dbi[HEAP_DBI_CHUNKS], &k, &v,
 	                          MDB_RESERVE | MDB_APPEND))));
 	heap_fault_order();
 	if ((uintptr_t)v.mv_data % 16 != 0) {
-		rc = HEAP_CORRUPT("reserved chunk not 16-byte aligned");
+		rc = CORRUPT("reserved chunk not 16-byte aligned");
 		goto out;
 	}
 	memcpy(hd.magic, magic2, 4);
@@ -377,7 +377,7 @@ int heap_chunk_seal(heap_txn *t, uint64_t id, void *body, size_t body_used)
 
 	if ((rc = heap_txn_usable(t, true)) != 0)
 		return rc;
-	HEAP_TRY(lookup(t, id, &v, &c));
+	TRY(lookup(t, id, &v, &c));
 	val = v.mv_data;
 	if (c.format != 2 || body != val + c.body_off ||
 	    body_used > v.mv_size - c.body_off)
@@ -550,7 +550,7 @@ int heap_chunk_open(heap_txn *t, uint64_t id, enum heap_chunk_how how,
 	if (how == HEAP_CHUNK_WHOLE || c.format == 1 || c.nblocks == 0 ||
 	    heap_verify_reads(t->h)) {
 		if ((problem = check_all(t->h, &v, &c)) != NULL)
-			return HEAP_CORRUPT(problem);
+			return CORRUPT(problem);
 		cv->all = true;
 	} else {
 		struct heap_vcache *vc = vc_of(t->h);
@@ -565,7 +565,7 @@ int heap_chunk_open(heap_txn *t, uint64_t id, enum heap_chunk_how how,
 		/* Page 0 holds the header and the other pages' sums. */
 		if (!(cv->seen[0] & 1)) {
 			if (c.sum0 != block_sum(t->h->psize, v.mv_data, v.mv_size, 0))
-				return HEAP_CORRUPT("chunk page 0 checksum");
+				return CORRUPT("chunk page 0 checksum");
 			cv->seen[0] |= 1;
 			vc_remember(cv);
 		}
@@ -585,7 +585,7 @@ int heap_chunk_touch_slow(heap_chunk_view *cv, uint64_t off, size_t len)
 	if (cv->all || len == 0)
 		return 0;
 	if (off > cv->value_bytes || len > cv->value_bytes - off)
-		return HEAP_CORRUPT("read outside the chunk");
+		return CORRUPT("read outside the chunk");
 	first = (off + VALUE_PAD) >> cv->pshift;
 	last = (off + len - 1 + VALUE_PAD) >> cv->pshift;
 	for (uint64_t i = first; i <= last; i++) {
@@ -597,7 +597,7 @@ int heap_chunk_touch_slow(heap_chunk_view *cv, uint64_t off, size_t len)
 		 * lies in page 0, which was checked at open. */
 		memcpy(&want, cv->value + HDR2 + 4 * (i - 1), 4);
 		if (want != block_sum(psize, cv->value, cv->value_bytes, i))
-			return HEAP_CORRUPT("chunk page checksum");
+			return CORRUPT("chunk page checksum");
 		cv->seen[i >> 6] |= (uint64_t)1 << (i & 63);
 		fresh = true;
 	}
@@ -632,12 +632,12 @@ int heap_chunk_prefetch(heap_txn *t, uint64_t id)
 		return rc;
 	/* mdb_get reads only B-tree pages: the chunk's own pages stay untouched
 	 * until the kernel's read brings them in. */
-	HEAP_TRY(heap_trees_usable(t->h, CHUNKS));
-	HEAP_TRY(heap_err(HEAP_MDB(mdb_get(t->txn, t->h->dbi[HEAP_DBI_CHUNKS], &k,
+	TRY(heap_trees_usable(t->h, CHUNKS));
+	TRY(heap_err(HEAP_MDB(mdb_get(t->txn, t->h->dbi[HEAP_DBI_CHUNKS], &k,
 	                                   &v))));
 	psize = t->h->psize;
 	if (v.mv_size < HDR2)
-		return HEAP_CORRUPT("chunk smaller than its header");
+		return CORRUPT("chunk smaller than its header");
 	start = ((uintptr_t)v.mv_data - VALUE_PAD) / psize * psize;
 	end = ((uintptr_t)v.mv_data + v.mv_size + psize - 1) / psize * psize;
 	if (end - start > PREFETCH_MAX) /* a jumbo chunk, or a damaged size */
@@ -659,7 +659,7 @@ int heap_chunk_verify(heap_txn *t, uint64_t id)
 	if ((rc = lookup(t, id, &v, &c)) != 0)
 		return rc;
 	problem = check_all(t->h, &v, &c);
-	return problem ? HEAP_CORRUPT(problem) : 0;
+	return problem ? CORRUPT(problem) : 0;
 }
 
 int heap_chunk_free(heap_txn *t, uint64_t id)
@@ -692,7 +692,7 @@ static int file_offset(const heap *h, const MDB_val *v, uint64_t *off)
 	memcpy(&pgno, page, sizeof pgno);
 	if ((uintptr_t)page % h->psize != 0 ||
 	    pgno >= h->map_bytes / h->psize)
-		return HEAP_CORRUPT("chunk page header");
+		return CORRUPT("chunk page header");
 	*off = pgno * h->psize + VALUE_PAD;
 	return 0;
 }
@@ -713,31 +713,31 @@ int heap_chunk_next(heap_txn *t, uint64_t after, bool first,
 		return AH_EINVAL;
 	if (!first && after == UINT64_MAX)
 		return AH_ENOTFOUND;
-	HEAP_TRY(heap_trees_usable(t->h, CHUNKS));
-	HEAP_TRY(heap_err(HEAP_MDB(mdb_cursor_open(t->txn, t->h->dbi[HEAP_DBI_CHUNKS],
+	TRY(heap_trees_usable(t->h, CHUNKS));
+	TRY(heap_err(HEAP_MDB(mdb_cursor_open(t->txn, t->h->dbi[HEAP_DBI_CHUNKS],
 	                                  &cur))));
 	k.mv_size = sizeof key;
 	k.mv_data = &key;
-	HEAP_TRY(heap_err(HEAP_MDB(mdb_cursor_get(cur, &k, &v,
+	TRY(heap_err(HEAP_MDB(mdb_cursor_get(cur, &k, &v,
 	                                 first ? MDB_FIRST : MDB_SET_RANGE))));
 	if (k.mv_size != sizeof key) {
-		rc = HEAP_CORRUPT("chunk key is not a u64");
+		rc = CORRUPT("chunk key is not a u64");
 		goto out;
 	}
 	memcpy(&key, k.mv_data, sizeof key);
 	if (!first && key <= after) { /* a damaged tree went back */
-		rc = HEAP_CORRUPT("chunk keys out of order");
+		rc = CORRUPT("chunk keys out of order");
 		goto out;
 	}
 	if ((problem = parse(t->h, key, &v, &c)) != NULL) {
-		rc = HEAP_CORRUPT(problem);
+		rc = CORRUPT(problem);
 		goto out;
 	}
 	ci->id = key;
 	ci->class_pages = c.class_pages;
 	ci->body_used = c.body_used;
 	ci->format = (uint32_t)c.format;
-	HEAP_TRY(file_offset(t->h, &v, &ci->file_offset));
+	TRY(file_offset(t->h, &v, &ci->file_offset));
 	ci->xxh3 = c.xxh3;
 out:
 	if (cur != NULL)

@@ -87,15 +87,15 @@ static int env_start(heap *h, const char *path, unsigned mflags,
 
 	if (rc != 0)
 		return rc;
-	HEAP_TRY(heap_err(mdb_env_set_assert(env, heap_lmdb_assert)));
-	HEAP_TRY(heap_err(mdb_env_set_maxdbs(env, MAX_DBS)));
-	HEAP_TRY(heap_err(mdb_env_set_maxreaders(env, readers)));
-	HEAP_TRY(heap_err(mdb_env_set_mapsize(env, h->map_bytes)));
+	TRY(heap_err(mdb_env_set_assert(env, heap_lmdb_assert)));
+	TRY(heap_err(mdb_env_set_maxdbs(env, MAX_DBS)));
+	TRY(heap_err(mdb_env_set_maxreaders(env, readers)));
+	TRY(heap_err(mdb_env_set_mapsize(env, h->map_bytes)));
 	rc = HEAP_MDB(mdb_env_open(env, path, mflags, 0644));
 	if (rc == ENOENT)
 		rc = MDB_INVALID; /* vanished between our checks and LMDB's */
-	HEAP_TRY(heap_err(rc));
-	HEAP_TRY(heap_err(HEAP_MDB(mdb_reader_check(env, NULL))));
+	TRY(heap_err(rc));
+	TRY(heap_err(HEAP_MDB(mdb_reader_check(env, NULL))));
 out:
 	if (rc != 0)
 		mdb_env_close(env);
@@ -115,15 +115,15 @@ static int catalog(heap *h, MDB_env *env, bool create, bool prealloc)
 
 	if (create && prealloc) {
 		/* Before LMDB writes the first pages of the new file. */
-		HEAP_TRY(heap_space_ensure(h, 256 * (uint64_t)h->psize));
+		TRY(heap_space_ensure(h, 256 * (uint64_t)h->psize));
 	}
-	HEAP_TRY(heap_err(HEAP_MDB(mdb_txn_begin(env, NULL, create ? 0 : MDB_RDONLY,
+	TRY(heap_err(HEAP_MDB(mdb_txn_begin(env, NULL, create ? 0 : MDB_RDONLY,
 	                                &txn))));
 	rc = HEAP_MDB(mdb_dbi_open(txn, dbi_names[HEAP_DBI_META],
 	                  create ? MDB_CREATE : 0, &h->dbi[HEAP_DBI_META]));
 	if (rc == MDB_NOTFOUND || rc == MDB_INCOMPATIBLE)
 		rc = AH_EFORMAT; /* LMDB, but not arrheap */
-	HEAP_TRY(heap_err(rc));
+	TRY(heap_err(rc));
 	rc = HEAP_MDB(mdb_get(txn, h->dbi[HEAP_DBI_META], &k, &v));
 	if (rc == MDB_NOTFOUND && create) {
 		if (getrandom(h->uuid, sizeof h->uuid, 0) != sizeof h->uuid) {
@@ -136,19 +136,19 @@ static int catalog(heap *h, MDB_env *env, bool create, bool prealloc)
 		h->format = HEAP_FORMAT_VERSION;
 		v.mv_size = sizeof rec;
 		v.mv_data = rec;
-		HEAP_TRY(heap_err(HEAP_MDB(mdb_put(txn, h->dbi[HEAP_DBI_META], &k, &v,
+		TRY(heap_err(HEAP_MDB(mdb_put(txn, h->dbi[HEAP_DBI_META], &k, &v,
 		                          0))));
 		{
 			static const uint64_t none[4] = { 0 };
 
-			HEAP_TRY(heap_names_put_raw(txn, h->dbi[HEAP_DBI_META], none));
+			TRY(heap_names_put_raw(txn, h->dbi[HEAP_DBI_META], none));
 		}
 	} else if (rc == MDB_NOTFOUND) {
 		rc = AH_EFORMAT;
 		goto out;
 	} else {
-		HEAP_TRY(heap_err(rc));
-		HEAP_TRY(heap_meta_check(v.mv_data, v.mv_size, h->psize,
+		TRY(heap_err(rc));
+		TRY(heap_meta_check(v.mv_data, v.mv_size, h->psize,
 		                         h->uuid, &h->format));
 	}
 	for (i = 0; i < HEAP_DBI__COUNT; i++) {
@@ -158,8 +158,8 @@ static int catalog(heap *h, MDB_env *env, bool create, bool prealloc)
 		                  dbi_flags[i] | (create ? MDB_CREATE : 0),
 		                  &h->dbi[i]));
 		if (rc == MDB_NOTFOUND || rc == MDB_INCOMPATIBLE)
-			rc = HEAP_CORRUPT("an arrheap named DB is missing");
-		HEAP_TRY(heap_err(rc));
+			rc = CORRUPT("an arrheap named DB is missing");
+		TRY(heap_err(rc));
 	}
 	rc = heap_err(heap_fault_commit(txn));
 	txn = NULL;
@@ -278,27 +278,27 @@ static int open_locked(heap *h, const char *path, const ah_open_opts *o)
 	if (rc == 0 && !unborn)
 		rc = heap_format_precheck(fd, h->psize);
 	close(fd);
-	HEAP_TRY(rc);
+	TRY(rc);
 	h->dev = st.st_dev;
 	h->ino = st.st_ino;
 	h->map_bytes = heap_space_map_bytes(
 		o->max_bytes ? 0 : heap_space_fs_bytes(path, -1), o->max_bytes,
 		h->psize);
-	HEAP_TRY(heap_space_lockfile(path, readers));
+	TRY(heap_space_lockfile(path, readers));
 	/* Before LMDB reads a byte through PATH-lock: refuse if another
 	 * process uses this data file through another lock file. */
-	HEAP_TRY(heap_path_claim(h, path));
+	TRY(heap_path_claim(h, path));
 	if (!unborn && !(o->flags & AH_OPEN_RDONLY))
-		HEAP_TRY(check_catalog(h, path, readers));
-	HEAP_TRY(env_start(h, path, mdb_flags(o->flags), readers, &h->env));
-	HEAP_TRY(heap_err(mdb_env_get_fd(h->env, &h->fd)));
+		TRY(check_catalog(h, path, readers));
+	TRY(env_start(h, path, mdb_flags(o->flags), readers, &h->env));
+	TRY(heap_err(mdb_env_get_fd(h->env, &h->fd)));
 	{
 		MDB_envinfo info;
 
-		HEAP_TRY(heap_err(mdb_env_info(h->env, &info)));
+		TRY(heap_err(mdb_env_info(h->env, &info)));
 		h->map_bytes = info.me_mapsize;
 	}
-	HEAP_TRY(catalog(h, h->env, unborn, true));
+	TRY(catalog(h, h->env, unborn, true));
 out:
 	if (rc != 0) {
 		if (h->env != NULL)
@@ -446,15 +446,15 @@ int heap_set_max_bytes(heap *h, uint64_t max_bytes)
 		rc = AH_ESTATE;
 		goto out;
 	}
-	HEAP_TRY(heap_err(mdb_env_info(h->env, &info)));
+	TRY(heap_err(mdb_env_info(h->env, &info)));
 	map = heap_space_map_bytes(max_bytes ? 0 : heap_space_fs_bytes(NULL, h->fd),
 	                           max_bytes, h->psize);
 	if (map < ((uint64_t)info.me_last_pgno + 1) * h->psize) {
 		rc = AH_EINVAL;
 		goto out;
 	}
-	HEAP_TRY(heap_err(mdb_env_set_mapsize(h->env, map)));
-	HEAP_TRY(heap_err(mdb_env_info(h->env, &info)));
+	TRY(heap_err(mdb_env_set_mapsize(h->env, map)));
+	TRY(heap_err(mdb_env_info(h->env, &info)));
 	h->map_bytes = info.me_mapsize;
 	h->max_bytes = max_bytes;
 	if (h->reserved_to > h->map_bytes)
@@ -482,19 +482,19 @@ static int free_pages(heap *h, uint64_t *out)
 	uint64_t sum = 0, last = 0;
 	int rc, op = MDB_FIRST;
 
-	HEAP_TRY(heap_trees_usable(h, HEAP_TREE_BIT(HEAP_TREE_FREE)));
-	HEAP_TRY(heap_err(mdb_txn_begin(h->env, NULL, MDB_RDONLY, &txn)));
-	HEAP_TRY(heap_err(mdb_cursor_open(txn, 0 /* FREE_DBI */, &cur)));
+	TRY(heap_trees_usable(h, HEAP_TREE_BIT(HEAP_TREE_FREE)));
+	TRY(heap_err(mdb_txn_begin(h->env, NULL, MDB_RDONLY, &txn)));
+	TRY(heap_err(mdb_cursor_open(txn, 0 /* FREE_DBI */, &cur)));
 	while ((rc = mdb_cursor_get(cur, &k, &v, op)) == 0) {
 		size_t n, id;
 
 		if (v.mv_size < sizeof n || k.mv_size != sizeof id) {
-			rc = HEAP_CORRUPT("short free-list record");
+			rc = CORRUPT("short free-list record");
 			goto out;
 		}
 		memcpy(&id, k.mv_data, sizeof id);
 		if (op == MDB_NEXT && id <= last) { /* a damaged tree went back */
-			rc = HEAP_CORRUPT("free-list records out of order");
+			rc = CORRUPT("free-list records out of order");
 			goto out;
 		}
 		op = MDB_NEXT;
@@ -526,10 +526,10 @@ int heap_stat(heap *h, ah_heap_stat *st)
 	st->format_version = h->format;
 	st->page_size = h->psize;
 	memcpy(st->uuid, h->uuid, sizeof st->uuid);
-	HEAP_TRY(heap_err(HEAP_MDB(mdb_reader_check(h->env, NULL))));
-	HEAP_TRY(heap_err(mdb_reader_list(h->env, count_reader,
+	TRY(heap_err(HEAP_MDB(mdb_reader_check(h->env, NULL))));
+	TRY(heap_err(mdb_reader_list(h->env, count_reader,
 	                                  &st->readers_used)));
-	HEAP_TRY(heap_err(mdb_env_info(h->env, &info)));
+	TRY(heap_err(mdb_env_info(h->env, &info)));
 	st->map_bytes = info.me_mapsize;
 	st->pages_used = (uint64_t)info.me_last_pgno + 1;
 	st->last_txn_id = info.me_last_txnid;
@@ -540,7 +540,7 @@ int heap_stat(heap *h, ah_heap_stat *st)
 	}
 	st->file_bytes = (uint64_t)fs.st_size;
 	st->file_alloc_bytes = (uint64_t)fs.st_blocks * 512;
-	HEAP_TRY(free_pages(h, &st->pages_free));
+	TRY(free_pages(h, &st->pages_free));
 out:
 	return rc;
 }

@@ -132,12 +132,12 @@ int heap_format_precheck(int fd, uint32_t psize)
 	if (rc < 0)
 		return rc;
 	if (rc == 0 || m1.psize != psize)
-		return HEAP_CORRUPT("LMDB meta page 1 missing or damaged");
+		return CORRUPT("LMDB meta page 1 missing or damaged");
 	if (m1.txnid > m0.txnid)
 		m0 = m1;
 	if (m0.last_pg >= UINT64_MAX / psize ||
 	    (uint64_t)st.st_size < (m0.last_pg + 1) * psize)
-		return HEAP_CORRUPT("file shorter than its last used page");
+		return CORRUPT("file shorter than its last used page");
 	/* heap_open's catalog reads the main and "meta" trees through LMDB:
 	 * their pages are checked first (heap/pagecheck.c). */
 	return heap_pagecheck_open(fd, psize, (uint64_t)st.st_size, raw[0],
@@ -209,7 +209,7 @@ int heap_meta_check(const void *val, size_t len, uint32_t psize,
 	if (memcmp(p, want, 44) != 0)
 		return AH_EFORMAT;
 	if (memcmp(p + 44, want + 44, 4) != 0)
-		return ver >= 2 ? HEAP_CORRUPT("meta record checksum")
+		return ver >= 2 ? CORRUPT("meta record checksum")
 		                : AH_EFORMAT;
 	memcpy(uuid, p + 48, 16);
 	*version = ver;
@@ -225,7 +225,7 @@ static int upgrade_table(heap_txn *t, int tb)
 	size_t kcap = 0, bcap = 0;
 	int rc, op = MDB_FIRST;
 
-	HEAP_TRY(heap_err(HEAP_MDB(mdb_cursor_open(t->txn, t->h->dbi[tb], &cur))));
+	TRY(heap_err(HEAP_MDB(mdb_cursor_open(t->txn, t->h->dbi[tb], &cur))));
 	while ((rc = HEAP_MDB(mdb_cursor_get(cur, &k, &v, op))) == 0) {
 		op = MDB_NEXT;
 		if (k.mv_size > kcap || v.mv_size + HEAP_RECORD_FRAME > bcap) {
@@ -246,9 +246,9 @@ static int upgrade_table(heap_txn *t, int tb)
 		k.mv_data = key;
 		nv.mv_size = v.mv_size + HEAP_RECORD_FRAME;
 		nv.mv_data = buf;
-		HEAP_TRY(heap_space_need(t, (k.mv_size + nv.mv_size + 16) /
+		TRY(heap_space_need(t, (k.mv_size + nv.mv_size + 16) /
 		                                    t->h->psize + 2));
-		HEAP_TRY(heap_err(HEAP_MDB(mdb_cursor_put(cur, &k, &nv,
+		TRY(heap_err(HEAP_MDB(mdb_cursor_put(cur, &k, &nv,
 		                                          MDB_CURRENT))));
 	}
 	rc = rc == MDB_NOTFOUND ? 0 : heap_err(rc);
@@ -271,21 +271,21 @@ int heap_upgrade(heap *h)
 	if ((rc = heap_txn_begin(h, false, &t)) != 0)
 		return rc;
 	/* Inside the writer lock: another process may have upgraded it. */
-	HEAP_TRY(heap_err(HEAP_MDB(mdb_get(t->txn, h->dbi[HEAP_DBI_META], &k, &v))));
-	HEAP_TRY(heap_meta_check(v.mv_data, v.mv_size, h->psize, uuid, &ver));
+	TRY(heap_err(HEAP_MDB(mdb_get(t->txn, h->dbi[HEAP_DBI_META], &k, &v))));
+	TRY(heap_meta_check(v.mv_data, v.mv_size, h->psize, uuid, &ver));
 	if (ver < HEAP_FORMAT_VERSION) {
 		uint64_t names[4];
 
 		for (int tb = 0; tb < HEAP_T__COUNT; tb++)
-			HEAP_TRY(upgrade_table(t, tb));
-		HEAP_TRY(heap_names_compute(t->txn, h->dbi, names));
-		HEAP_TRY(heap_space_need(t, 2));
-		HEAP_TRY(heap_names_put_raw(t->txn, h->dbi[HEAP_DBI_META], names));
+			TRY(upgrade_table(t, tb));
+		TRY(heap_names_compute(t->txn, h->dbi, names));
+		TRY(heap_space_need(t, 2));
+		TRY(heap_names_put_raw(t->txn, h->dbi[HEAP_DBI_META], names));
 		heap_meta_encode(rec, h->psize, uuid, HEAP_FORMAT_VERSION);
 		v.mv_size = sizeof rec;
 		v.mv_data = rec;
-		HEAP_TRY(heap_space_need(t, 2));
-		HEAP_TRY(heap_err(HEAP_MDB(mdb_put(t->txn, h->dbi[HEAP_DBI_META], &k,
+		TRY(heap_space_need(t, 2));
+		TRY(heap_err(HEAP_MDB(mdb_put(t->txn, h->dbi[HEAP_DBI_META], &k,
 		                                   &v, 0))));
 	}
 	rc = heap_txn_commit(t);

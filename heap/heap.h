@@ -247,6 +247,34 @@ int heap_last_below(heap_txn *t, enum heap_table tb, uint64_t below,
  * AH_DEBUG is set in the environment at open. */
 extern bool ah_config_debug;
 
+/* ------------------------------------------------- errors, every layer */
+
+/* The one corruption breakpoint (SQLite's SQLITE_CORRUPT_BKPT): every
+ * layer reports data it cannot trust through CORRUPT("what"), which
+ * returns AH_ECORRUPT and, under AH_DEBUG, logs file:line and what.  Set
+ * a debugger breakpoint on heap_corrupt_at to stop where damage is seen. */
+int heap_corrupt_at(const char *file, int line, const char *what);
+#define CORRUPT(what) heap_corrupt_at(__FILE__, __LINE__, (what))
+
+/* The cleanup idiom of every layer: one `out:` label, `int rc` threaded
+ * through, cleanup safe on partial initialisation, the first error wins.
+ *   TRY(expr):        rc = expr; on error goto out.
+ *   FIRST(rc, expr):  evaluate expr (cleanup that may fail) and keep its
+ *                     error only if rc has none yet.
+ * With CORRUPT and HEAP_MDB (heap/fault.h, heap/ only) these are all the
+ * helper macros the library has. */
+#define TRY(expr)                                                              \
+	do {                                                                   \
+		if ((rc = (expr)) != 0)                                        \
+			goto out;                                              \
+	} while (0)
+#define FIRST(rc, expr)                                                        \
+	do {                                                                   \
+		int first_rc_ = (expr);                                        \
+		if ((rc) == 0)                                                 \
+			(rc) = first_rc_;                                      \
+	} while (0)
+
 /* ---------------------------------------------------------- inspection */
 
 /* Read-only views for ah-dump and ah_verify/ah_space_get (heap/inspect.c).

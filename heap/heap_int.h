@@ -60,16 +60,10 @@ struct heap_txn {
 
 /* error.c */
 int heap_err(int mdb_rc);
-int heap_corrupt_at(const char *file, int line, const char *what);
+/* CORRUPT, TRY and FIRST: heap.h (every layer's). */
 /* LMDB's assert callback (mdb_env_set_assert): one line naming the likely
  * cause before liblmdb aborts the process. */
 void heap_lmdb_assert(MDB_env *env, const char *msg);
-#define HEAP_CORRUPT(what) heap_corrupt_at(__FILE__, __LINE__, (what))
-#define HEAP_TRY(expr)                                                         \
-	do {                                                                   \
-		if ((rc = (expr)) != 0)                                        \
-			goto out;                                              \
-	} while (0)
 
 /* space.c */
 uint64_t heap_space_fs_bytes(const char *path, int fd);

@@ -94,15 +94,15 @@ int heap_chunk_scan(heap_txn *t, bool checksums,
 		return rc;
 	if (fn == NULL)
 		return AH_EINVAL;
-	HEAP_TRY(heap_trees_usable(t->h, HEAP_TREE_BIT(HEAP_TREE_CHUNKS)));
-	HEAP_TRY(heap_err(mdb_cursor_open(t->txn, t->h->dbi[HEAP_DBI_CHUNKS],
+	TRY(heap_trees_usable(t->h, HEAP_TREE_BIT(HEAP_TREE_CHUNKS)));
+	TRY(heap_err(mdb_cursor_open(t->txn, t->h->dbi[HEAP_DBI_CHUNKS],
 	                                  &cur)));
 	while ((rc = mdb_cursor_get(cur, &k, &v, op)) == 0) {
 		op = MDB_NEXT;
 		scan_one(t->h, &k, &v, checksums, &e);
 		if (k.mv_size == sizeof(uint64_t) && any && e.ci.id <= prev) {
 			/* A damaged tree went back: MDB_NEXT would go round. */
-			rc = HEAP_CORRUPT("chunk keys out of order");
+			rc = CORRUPT("chunk keys out of order");
 			goto out;
 		}
 		any = true;
@@ -135,22 +135,22 @@ static int free_pages(heap_txn *t, uint64_t pin_txn, heap_free_info *fi,
 
 	*pages = NULL;
 	*n = 0;
-	HEAP_TRY(heap_err(mdb_cursor_open(t->txn, 0 /* FREE_DBI */, &cur)));
+	TRY(heap_err(mdb_cursor_open(t->txn, 0 /* FREE_DBI */, &cur)));
 	while ((rc = mdb_cursor_get(cur, &k, &v, op)) == 0) {
 		op = MDB_NEXT;
 		if (k.mv_size != sizeof txnid || v.mv_size < sizeof cnt) {
-			rc = HEAP_CORRUPT("free-list record");
+			rc = CORRUPT("free-list record");
 			goto out;
 		}
 		memcpy(&txnid, k.mv_data, sizeof txnid);
 		if (fi->records > 0 && txnid <= prev) {
-			rc = HEAP_CORRUPT("free-list records out of order");
+			rc = CORRUPT("free-list records out of order");
 			goto out;
 		}
 		prev = txnid;
 		memcpy(&cnt, v.mv_data, sizeof cnt);
 		if (cnt > v.mv_size / sizeof cnt - 1) {
-			rc = HEAP_CORRUPT("free-list record length");
+			rc = CORRUPT("free-list record length");
 			goto out;
 		}
 		fi->records++;
@@ -205,9 +205,9 @@ int heap_free_stat(heap_txn *t, uint64_t pin_txn, heap_free_info *fi)
 		return AH_EINVAL;
 	memset(fi, 0, sizeof *fi);
 	/* mdb_stat of a named DB reads its record from the main tree */
-	HEAP_TRY(heap_trees_usable(t->h, HEAP_TREE_BIT(HEAP_TREE_FREE) |
+	TRY(heap_trees_usable(t->h, HEAP_TREE_BIT(HEAP_TREE_FREE) |
 	                                 HEAP_TREE_BIT(HEAP_TREE_MAIN)));
-	HEAP_TRY(free_pages(t, pin_txn, fi, &pages, &n));
+	TRY(free_pages(t, pin_txn, fi, &pages, &n));
 	if (n > 0)
 		qsort(pages, n, sizeof *pages, cmp_u64);
 	for (size_t i = 0; i < n; i++) {
@@ -216,10 +216,10 @@ int heap_free_stat(heap_txn *t, uint64_t pin_txn, heap_free_info *fi)
 		if (run > fi->largest_run)
 			fi->largest_run = run;
 	}
-	HEAP_TRY(tree_pages(t, 0 /* FREE_DBI */, fi));
-	HEAP_TRY(tree_pages(t, 1 /* MAIN_DBI */, fi));
+	TRY(tree_pages(t, 0 /* FREE_DBI */, fi));
+	TRY(tree_pages(t, 1 /* MAIN_DBI */, fi));
 	for (int i = 0; i < HEAP_DBI__COUNT; i++)
-		HEAP_TRY(tree_pages(t, t->h->dbi[i], fi));
+		TRY(tree_pages(t, t->h->dbi[i], fi));
 out:
 	free(pages);
 	return rc;

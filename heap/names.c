@@ -84,14 +84,14 @@ static int load(heap_txn *t)
 		return 0;
 	}
 	if (rc == MDB_NOTFOUND)
-		return HEAP_CORRUPT("names digest missing");
+		return CORRUPT("names digest missing");
 	if ((rc = heap_err(rc)) != 0)
 		return rc;
 	if (v.mv_size != NAMES_BYTES)
-		return HEAP_CORRUPT("names digest size");
+		return CORRUPT("names digest size");
 	memcpy(&c, (const uint8_t *)v.mv_data + 32, 8);
 	if (c != XXH3_64bits(v.mv_data, 32))
-		return HEAP_CORRUPT("names digest checksum");
+		return CORRUPT("names digest checksum");
 	memcpy(t->names, v.mv_data, 32);
 	t->names_have = true;
 	t->names_loaded = true;
@@ -133,7 +133,7 @@ static int walk(MDB_txn *txn, MDB_dbi dbi, enum heap_table tb, uint64_t *n,
 	int rc, op = MDB_FIRST;
 
 	*n = *sum = 0;
-	HEAP_TRY(heap_err(HEAP_MDB(mdb_cursor_open(txn, dbi, &cur))));
+	TRY(heap_err(HEAP_MDB(mdb_cursor_open(txn, dbi, &cur))));
 	while ((rc = HEAP_MDB(mdb_cursor_get(cur, &k, &v, op))) == 0) {
 		op = MDB_NEXT;
 		++*n;
@@ -168,7 +168,7 @@ int heap_names_check(heap_txn *t, enum heap_table tb)
 	    (rc = walk(t->txn, t->h->dbi[tb], tb, &n, &sum)) != 0)
 		return rc;
 	if (n != t->names[slot(tb)] || sum != t->names[slot(tb) + 1])
-		return HEAP_CORRUPT("a table's keys differ from the names digest "
+		return CORRUPT("a table's keys differ from the names digest "
 		                    "(a key is damaged or lost)");
 	t->names_ok |= 1u << tb; /* puts and deletes keep them in step */
 	return 0;

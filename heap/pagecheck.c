@@ -682,7 +682,7 @@ static int read_meta(int fd, uint32_t psize, uint64_t mp, uint8_t m[META_BYTES])
 	while (n < 0 && errno == EINTR);
 	if (n < 0)
 		return AH_EIO;
-	return n == META_BYTES ? 0 : HEAP_CORRUPT("LMDB meta page cut short");
+	return n == META_BYTES ? 0 : CORRUPT("LMDB meta page cut short");
 }
 
 /* Maps the snapshot of meta page mp (whose txnid must be txnid) and walks
@@ -862,9 +862,9 @@ int heap_pagecheck_open(int fd, uint32_t psize, uint64_t file_bytes,
 	rc = run(w, fd, w->txnid & 1);
 	walker_free(w);
 	if (rc == AH_EBUSY)
-		return HEAP_CORRUPT("no meta page holds the newest txnid");
+		return CORRUPT("no meta page holds the newest txnid");
 	if (rc == 0 && st.problems)
-		rc = HEAP_CORRUPT("damaged LMDB page in the main or meta tree");
+		rc = CORRUPT("damaged LMDB page in the main or meta tree");
 	return rc;
 }
 
@@ -872,6 +872,6 @@ int heap_trees_usable(const heap *h, unsigned trees)
 {
 	unsigned d = __atomic_load_n(&h->damaged, __ATOMIC_ACQUIRE);
 
-	return d & trees ? HEAP_CORRUPT("a page check found this tree damaged")
+	return d & trees ? CORRUPT("a page check found this tree damaged")
 	                 : 0;
 }

@@ -63,5 +63,5 @@ int heap_record_unframe(const heap *h, int tb, const void *key, size_t klen,
 	}
 	if (h->format < 2)
 		return 0; /* a raw version-1 value */
-	return HEAP_CORRUPT("record checksum (value or key damaged)");
+	return CORRUPT("record checksum (value or key damaged)");
 }

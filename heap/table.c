@@ -157,7 +157,7 @@ int heap_next(heap_txn *t, enum heap_table tb, const void *after, size_t alen,
 		return AH_EINVAL;
 	if ((rc = heap_trees_usable(t->h, HEAP_TREE_BIT(tb))) != 0)
 		return rc;
-	HEAP_TRY(heap_err(HEAP_MDB(mdb_cursor_open(t->txn, t->h->dbi[tb], &cur))));
+	TRY(heap_err(HEAP_MDB(mdb_cursor_open(t->txn, t->h->dbi[tb], &cur))));
 	if (after == NULL) {
 		rc = HEAP_MDB(mdb_cursor_get(cur, &k, &v, MDB_FIRST));
 	} else {
@@ -166,12 +166,12 @@ int heap_next(heap_txn *t, enum heap_table tb, const void *after, size_t alen,
 		    memcmp(k.mv_data, after, alen) == 0)
 			rc = HEAP_MDB(mdb_cursor_get(cur, &k, &v, MDB_NEXT));
 	}
-	HEAP_TRY(heap_err(rc));
+	TRY(heap_err(rc));
 	if (k.mv_size == 0 || k.mv_size > MAX_KEY ||
 	    (tb == HEAP_T_BATCH && k.mv_size != sizeof(uint64_t)) ||
 	    (after != NULL &&
 	     key_cmp(tb, k.mv_data, k.mv_size, after, alen) <= 0)) {
-		rc = HEAP_CORRUPT("table key out of order or of a bad size");
+		rc = CORRUPT("table key out of order or of a bad size");
 		goto out;
 	}
 	*key = k.mv_data;
@@ -199,7 +199,7 @@ int heap_last_below(heap_txn *t, enum heap_table tb, uint64_t below,
 	if ((rc = heap_trees_usable(t->h, HEAP_TREE_BIT(tb))) != 0)
 		return rc;
 	*id = 0;
-	HEAP_TRY(heap_err(HEAP_MDB(mdb_cursor_open(t->txn, t->h->dbi[tb], &cur))));
+	TRY(heap_err(HEAP_MDB(mdb_cursor_open(t->txn, t->h->dbi[tb], &cur))));
 	/* The first key >= below, then the one before it (or the last). */
 	rc = HEAP_MDB(mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE));
 	rc = HEAP_MDB(mdb_cursor_get(cur, &k, &v, rc == 0 ? MDB_PREV : MDB_LAST));
@@ -207,14 +207,14 @@ int heap_last_below(heap_txn *t, enum heap_table tb, uint64_t below,
 		rc = 0;
 		goto out;
 	}
-	HEAP_TRY(heap_err(rc));
+	TRY(heap_err(rc));
 	if (k.mv_size != sizeof *id) {
-		rc = HEAP_CORRUPT("batch key is not a u64");
+		rc = CORRUPT("batch key is not a u64");
 		goto out;
 	}
 	memcpy(id, k.mv_data, sizeof *id);
 	if (*id >= below)
-		rc = HEAP_CORRUPT("table key out of order");
+		rc = CORRUPT("table key out of order");
 out:
 	if (cur != NULL)
 		mdb_cursor_close(cur);

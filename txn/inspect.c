@@ -115,11 +115,12 @@ static int each_chunk(ah_txn *t, const batch *b, bool partial, void *user)
 	for (uint32_t i = 0; i < b->nchunks && !rc; i++) {
 		uint64_t id = b->chunk_ids[i];
 
-		rc = id ? heap_chunk_next(t->ht, id - 1, false, &hi) : AH_ECORRUPT;
+		rc = id ? heap_chunk_next(t->ht, id - 1, false, &hi)
+		        : CORRUPT("chunk id 0 in a batch record");
 		if (rc == 0 && hi.id != id)
-			rc = AH_ECORRUPT;
+			rc = CORRUPT("a batch record names a chunk that is not there");
 		if (rc == AH_ENOTFOUND)
-			rc = AH_ECORRUPT;
+			rc = CORRUPT("a batch record names a chunk that is not there");
 		if (rc) {
 			txn_fail(t, rc, "batch %llu: chunk %llu: missing or damaged",
 			         (unsigned long long)b->id, (unsigned long long)id);

@@ -143,12 +143,12 @@ static int name_next(ah_txn *t, enum heap_table tb, const char *after, char *buf
 	if (rc)
 		return rc;
 	if (klen > AH_NAME_MAX || memchr(k, 0, klen))
-		return AH_ECORRUPT;
+		return CORRUPT("a stored name that is no name");
 	memcpy(buf, k, klen);
 	buf[klen] = 0;
 	/* A damaged key that is no name would come back as `after` cut short
 	 * (a NUL) and be answered again: a listing that never ends. */
-	return txn_name_ok(buf) ? 0 : AH_ECORRUPT;
+	return txn_name_ok(buf) ? 0 : CORRUPT("a stored name that is no name");
 }
 
 int ah_arrangement_next(ah_txn *t, const char *after, char *buf)
