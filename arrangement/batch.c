@@ -17,15 +17,6 @@
 #include "heap/codec.h"
 
 
-int bytes_cmp(const void *a, size_t alen, const void *b, size_t blen)
-{
-	size_t n = alen < blen ? alen : blen;
-	int r = n ? memcmp(a, b, n) : 0;
-	if (r)
-		return r;
-	return (alen > blen) - (alen < blen);
-}
-
 /* ----------------------------------------------------------- chunk view */
 
 /* The header checks on a view whose page 0 (the header) is checked. */

@@ -36,30 +36,12 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "arrangement/order.h"
 #include "heap/heap.h"
 
 typedef struct batch_desc {
 	uint64_t lower, upper, since;
 } batch_desc;
-
-/* Byte comparison of the field: memcmp then length (shorter prefix first). */
-int bytes_cmp(const void *a, size_t alen, const void *b, size_t blen);
-
-/* The first 8 bytes of a field as a big-endian integer, zero-padded: two
- * fields' prefixes compare as integers the way bytes_cmp orders them
- * (ties need the rest and the lengths).  Used by sorts and merges. */
-static inline uint64_t bytes_prefix8(const uint8_t *p, size_t len)
-{
-	uint8_t buf[8] = { 0 };
-	uint64_t x;
-	if (len)
-		memcpy(buf, p, len < 8 ? len : 8);
-	memcpy(&x, buf, 8);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-	x = __builtin_bswap64(x);
-#endif
-	return x;
-}
 
 /* --------------------------------------------------------- batch record */
 

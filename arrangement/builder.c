@@ -72,40 +72,17 @@ static void account(builder *b, int64_t delta)
 		b->peak = b->bytes;
 }
 
-/* bytes_cmp, inlined for the sort. */
-static inline int bcmp_(const uint8_t *a, size_t al, const uint8_t *b,
-                        size_t bl)
-{
-	size_t n = al < bl ? al : bl;
-	int c = n ? memcmp(a, b, n) : 0;
-	if (c)
-		return c;
-	return (al > bl) - (al < bl);
-}
-
-/* Compares two fields whose cached prefixes are equal: when both are at
- * least 8 bytes long those 8 bytes are equal and need no second look. */
-static inline int rest_cmp(const uint8_t *a, size_t al, const uint8_t *b,
-                           size_t bl)
-{
-	if (al == bl && al <= 8)
-		return 0;
-	if (al >= 8 && bl >= 8)
-		return bcmp_(a + 8, al - 8, b + 8, bl - 8);
-	return bcmp_(a, al, b, bl);
-}
-
 static inline int ent_cmp(const entry *a, const entry *b)
 {
 	int c;
 	if (a->pfx != b->pfx)
 		return a->pfx < b->pfx ? -1 : 1;
-	c = rest_cmp(a->key, a->klen, b->key, b->klen);
+	c = bytes_cmp_rest(a->key, a->klen, b->key, b->klen);
 	if (c)
 		return c;
 	if (a->vpfx != b->vpfx)
 		return a->vpfx < b->vpfx ? -1 : 1;
-	c = rest_cmp(a->key + a->klen, a->vlen, b->key + b->klen, b->vlen);
+	c = bytes_cmp_rest(a->key + a->klen, a->vlen, b->key + b->klen, b->vlen);
 	if (c)
 		return c;
 	return (a->time > b->time) - (a->time < b->time);
@@ -292,11 +269,11 @@ static int write_run(builder *b, batch_writer *w)
 	size_t n = b->nents;
 
 	for (size_t i = 0; i < n;) {
-		__extension__ __int128 sum = 0;
+		diff_sum sum = 0;
 		size_t j = i;
 		for (; j < n && ent_cmp(&e[i], &e[j]) == 0; j++)
 			sum += e[j].diff;
-		if (sum > INT64_MAX || sum < INT64_MIN)
+		if (!diff_fits(sum))
 			return AH_ELIMIT;
 		if (sum != 0) {
 			int rc = batch_writer_push(w, e[i].key, e[i].klen,

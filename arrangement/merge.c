@@ -35,9 +35,7 @@ typedef struct tpair {
 /* A heap entry: an input's current (key, val) with cached prefixes, so
  * that most comparisons settle on two integers. */
 typedef struct hent {
-	uint64_t kp, vp;
-	const uint8_t *k, *v;
-	size_t kl, vl;
+	kv_ref r;
 	size_t idx;
 } hent;
 
@@ -71,27 +69,9 @@ static void account(merger *m, int64_t delta)
 		m->peak = m->bytes;
 }
 
-/* bytes_cmp of two fields whose 8-byte prefixes are equal. */
-static inline int rest_cmp(const uint8_t *a, size_t al, const uint8_t *b,
-                           size_t bl)
-{
-	if (al == bl && al <= 8)
-		return 0;
-	if (al >= 8 && bl >= 8)
-		return bytes_cmp(a + 8, al - 8, b + 8, bl - 8);
-	return bytes_cmp(a, al, b, bl);
-}
-
 static inline int hent_cmp(const hent *a, const hent *b)
 {
-	int c;
-	if (a->kp != b->kp)
-		return a->kp < b->kp ? -1 : 1;
-	if ((c = rest_cmp(a->k, a->kl, b->k, b->kl)) != 0)
-		return c;
-	if (a->vp != b->vp)
-		return a->vp < b->vp ? -1 : 1;
-	return rest_cmp(a->v, a->vl, b->v, b->vl);
+	return kv_cmp(&a->r, &b->r);
 }
 
 static void heap_sift_down(hent *h, size_t n, size_t i)
@@ -117,12 +97,12 @@ static void heap_add(merger *m, size_t i)
 	hent x;
 	size_t j = m->hn++;
 	const void *k, *v;
-	bcur_key(m->cur[i], &k, &x.kl);
-	bcur_val(m->cur[i], &v, &x.vl);
-	x.k = k;
-	x.v = v;
-	x.kp = bytes_prefix8(x.k, x.kl);
-	x.vp = bytes_prefix8(x.v, x.vl);
+	bcur_key(m->cur[i], &k, &x.r.kl);
+	bcur_val(m->cur[i], &v, &x.r.vl);
+	x.r.k = k;
+	x.r.v = v;
+	x.r.kp = bytes_prefix8(x.r.k, x.r.kl);
+	x.r.vp = bytes_prefix8(x.r.v, x.r.vl);
 	x.idx = i;
 	while (j > 0 && hent_cmp(&x, &m->hp[(j - 1) / 2]) < 0) {
 		m->hp[j] = m->hp[(j - 1) / 2];
@@ -276,7 +256,7 @@ static size_t next_group(merger *m, const void **k, size_t *kl,
 	m->hits[nh++] = min.idx;
 	while (m->hn && hent_cmp(&m->hp[0], &min) == 0)
 		m->hits[nh++] = heap_pop(m).idx;
-	*k = min.k, *kl = min.kl, *v = min.v, *vl = min.vl;
+	*k = min.r.k, *kl = min.r.kl, *v = min.r.v, *vl = min.r.vl;
 	return nh;
 }
 
@@ -330,15 +310,13 @@ static void sort_pairs(tpair *a, size_t n)
  * at least as many as the pieces.  Times <= since read the same at every
  * readable as_of (>= since), so the pieces mean exactly the sum: the
  * updates are kept apart instead of the arrangement being wedged. */
-__extension__ typedef __int128 i128;
-
-static int emit_split(merger *m, i128 sum, uint64_t time,
+static int emit_split(merger *m, diff_sum sum, uint64_t time,
                       const void *k, size_t kl, const void *v, size_t vl)
 {
-	i128 left = sum;
+	diff_sum left = sum;
 	uint64_t p = 0, lower = m->n ? m->inputs[0]->desc.lower : 0;
 
-	for (; left > INT64_MAX || left < INT64_MIN; p++)
+	for (; !diff_fits(left); p++)
 		left -= sum > 0 ? INT64_MAX : INT64_MIN;
 	if (time != m->since || time - lower < p)
 		return AH_ELIMIT; /* cannot happen in a spine (see above) */
@@ -359,12 +337,12 @@ static int emit(merger *m, size_t np, bool sorted, const void *k, size_t kl,
 	if (!sorted)
 		sort_pairs(m->pairs, np);
 	for (size_t i = 0; i < np;) {
-		__extension__ __int128 sum = 0;
+		diff_sum sum = 0;
 		uint64_t time = m->pairs[i].time;
 		int rc = 0;
 		for (; i < np && m->pairs[i].time == time; i++)
 			sum += m->pairs[i].diff;
-		if (sum > INT64_MAX || sum < INT64_MIN)
+		if (!diff_fits(sum))
 			rc = emit_split(m, sum, time, k, kl, v, vl);
 		else if (sum != 0)
 			rc = batch_writer_push(m->w, k, kl, v, vl, time,

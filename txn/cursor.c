@@ -325,7 +325,7 @@ int ah_cursor_accumulate(ah_cursor *c, uint64_t as_of, int64_t *sum)
 	/* 128 bits: the order of the pairs never matters, only whether the
 	 * sum fits (an update split by a merge, see merge.c, may hold parts
 	 * that do not add up in int64 on their own). */
-	__extension__ __int128 s = 0;
+	diff_sum s = 0;
 	uint64_t tm;
 	int64_t d;
 	while ((rc = tcur_time_next(c->tc, &tm, &d)) == 1)
@@ -333,7 +333,7 @@ int ah_cursor_accumulate(ah_cursor *c, uint64_t as_of, int64_t *sum)
 			s += d;
 	if (rc < 0)
 		return failed(c, rc);
-	if (s > INT64_MAX || s < INT64_MIN)
+	if (!diff_fits(s))
 		return failed(c, AH_ELIMIT);
 	*sum = (int64_t)s;
 	return 0;

@@ -218,7 +218,7 @@ static int64_t acc(const tb_up *g, size_t n, uint64_t T)
 	return s;
 }
 
-static int kv_cmp(const tb_up *a, const tb_up *b)
+static int up_cmp(const tb_up *a, const tb_up *b)
 {
 	int c = bytes_cmp(a->key, a->klen, b->key, b->klen);
 	return c ? c : bytes_cmp(a->val, a->vlen, b->val, b->vlen);
@@ -258,12 +258,12 @@ Test(merge_compaction, accumulations_preserved_from_since, .timeout = 60)
 	/* Walk (key, val) groups of the reference and of the output. */
 	while (i < nr || j < ng) {
 		size_t i2 = i, j2 = j;
-		int c = i == nr ? 1 : j == ng ? -1 : kv_cmp(&ref[i], &got[j]);
+		int c = i == nr ? 1 : j == ng ? -1 : up_cmp(&ref[i], &got[j]);
 		if (c <= 0)
-			while (i2 < nr && kv_cmp(&ref[i2], &ref[i]) == 0)
+			while (i2 < nr && up_cmp(&ref[i2], &ref[i]) == 0)
 				i2++;
 		if (c >= 0)
-			while (j2 < ng && kv_cmp(&got[j2], &got[j]) == 0)
+			while (j2 < ng && up_cmp(&got[j2], &got[j]) == 0)
 				j2++;
 		for (uint64_t T = S; T < T_END; T++)
 			cr_assert_eq(acc(ref + i, i2 - i, T), acc(got + j, j2 - j, T),
