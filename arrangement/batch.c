@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "arrangement/batch.h"
+#include "arrangement/batch_int.h"
 #include "heap/codec.h"
 
 
@@ -227,9 +227,9 @@ static int record_decode(uint64_t id, const uint8_t *rec, size_t len,
 	b->id = id;
 	b->time_width = rec[6];
 	b->rec_flags = rec[7];
-	b->desc.lower = get_u64(rec + 8);
-	b->desc.upper = get_u64(rec + 16);
-	b->desc.since = get_u64(rec + 24);
+	b->desc.lower = frontier_of(get_u64(rec + 8));
+	b->desc.upper = frontier_of(get_u64(rec + 16));
+	b->desc.since = frontier_of(get_u64(rec + 24));
 	b->updates = get_u64(rec + 32);
 	b->keys = get_u64(rec + 40);
 	b->vals = get_u64(rec + 48);
@@ -319,9 +319,9 @@ int batch_record_put(heap_txn *t, const batch *b)
 	memcpy(rec + 4, &ver, 2);
 	rec[6] = 8;
 	rec[7] = (uint8_t)b->rec_flags;
-	put_u64(rec + 8, b->desc.lower);
-	put_u64(rec + 16, b->desc.upper);
-	put_u64(rec + 24, b->desc.since);
+	put_u64(rec + 8, frontier_time(b->desc.lower));
+	put_u64(rec + 16, frontier_time(b->desc.upper));
+	put_u64(rec + 24, frontier_time(b->desc.since));
 	put_u64(rec + 32, b->updates);
 	put_u64(rec + 40, b->keys);
 	put_u64(rec + 48, b->vals);
@@ -358,9 +358,9 @@ int batch_set_desc(heap_txn *t, uint64_t id, const batch_desc *d)
 	if (!copy)
 		return AH_ENOMEM;
 	memcpy(copy, rec, len);
-	put_u64(copy + 8, d->lower);
-	put_u64(copy + 16, d->upper);
-	put_u64(copy + 24, d->since);
+	put_u64(copy + 8, frontier_time(d->lower));
+	put_u64(copy + 16, frontier_time(d->upper));
+	put_u64(copy + 24, frontier_time(d->since));
 	rc = heap_put(t, HEAP_T_BATCH, &id, sizeof id, copy, len);
 	free(copy);
 	return rc;
@@ -426,7 +426,7 @@ typedef struct check_state {
 	bool any;
 	const uint8_t *key, *val;
 	size_t klen, vlen;
-	uint64_t time;
+	atime time;
 	uint64_t keys, vals, updates, bytes, chunk_bytes;
 } check_state;
 
@@ -439,10 +439,12 @@ static int check_fail(check_state *s, uint32_t ci, const char *what)
 	return CORRUPT(what);
 }
 
-static bool time_ok(const batch_desc *d, uint64_t t)
+static bool time_ok(const batch_desc *d, atime t)
 {
-	/* B3; a batch compacted past its upper holds times <= since */
-	return t >= d->lower && (t < d->upper || t <= d->since);
+	/* B3; a batch compacted past its upper holds times advanced by since,
+	 * which may lie beyond its upper (times <= since) */
+	return time_beyond(t, d->lower) &&
+	       (time_before(t, d->upper) || time_le(t, frontier_time(d->since)));
 }
 
 /* Checks val j's updates: B1 (times increasing), B2, B3. */
@@ -453,8 +455,8 @@ static const char *check_upds(check_state *s, bchunk *c, uint32_t j,
 	if (bchunk_val_upds(c, j, &lo, &hi))
 		return "bad update range";
 	for (uint32_t u = lo; u < hi; u++) {
-		uint64_t t = c->times[u];
-		if ((u > lo || cont) && t <= s->time)
+		atime t = c->times[u];
+		if ((u > lo || cont) && !time_lt(s->time, t))
 			return "times out of order";
 		if (c->diffs[u] == 0)
 			return "zero diff";
@@ -554,7 +556,7 @@ int batch_check(heap_txn *t, const batch *b, bool checksums, char *msg,
 	s.msglen = msglen;
 	if (msg && msglen)
 		msg[0] = '\0';
-	if (b->time_width != 8 || b->desc.lower > b->desc.upper) {
+	if (b->time_width != 8 || !frontier_le(b->desc.lower, b->desc.upper)) {
 		if (msg && msglen)
 			snprintf(msg, msglen, "batch %llu: bad record header",
 			         (unsigned long long)b->id);

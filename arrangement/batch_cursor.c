@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "arrangement/batch.h"
+#include "arrangement/batch_int.h"
 
 /* struct batch_cursor: batch.h (its accessors inline there). */
 
@@ -93,7 +93,7 @@ int bcur_rewind_keys(batch_cursor *c)
 }
 
 /* A fresh cursor on b with no position yet (NULL when out of memory). */
-static batch_cursor *cursor_new(heap_txn *t, const batch *b, uint64_t since)
+static batch_cursor *cursor_new(heap_txn *t, const batch *b, frontier since)
 {
 	batch_cursor *c = calloc(1, sizeof *c);
 	if (c) {
@@ -104,7 +104,7 @@ static batch_cursor *cursor_new(heap_txn *t, const batch *b, uint64_t since)
 	return c;
 }
 
-int bcur_open(heap_txn *t, const batch *b, uint64_t since, batch_cursor **out)
+int bcur_open(heap_txn *t, const batch *b, frontier since, batch_cursor **out)
 {
 	if (!t || !b || !out)
 		return AH_EINVAL;
@@ -270,7 +270,7 @@ int bcur_seek_key(batch_cursor *c, const void *key, size_t len)
 	return land(c, start, key, len);
 }
 
-int bcur_open_at(heap_txn *t, const batch *b, uint64_t since, const void *key,
+int bcur_open_at(heap_txn *t, const batch *b, frontier since, const void *key,
                  size_t len, batch_cursor **out)
 {
 	if (!t || !b || !out || (len && !key))
@@ -396,8 +396,7 @@ int bcur_time_next(batch_cursor *c, uint64_t *time, int64_t *diff)
 		if ((rc = times_cont(c)))
 			return rc;
 	}
-	uint64_t tm = c->tv.times[c->tu];
-	*time = tm < c->since ? c->since : tm;
+	*time = time_advance_by(c->tv.times[c->tu], c->since);
 	*diff = c->tv.diffs[c->tu];
 	c->tu++;
 	return 1;

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "arrangement/batch.h"
+#include "arrangement/batch_int.h"
 #include "heap/codec.h"
 
 /* A growable pool buffer. */
@@ -406,7 +406,7 @@ static int classify(const batch_writer *w, const void *key, size_t klen,
 		return 0;
 	*newkey = false;
 	int cv = bytes_cmp(val, vlen, lv, lvl);
-	if (cv < 0 || (cv == 0 && time <= lt))
+	if (cv < 0 || (cv == 0 && time_cmp(time, lt) <= 0))
 		return AH_EINVAL;
 	*newval = cv > 0;
 	return 0;

@@ -63,7 +63,7 @@ struct builder {
 	int err;           /* sticky: a failed builder refuses further work */
 };
 
-static const batch_desc tmp_desc = { 0, UINT64_MAX, 0 };
+static const batch_desc tmp_desc = { { 0 }, { UINT64_MAX }, { 0 } };
 
 static void account(builder *b, int64_t delta)
 {
@@ -85,7 +85,7 @@ static inline int ent_cmp(const entry *a, const entry *b)
 	c = bytes_cmp_rest(a->key + a->klen, a->vlen, b->key + b->klen, b->vlen);
 	if (c)
 		return c;
-	return (a->time > b->time) - (a->time < b->time);
+	return time_cmp(a->time, b->time);
 }
 
 /* ------------------------------------------------------------------ sort */
@@ -347,7 +347,7 @@ static int merge_runs(builder *b, const uint64_t *ids, size_t n,
 	for (size_t i = 0; i < n && rc == 0; i++)
 		rc = batch_load(b->t, ids[i], &in[i]);
 	if (rc == 0)
-		rc = merger_open(b->t, b->p, in, n, 0, NULL, &m);
+		rc = merger_open(b->t, b->p, in, n, frontier_of(0), NULL, &m);
 	if (rc == 0)
 		rc = merger_step(m, 0, &done, &spent);
 	if (rc == 0)

@@ -1,6 +1,8 @@
 /*
  * arrangement/builder.h - the batch builder: unsorted updates in, one
- * sorted consolidated batch out.
+ * sorted consolidated batch out.  In differential dataflow's terms this is
+ * the Batcher (it sorts and consolidates arbitrary updates); the Builder,
+ * which takes updates already in order, is batch_writer (batch.h).
  *
  * Updates are copied into pool memory up to a run budget; a full run is
  * sorted, consolidated and written to the heap as a temporary batch; at

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arrangement/batch_int.h"
 #include "arrangement/cursor.h"
 
 struct trace_cursor {
@@ -25,6 +26,8 @@ struct trace_cursor {
 	const void *key, *val;
 	size_t klen, vlen;
 	size_t tidx; /* the batch whose times time_next walks */
+	batch **owned; /* tcur_adopt: freed at close */
+	size_t nowned;
 };
 
 /* Records the first error: the cursor is then invalid for good. */
@@ -96,7 +99,7 @@ static int find_key(trace_cursor *c)
 /* Opens the cursor; with at, every batch cursor starts at the first key >=
  * at (one chunk read per batch), else at the first key. */
 static int open_cursor(heap_txn *t, batch *const *batches, size_t n,
-                       uint64_t since, const void *at, size_t atlen,
+                       frontier since, const void *at, size_t atlen,
                        bool seek, trace_cursor **out)
 {
 	int rc = 0;
@@ -126,18 +129,27 @@ out:
 	return 0;
 }
 
-int tcur_open(heap_txn *t, batch *const *batches, size_t n, uint64_t since,
+int tcur_open(heap_txn *t, batch *const *batches, size_t n, frontier since,
               trace_cursor **out)
 {
 	return open_cursor(t, batches, n, since, NULL, 0, false, out);
 }
 
-int tcur_open_at(heap_txn *t, batch *const *batches, size_t n, uint64_t since,
+int tcur_open_at(heap_txn *t, batch *const *batches, size_t n, frontier since,
                  const void *key, size_t len, trace_cursor **out)
 {
 	if (len && !key)
 		return AH_EINVAL;
 	return open_cursor(t, batches, n, since, key, len, true, out);
+}
+
+int tcur_adopt(trace_cursor *c, batch **batches, size_t n)
+{
+	if (!c || c->owned)
+		return AH_EINVAL;
+	c->owned = batches;
+	c->nowned = n;
+	return 0;
 }
 
 void tcur_close(trace_cursor *c)
@@ -146,6 +158,9 @@ void tcur_close(trace_cursor *c)
 		return;
 	for (size_t i = 0; i < c->n; i++)
 		bcur_close(c->bc[i]);
+	for (size_t i = 0; i < c->nowned; i++)
+		batch_free(c->owned[i]);
+	free(c->owned);
 	free(c->bc);
 	free(c->at_key);
 	free(c->at_val);

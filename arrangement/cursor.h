@@ -12,12 +12,15 @@ typedef struct trace_cursor trace_cursor;
 
 /* batches[0..n) must outlive the cursor; times advanced to since.
  * Errors: AH_ENOMEM, AH_ECORRUPT. */
-int tcur_open(heap_txn *t, batch *const *batches, size_t n, uint64_t since,
+int tcur_open(heap_txn *t, batch *const *batches, size_t n, frontier since,
               trace_cursor **out);
 /* As tcur_open, positioned at the first key >= key: each batch reads only
  * the chunk its fences name (a point query's cold page reads). */
-int tcur_open_at(heap_txn *t, batch *const *batches, size_t n, uint64_t since,
+int tcur_open_at(heap_txn *t, batch *const *batches, size_t n, frontier since,
                  const void *key, size_t len, trace_cursor **out);
+/* The cursor takes batches[0..n) (and the array, malloc'd) and frees them
+ * at tcur_close. */
+int tcur_adopt(trace_cursor *c, batch **batches, size_t n);
 void tcur_close(trace_cursor *c);
 bool tcur_key_valid(const trace_cursor *c);
 bool tcur_val_valid(const trace_cursor *c);

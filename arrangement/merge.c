@@ -25,10 +25,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arrangement/batch_int.h"
 #include "arrangement/merge.h"
 
 typedef struct tpair {
-	uint64_t time;
+	atime time;
 	int64_t diff;
 } tpair;
 
@@ -44,7 +45,7 @@ struct merger {
 	pool *p;
 	batch *const *inputs;
 	size_t n;
-	uint64_t since;
+	frontier since;
 	batch_cursor **cur;    /* n, malloc'd */
 	size_t *hits;          /* n: inputs holding the current group */
 	hent *hp;              /* n: min-heap of the inputs not exhausted */
@@ -74,7 +75,7 @@ static inline int hent_cmp(const hent *a, const hent *b)
 	return kv_cmp(&a->r, &b->r);
 }
 
-static void heap_sift_down(hent *h, size_t n, size_t i)
+static void pq_sift_down(hent *h, size_t n, size_t i)
 {
 	hent x = h[i];
 	for (;;) {
@@ -92,7 +93,7 @@ static void heap_sift_down(hent *h, size_t n, size_t i)
 }
 
 /* Adds input i (on a valid val) to the heap. */
-static void heap_add(merger *m, size_t i)
+static void pq_push(merger *m, size_t i)
 {
 	hent x;
 	size_t j = m->hn++;
@@ -111,12 +112,12 @@ static void heap_add(merger *m, size_t i)
 	m->hp[j] = x;
 }
 
-static hent heap_pop(merger *m)
+static hent pq_pop(merger *m)
 {
 	hent top = m->hp[0];
 	m->hp[0] = m->hp[--m->hn];
 	if (m->hn)
-		heap_sift_down(m->hp, m->hn, 0);
+		pq_sift_down(m->hp, m->hn, 0);
 	return top;
 }
 
@@ -181,7 +182,7 @@ static int copy_boundary(merger *m, const void *k, size_t kl, const void *v,
 }
 
 int merger_open(heap_txn *t, pool *p, batch *const *inputs, size_t n,
-                uint64_t since, const merge_resume *resume, merger **out)
+                frontier since, const merge_resume *resume, merger **out)
 {
 	merger *m = NULL;
 	int rc = 0;
@@ -229,7 +230,7 @@ int merger_open(heap_txn *t, pool *p, batch *const *inputs, size_t n,
 	}
 	for (size_t i = 0; i < n; i++)
 		if (bcur_key_valid(m->cur[i]))
-			heap_add(m, i);
+			pq_push(m, i);
 	if (resume && resume->partial_id)
 		rc = batch_writer_resume(t, p, resume->partial_id, &m->w);
 	else
@@ -252,10 +253,10 @@ static size_t next_group(merger *m, const void **k, size_t *kl,
 	size_t nh = 0;
 	if (m->hn == 0)
 		return 0;
-	min = heap_pop(m);
+	min = pq_pop(m);
 	m->hits[nh++] = min.idx;
 	while (m->hn && hent_cmp(&m->hp[0], &min) == 0)
-		m->hits[nh++] = heap_pop(m).idx;
+		m->hits[nh++] = pq_pop(m).idx;
 	*k = min.r.k, *kl = min.r.kl, *v = min.r.v, *vl = min.r.vl;
 	return nh;
 }
@@ -281,8 +282,7 @@ static int push_pair(merger *m, size_t *np, uint64_t time, int64_t diff)
 
 static int tpair_cmp(const void *a, const void *b)
 {
-	uint64_t x = ((const tpair *)a)->time, y = ((const tpair *)b)->time;
-	return (x > y) - (x < y);
+	return time_cmp(((const tpair *)a)->time, ((const tpair *)b)->time);
 }
 
 static void sort_pairs(tpair *a, size_t n)
@@ -294,7 +294,7 @@ static void sort_pairs(tpair *a, size_t n)
 	for (size_t i = 1; i < n; i++) {
 		tpair x = a[i];
 		size_t j = i;
-		while (j > 0 && a[j - 1].time > x.time) {
+		while (j > 0 && time_cmp(a[j - 1].time, x.time) > 0) {
 			a[j] = a[j - 1];
 			j--;
 		}
@@ -314,11 +314,15 @@ static int emit_split(merger *m, diff_sum sum, uint64_t time,
                       const void *k, size_t kl, const void *v, size_t vl)
 {
 	diff_sum left = sum;
-	uint64_t p = 0, lower = m->n ? m->inputs[0]->desc.lower : 0;
+	uint64_t p = 0;
+	atime lower = m->n ? frontier_time(m->inputs[0]->desc.lower) : 0;
 
 	for (; !diff_fits(left); p++)
 		left -= sum > 0 ? INT64_MAX : INT64_MIN;
-	if (time != m->since || time - lower < p)
+	/* The seam: pieces at distinct times before since's element; with
+	 * product times this needs distinct times that advance to the same
+	 * time (time.h). */
+	if (time != frontier_time(m->since) || time - lower < p)
 		return AH_ELIMIT; /* cannot happen in a spine (see above) */
 	for (uint64_t i = p; i > 0; i--) {
 		int rc = batch_writer_push(m->w, k, kl, v, vl, time - i,
@@ -338,9 +342,9 @@ static int emit(merger *m, size_t np, bool sorted, const void *k, size_t kl,
 		sort_pairs(m->pairs, np);
 	for (size_t i = 0; i < np;) {
 		diff_sum sum = 0;
-		uint64_t time = m->pairs[i].time;
+		atime time = m->pairs[i].time;
 		int rc = 0;
-		for (; i < np && m->pairs[i].time == time; i++)
+		for (; i < np && time_cmp(m->pairs[i].time, time) == 0; i++)
 			sum += m->pairs[i].diff;
 		if (!diff_fits(sum))
 			rc = emit_split(m, sum, time, k, kl, v, vl);
@@ -391,7 +395,7 @@ static int merge_group(merger *m, uint64_t *units)
 		if (rc == 0)
 			rc = settle(c);
 		if (rc == 0 && bcur_key_valid(c))
-			heap_add(m, m->hits[h]);
+			pq_push(m, m->hits[h]);
 	}
 	return rc;
 }
@@ -425,7 +429,7 @@ int merger_step(merger *m, uint64_t fuel, bool *done, uint64_t *spent)
  * (its times were advanced to it: B3 allows t <= since). */
 static batch_desc span_desc(const merger *m)
 {
-	batch_desc d = { 0, 0, m->since };
+	batch_desc d = { frontier_of(0), frontier_of(0), m->since };
 	if (m->n) {
 		d.lower = m->inputs[0]->desc.lower;
 		d.upper = m->inputs[m->n - 1]->desc.upper;

@@ -32,7 +32,7 @@ typedef struct merge_resume {
 /* inputs[0..n) must outlive the merger.  resume may be NULL (fresh).
  * Errors: AH_ENOMEM, AH_ECORRUPT. */
 int merger_open(heap_txn *t, pool *p, batch *const *inputs, size_t n,
-                uint64_t since, const merge_resume *resume, merger **out);
+                frontier since, const merge_resume *resume, merger **out);
 /* Does at least min(fuel, remaining) units of work (fuel 0 = all of it),
  * stopping only between (key, val) groups.  *done = true when the inputs
  * are exhausted.  *spent = units used.  Errors: AH_ELIMIT (a diff sum

@@ -58,7 +58,7 @@ static int decode_merge(codec_rd *r, spine_merge *m)
 {
 	m->first = rd_u32(r);
 	m->count = rd_u32(r);
-	m->since = rd_u64(r);
+	m->since = frontier_of(rd_u64(r));
 	m->credit = rd_u64(r);
 	m->done = rd_u64(r);
 	m->partial_id = rd_u64(r);
@@ -94,11 +94,11 @@ int spine_load(heap_txn *t, const char *name, spine *sp)
 	uint16_t ver, reserved;
 	rd_bytes(&r, &ver, 2);
 	rd_bytes(&r, &reserved, 2);
-	sp->upper = rd_u64(&r);
-	sp->since = rd_u64(&r);
+	sp->upper = frontier_of(rd_u64(&r));
+	sp->since = frontier_of(rd_u64(&r));
 	uint32_t nb = rd_u32(&r), nm = rd_u32(&r);
 	if (r.bad || magic != SPINE_MAGIC || ver != SPINE_VERSION ||
-	    sp->since > sp->upper || (uint64_t)nb * 16 > r.left ||
+	    !frontier_le(sp->since, sp->upper) || (uint64_t)nb * 16 > r.left ||
 	    nm > nb)
 		return CORRUPT("arrangement record header");
 	sp->batches = calloc(nb ? nb : 1, sizeof *sp->batches);
@@ -141,8 +141,8 @@ int spine_store(heap_txn *t, const char *name, const spine *sp)
 	wr_u32(&p, SPINE_MAGIC);
 	put_u16(p, SPINE_VERSION);
 	p += 4; /* version, then 2 reserved bytes */
-	wr_u64(&p, sp->upper);
-	wr_u64(&p, sp->since);
+	wr_u64(&p, frontier_time(sp->upper));
+	wr_u64(&p, frontier_time(sp->since));
 	wr_u32(&p, sp->nbatches);
 	wr_u32(&p, sp->nmerges);
 	for (uint32_t i = 0; i < sp->nbatches; i++) {
@@ -153,7 +153,7 @@ int spine_store(heap_txn *t, const char *name, const spine *sp)
 		const spine_merge *m = &sp->merges[i];
 		wr_u32(&p, m->first);
 		wr_u32(&p, m->count);
-		wr_u64(&p, m->since);
+		wr_u64(&p, frontier_time(m->since));
 		wr_u64(&p, m->credit);
 		wr_u64(&p, m->done);
 		wr_u64(&p, m->partial_id);
@@ -401,7 +401,9 @@ static int lagging(heap_txn *t, const spine *sp, bool *lag)
 		int rc = batch_load_listed(t, sp->batches[i].id, &b);
 		if (rc)
 			return rc;
-		*lag = b->desc.since < sp->since && b->desc.lower < sp->since;
+		/* its since lags, and it holds times that since would move */
+		*lag = !frontier_le(sp->since, b->desc.since) &&
+		       time_before(frontier_time(b->desc.lower), sp->since);
 		batch_free(b);
 	}
 	return 0;
@@ -449,11 +451,12 @@ int spine_maintain(heap_txn *t, pool *p, spine *sp, uint64_t fuel,
 int spine_check(heap_txn *t, const spine *sp, char *msg, size_t msglen)
 {
 	int rc = 0;
-	uint64_t prev_upper = 0;
+	frontier prev_upper = frontier_of(0);
 	msg[0] = 0;
-	if (sp->since > sp->upper) {
+	if (!frontier_le(sp->since, sp->upper)) {
 		snprintf(msg, msglen, "since %llu beyond upper %llu",
-		         (unsigned long long)sp->since, (unsigned long long)sp->upper);
+		         (unsigned long long)frontier_time(sp->since),
+		         (unsigned long long)frontier_time(sp->upper));
 		return CORRUPT("spine: since beyond upper");
 	}
 	for (uint32_t i = 0; i < sp->nbatches && !rc; i++) {
@@ -463,14 +466,18 @@ int spine_check(heap_txn *t, const spine *sp, char *msg, size_t msglen)
 			         (unsigned long long)sp->batches[i].id, ah_err_name(rc));
 			return rc;
 		}
-		if (i > 0 && b->desc.lower != prev_upper)
+		if (i > 0 && !frontier_eq(b->desc.lower, prev_upper))
 			snprintf(msg, msglen, "batch %llu: lower %llu != previous upper %llu",
-			         (unsigned long long)b->id, (unsigned long long)b->desc.lower,
-			         (unsigned long long)prev_upper);
-		else if (b->desc.upper > sp->upper || b->desc.lower > b->desc.upper)
+			         (unsigned long long)b->id,
+			         (unsigned long long)frontier_time(b->desc.lower),
+			         (unsigned long long)frontier_time(prev_upper));
+		else if (!frontier_le(b->desc.upper, sp->upper) ||
+		         !frontier_le(b->desc.lower, b->desc.upper))
 			snprintf(msg, msglen, "batch %llu: [%llu, %llu) outside upper %llu",
-			         (unsigned long long)b->id, (unsigned long long)b->desc.lower,
-			         (unsigned long long)b->desc.upper, (unsigned long long)sp->upper);
+			         (unsigned long long)b->id,
+			         (unsigned long long)frontier_time(b->desc.lower),
+			         (unsigned long long)frontier_time(b->desc.upper),
+			         (unsigned long long)frontier_time(sp->upper));
 		else if (b->updates == 0 || b->updates != sp->batches[i].updates)
 			snprintf(msg, msglen, "batch %llu: %llu updates, spine says %llu",
 			         (unsigned long long)b->id, (unsigned long long)b->updates,

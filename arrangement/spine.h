@@ -32,7 +32,7 @@ typedef struct spine_batch {
 
 typedef struct spine_merge {
 	uint32_t first, count;   /* the run of batches being merged */
-	uint64_t since;          /* times advanced to this (fixed at start) */
+	frontier since;          /* times advanced by this (fixed at start) */
 	uint64_t credit;         /* fuel granted and not yet spent */
 	uint64_t done;           /* input updates merged so far */
 	uint64_t partial_id;     /* output so far (0: none) */
@@ -42,7 +42,7 @@ typedef struct spine_merge {
 } spine_merge;
 
 typedef struct spine {
-	uint64_t upper, since;
+	frontier upper, since;
 	uint32_t nbatches, nmerges;
 	spine_batch *batches;    /* oldest first */
 	spine_merge *merges;

@@ -4,7 +4,7 @@
  * registry of open heap files.
  *
  * Why a registry (the heap layer's only global state besides
- * ah_config_debug): LMDB's locks are fcntl locks, which belong to the
+ * heap_debug): LMDB's locks are fcntl locks, which belong to the
  * process and are dropped when ANY descriptor of the file is closed; a
  * second environment on the same file in one process would silently break
  * the first one's locking when closed.  So heap_open refuses a file that is
@@ -76,7 +76,7 @@ static void set_debug(void)
 {
 	const char *d = getenv("AH_DEBUG");
 
-	ah_config_debug = d != NULL && *d != '\0' && strcmp(d, "0") != 0;
+	heap_debug = d != NULL && *d != '\0' && strcmp(d, "0") != 0;
 }
 
 static int env_start(heap *h, const char *path, unsigned mflags,

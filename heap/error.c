@@ -15,7 +15,7 @@
 
 #include "heap/heap_int.h"
 
-bool ah_config_debug;
+bool heap_debug;
 
 const char *ah_version(int *major, int *minor, int *patch)
 {
@@ -120,7 +120,7 @@ void heap_lmdb_assert(MDB_env *env, const char *msg)
 
 int heap_corrupt_at(const char *file, int line, const char *what)
 {
-	if (ah_config_debug)
+	if (heap_debug)
 		fprintf(stderr, "arrheap: corruption detected at %s:%d: %s\n",
 		        file, line, what);
 	return AH_ECORRUPT;

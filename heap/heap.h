@@ -245,7 +245,7 @@ int heap_last_below(heap_txn *t, enum heap_table tb, uint64_t below,
 
 /* Debug checks (invariants), compiled in every build, on when
  * AH_DEBUG is set in the environment at open. */
-extern bool ah_config_debug;
+extern bool heap_debug;
 
 /* ------------------------------------------------- errors, every layer */
 

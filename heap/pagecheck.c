@@ -833,7 +833,7 @@ int heap_pagecheck(heap_txn *t,
 
 static int first_problem(const heap_page_problem *p, void *user)
 {
-	if (ah_config_debug)
+	if (heap_debug)
 		fprintf(stderr, "arrheap: LMDB page %llu (%s tree): %s\n",
 		        (unsigned long long)p->pgno, heap_tree_name(p->tree),
 		        p->message);

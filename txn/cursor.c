@@ -29,78 +29,69 @@
 
 #include "txn/txn.h"
 
-static int frontier(ah_txn *t, const char *name, uint64_t since, uint64_t upper,
-                    uint64_t as_of)
+/* as_of must lie in [since, upper): beyond since, before upper. */
+static int readable(ah_txn *t, const char *name, frontier since,
+                    frontier upper, atime as_of)
 {
-	if (as_of < since)
+	if (!time_beyond(as_of, since))
 		return txn_fail(t, AH_ECOMPACTED,
 		                "arrangement '%s': as_of %" PRIu64 " is before since %" PRIu64
-		                ": compacted away", name, as_of, since);
-	if (as_of >= upper)
+		                ": compacted away", name, as_of, frontier_time(since));
+	if (!time_before(as_of, upper))
 		return txn_fail(t, AH_ENOTREADY,
 		                "arrangement '%s': as_of %" PRIu64 " is not before upper %" PRIu64
-		                ": not yet complete", name, as_of, upper);
+		                ": not yet complete", name, as_of, frontier_time(upper));
 	return 0;
 }
 
 int ah_check_as_of(ah_txn *t, const char *name, uint64_t as_of)
 {
+	arrangement *a;
 	int rc = txn_enter(t, false);
+
 	if (rc)
 		return rc;
 	if (!txn_name_ok(name))
 		return AH_EINVAL;
-	spine sp;
-	if ((rc = spine_load(t->ht, name, &sp)))
+	if ((rc = arr_load(t->ht, name, &a)))
 		return txn_fail(t, rc, "no arrangement named '%s'", name);
-	rc = frontier(t, name, sp.since, sp.upper, as_of);
-	spine_clear(&sp);
+	rc = readable(t, name, arr_since(a), arr_upper(a), as_of);
+	arr_free(a);
 	return rc;
 }
 
 static void cursor_free(ah_cursor *c)
 {
 	tcur_close(c->tc);
-	for (uint32_t i = 0; i < c->nbatches; i++)
-		batch_free(c->batches[i]);
-	free(c->batches);
 	free(c);
 }
 
-/* Loads the spine and batch records of name; the trace cursor is opened
- * by the callers. */
-static int cursor_new(ah_txn *t, const char *name, ah_cursor **out)
+/* Loads name and opens its trace cursor (at a key with at). */
+static int cursor_new(ah_txn *t, const char *name, bool at, const void *key,
+                      size_t len, ah_cursor **out)
 {
+	arrangement *a;
+	ah_cursor *c;
 	int rc = txn_enter(t, false);
+
 	if (rc)
 		return rc;
 	if (!out || !txn_name_ok(name))
 		return AH_EINVAL;
 	*out = NULL;
-	spine sp;
-	if ((rc = spine_load(t->ht, name, &sp)))
+	if ((rc = arr_load(t->ht, name, &a)))
 		return txn_fail(t, rc, "no arrangement named '%s'", name);
-	ah_cursor *c = calloc(1, sizeof *c);
-	if (!c || !(c->batches = calloc(sp.nbatches ? sp.nbatches : 1, sizeof *c->batches))) {
-		free(c);
-		spine_clear(&sp);
+	if ((c = calloc(1, sizeof *c)) == NULL) {
+		arr_free(a);
 		return AH_ENOMEM;
 	}
-	for (uint32_t i = 0; i < sp.nbatches && !rc; i++) {
-		rc = batch_load_listed(t->ht, sp.batches[i].id, &c->batches[i]);
-		if (!rc)
-			c->nbatches++;
-	}
-	c->upper = sp.upper;
-	c->since = sp.since;
-	spine_clear(&sp);
-	if (rc) {
-		cursor_free(c);
-		return txn_fail(t, rc, "arrangement '%s': %s", name, ah_strerror(rc));
-	}
 	strcpy(c->name, name);
+	c->upper = arr_upper(a);
+	c->since = arr_since(a);
+	rc = arr_cursor(t->ht, a, at, key, len, &c->tc);
+	arr_free(a);
 	*out = c;
-	return 0;
+	return rc;
 }
 
 /* Links a positioned cursor into its txn, or frees it on error. */
@@ -122,32 +113,27 @@ static int cursor_done(ah_txn *t, ah_cursor *c, int rc, ah_cursor **out)
 
 int ah_cursor_open(ah_txn *t, const char *name, ah_cursor **out)
 {
-	ah_cursor *c;
+	ah_cursor *c = NULL;
 	int rc;
 
 	if (out)
 		*out = NULL;
-	if ((rc = cursor_new(t, name, &c)))
-		return rc;
-	rc = tcur_open(t->ht, c->batches, c->nbatches, c->since, &c->tc);
-	return cursor_done(t, c, rc, out);
+	rc = cursor_new(t, name, false, NULL, 0, &c);
+	return c ? cursor_done(t, c, rc, out) : rc;
 }
 
 int ah_cursor_open_at(ah_txn *t, const char *name, const void *key, size_t len,
                       ah_cursor **out)
 {
-	ah_cursor *c;
+	ah_cursor *c = NULL;
 	int rc;
 
 	if (out)
 		*out = NULL;
 	if (len && !key)
 		return AH_EINVAL;
-	if ((rc = cursor_new(t, name, &c)))
-		return rc;
-	rc = tcur_open_at(t->ht, c->batches, c->nbatches, c->since, key, len,
-	                  &c->tc);
-	return cursor_done(t, c, rc, out);
+	rc = cursor_new(t, name, true, key, len, &c);
+	return c ? cursor_done(t, c, rc, out) : rc;
 }
 
 int ah_cursor_close(ah_cursor *c)
@@ -316,7 +302,7 @@ int ah_cursor_accumulate(ah_cursor *c, uint64_t as_of, int64_t *sum)
 		return rc;
 	if (!sum)
 		return failed(c, AH_EINVAL);
-	if ((rc = frontier(c->txn, c->name, c->since, c->upper, as_of)))
+	if ((rc = readable(c->txn, c->name, c->since, c->upper, as_of)))
 		return failed(c, rc);
 	if (!tcur_val_valid(c->tc))
 		return failed(c, AH_ESTATE);
@@ -329,7 +315,7 @@ int ah_cursor_accumulate(ah_cursor *c, uint64_t as_of, int64_t *sum)
 	uint64_t tm;
 	int64_t d;
 	while ((rc = tcur_time_next(c->tc, &tm, &d)) == 1)
-		if (tm <= as_of)
+		if (time_le(tm, as_of))
 			s += d;
 	if (rc < 0)
 		return failed(c, rc);

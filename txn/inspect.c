@@ -25,93 +25,79 @@ static int enter(ah_txn *t, const char *name, const void *fn)
 	return 0;
 }
 
-static void fill_batch(const batch *b, bool partial, ah_batch_info *bi)
+static void fill_batch(const arr_batch *b, ah_batch_info *bi)
 {
 	memset(bi, 0, sizeof *bi);
 	bi->id = b->id;
-	bi->lower = b->desc.lower;
-	bi->upper = b->desc.upper;
-	bi->since = b->desc.since;
+	bi->lower = frontier_time(b->desc.lower);
+	bi->upper = frontier_time(b->desc.upper);
+	bi->since = frontier_time(b->desc.since);
 	bi->updates = b->updates;
 	bi->keys = b->keys;
 	bi->vals = b->vals;
 	bi->chunks = b->nchunks;
 	bi->bytes = b->bytes;
 	bi->chunk_bytes = b->chunk_bytes;
-	bi->partial = partial;
+	bi->partial = b->partial;
 }
 
-/* Calls each(b, partial) for every batch of the spine, chain first. */
-typedef int (*batch_each)(ah_txn *t, const batch *b, bool partial,
-                          void *user);
+/* The state of a walk over NAME's batches: the txn (for messages and
+ * chunk lookups), the callback and its user data. */
+struct walk {
+	ah_txn *t;
+	const char *name;
+	ah_batch_fn bfn;
+	ah_chunk_fn cfn;
+	void *user;
+};
 
-static int walk_batches(ah_txn *t, const char *name, batch_each each,
-                        void *user)
+/* Every batch of name, the trace first, merges' outputs after. */
+static int walk_batches(ah_txn *t, const char *name, arr_batch_fn each,
+                        struct walk *w)
 {
-	spine sp;
-	int rc = spine_load(t->ht, name, &sp);
+	arrangement *a;
+	int rc = arr_load(t->ht, name, &a);
 
 	if (rc)
 		return txn_fail(t, rc, "arrangement '%s': %s", name,
 		                rc == AH_ENOTFOUND ? "no such arrangement"
 		                                   : ah_strerror(rc));
-	for (uint32_t i = 0; i < sp.nbatches + sp.nmerges && !rc; i++) {
-		bool partial = i >= sp.nbatches;
-		uint64_t id = partial ? sp.merges[i - sp.nbatches].partial_id
-		                      : sp.batches[i].id;
-		batch *b;
+	uint64_t bad = 0;
 
-		if (id == 0)
-			continue;
-		if ((rc = batch_load_listed(t->ht, id, &b))) {
-			txn_fail(t, rc, "arrangement '%s': batch %llu: %s", name,
-			         (unsigned long long)id, ah_strerror(rc));
-			break;
-		}
-		rc = each(t, b, partial, user);
-		batch_free(b);
-	}
-	spine_clear(&sp);
+	rc = arr_batches(t->ht, a, true, each, w, &bad);
+	if (rc && bad)
+		txn_fail(t, rc, "arrangement '%s': batch %llu: %s", name,
+		         (unsigned long long)bad, ah_strerror(rc));
+	arr_free(a);
 	return rc;
 }
 
-struct batch_cb {
-	ah_batch_fn fn;
-	void *user;
-};
-
-static int each_batch(ah_txn *t, const batch *b, bool partial, void *user)
+static int each_batch(const arr_batch *b, void *user)
 {
-	struct batch_cb *c = user;
+	struct walk *w = user;
 	ah_batch_info bi;
 
-	(void)t;
-	fill_batch(b, partial, &bi);
-	return c->fn(&bi, c->user);
+	fill_batch(b, &bi);
+	return w->bfn(&bi, w->user);
 }
 
 int ah_batch_foreach(ah_txn *t, const char *name, ah_batch_fn fn, void *user)
 {
-	struct batch_cb c = { fn, user };
+	struct walk w = { t, name, fn, NULL, user };
 	int rc = enter(t, name ? name : "", (const void *)fn);
 
-	return rc ? rc : walk_batches(t, name, each_batch, &c);
+	return rc ? rc : walk_batches(t, name, each_batch, &w);
 }
 
-struct chunk_cb {
-	ah_chunk_fn fn;
-	void *user;
-};
-
-static int each_chunk(ah_txn *t, const batch *b, bool partial, void *user)
+static int each_chunk(const arr_batch *b, void *user)
 {
-	struct chunk_cb *c = user;
+	struct walk *w = user;
+	ah_txn *t = w->t;
 	uint32_t psize = heap_page_size(heap_txn_heap(t->ht));
 	heap_chunk_info hi;
 	ah_chunk_info ci;
 	int rc = 0;
 
-	(void)partial;
 	for (uint32_t i = 0; i < b->nchunks && !rc; i++) {
 		uint64_t id = b->chunk_ids[i];
 
@@ -134,17 +120,17 @@ static int each_chunk(ah_txn *t, const batch *b, bool partial, void *user)
 		ci.stored_bytes = (uint64_t)hi.class_pages * psize - 16;
 		ci.file_offset = hi.file_offset;
 		ci.xxh3 = hi.xxh3;
-		rc = c->fn(&ci, c->user);
+		rc = w->cfn(&ci, w->user);
 	}
 	return rc;
 }
 
 int ah_chunk_foreach(ah_txn *t, const char *name, ah_chunk_fn fn, void *user)
 {
-	struct chunk_cb c = { fn, user };
+	struct walk w = { t, name, NULL, fn, user };
 	int rc = enter(t, name ? name : "", (const void *)fn);
 
-	return rc ? rc : walk_batches(t, name, each_chunk, &c);
+	return rc ? rc : walk_batches(t, name, each_chunk, &w);
 }
 
 /* ------------------------------------------------------------- space */

@@ -26,11 +26,15 @@ static pool *txn_pool(ah_txn *t)
 	return heap_pool(t->heap->h);
 }
 
-static int load(ah_txn *t, const char *name, spine *sp)
+/* Loads NAME for a mutation: every failure poisons. */
+static int load(ah_txn *t, const char *name, arrangement **a)
 {
+	int rc;
+
+	*a = NULL;
 	if (!txn_name_ok(name))
 		return txn_poison(t, AH_EINVAL, "invalid arrangement name");
-	int rc = spine_load(t->ht, name, sp);
+	rc = arr_load(t->ht, name, a);
 	if (rc == AH_ENOTFOUND)
 		return txn_poison(t, rc, "no arrangement named '%s'", name);
 	if (rc)
@@ -38,95 +42,77 @@ static int load(ah_txn *t, const char *name, spine *sp)
 	return 0;
 }
 
-static int check_upper(ah_txn *t, const char *name, const spine *sp,
-                       uint64_t expected, uint64_t new_upper)
+/* F1 and F4: compare-and-append. */
+static int check_upper(ah_txn *t, const arrangement *a, uint64_t expected,
+                       uint64_t new_upper)
 {
-	if (sp->upper != expected)
+	frontier upper = arr_upper(a);
+
+	if (!frontier_eq(upper, frontier_of(expected)))
 		return txn_poison(t, AH_EUPPER,
 		                  "arrangement '%s': expected upper %" PRIu64
-		                  " but its upper is %" PRIu64, name, expected, sp->upper);
-	if (new_upper < expected)
+		                  " but its upper is %" PRIu64, arr_name(a), expected,
+		                  frontier_time(upper));
+	if (!frontier_le(upper, frontier_of(new_upper)))
 		return txn_poison(t, AH_EFRONTIER,
 		                  "arrangement '%s': new upper %" PRIu64
-		                  " is before the upper %" PRIu64, name, new_upper, expected);
+		                  " is before the upper %" PRIu64, arr_name(a), new_upper,
+		                  expected);
 	return 0;
 }
 
-/* The chain's lower for the next batch: the last batch's upper, or the
- * arrangement's upper when the chain is empty (the empty span before it
- * holds nothing). */
-static uint64_t chain_lower(ah_txn *t, const spine *sp, int *rc)
+/* Stores a (checked under AH_DEBUG); a failure poisons. */
+static int store(ah_txn *t, const arrangement *a)
 {
-	*rc = 0;
-	if (sp->nbatches == 0)
-		return sp->upper;
-	batch *b;
-	if ((*rc = batch_load_listed(t->ht, sp->batches[sp->nbatches - 1].id, &b)))
-		return 0;
-	uint64_t u = b->desc.upper;
-	batch_free(b);
-	return u;
+	char msg[256];
+	int rc = arr_store(t->ht, a, msg, sizeof msg);
+
+	if (rc && msg[0])
+		return txn_poison(t, rc, "arrangement '%s': spine check: %s",
+		                  arr_name(a), msg);
+	return rc ? txn_poison(t, rc, "arrangement '%s': %s", arr_name(a),
+	                       ah_strerror(rc)) : 0;
+}
+
+/* Appends the built batch id (0: none) with upper new_upper and stores. */
+static int seal(ah_txn *t, arrangement *a, uint64_t id, uint64_t new_upper)
+{
+	int rc = arr_append(t->ht, txn_pool(t), a, id, frontier_of(new_upper),
+	                    t->heap->merge_quantum);
+
+	if (rc)
+		return txn_poison(t, rc, "arrangement '%s': %s", arr_name(a),
+		                  ah_strerror(rc));
+	return store(t, a);
 }
 
 int ah_arrangement_create(ah_txn *t, const char *name)
 {
 	int rc = txn_enter(t, true);
+
 	if (rc)
 		return rc;
 	if (!txn_name_ok(name))
 		return txn_poison(t, AH_EINVAL, "invalid arrangement name");
-	spine sp;
-	rc = spine_load(t->ht, name, &sp);
-	if (rc == 0) {
-		spine_clear(&sp);
-		return txn_poison(t, AH_EEXIST, "arrangement '%s' exists", name);
-	}
-	if (rc != AH_ENOTFOUND)
-		return txn_poison(t, rc, NULL);
-	memset(&sp, 0, sizeof sp);
-	if ((rc = spine_store(t->ht, name, &sp)))
-		return txn_poison(t, rc, NULL);
-	return 0;
+	rc = arr_create(t->ht, name);
+	if (rc == AH_EEXIST)
+		return txn_poison(t, rc, "arrangement '%s' exists", name);
+	return rc ? txn_poison(t, rc, NULL) : 0;
 }
 
 int ah_arrangement_info_get(ah_txn *t, const char *name, ah_arrangement_info *info)
 {
+	arrangement *a;
 	int rc = txn_enter(t, false);
+
 	if (rc)
 		return rc;
 	if (!info || !txn_name_ok(name))
 		return AH_EINVAL;
-	spine sp;
-	if ((rc = spine_load(t->ht, name, &sp)))
+	if ((rc = arr_load(t->ht, name, &a)))
 		return txn_fail(t, rc, "no arrangement named '%s'", name);
-	memset(info, 0, sizeof *info);
-	info->upper = sp.upper;
-	info->since = sp.since;
-	info->batches = sp.nbatches;
-	info->merging = sp.nmerges;
-	for (uint32_t i = 0; i < sp.nbatches && !rc; i++) {
-		batch *b;
-		if ((rc = batch_load_listed(t->ht, sp.batches[i].id, &b)))
-			break;
-		info->updates += b->updates;
-		info->keys += b->keys;
-		info->chunks += b->nchunks;
-		info->bytes += b->bytes;
-		info->chunk_bytes += b->chunk_bytes;
-		batch_free(b);
-	}
-	for (uint32_t i = 0; i < sp.nmerges && !rc; i++) {
-		batch *b;
-		if (!sp.merges[i].partial_id)
-			continue;
-		if ((rc = batch_load_listed(t->ht, sp.merges[i].partial_id, &b)))
-			break;
-		info->chunks += b->nchunks;
-		info->bytes += b->bytes;
-		info->chunk_bytes += b->chunk_bytes;
-		batch_free(b);
-	}
-	spine_clear(&sp);
+	rc = arr_info(t->ht, a, info);
+	arr_free(a);
 	return rc;
 }
 
@@ -161,65 +147,45 @@ int ah_source_next(ah_txn *t, const char *after, char *buf)
 	return name_next(t, HEAP_T_SOURCE, after, buf);
 }
 
-/* Stores sp as NAME's spine; in debug mode (AH_DEBUG) checks S1-S4 first. */
-static int store(ah_txn *t, const char *name, const spine *sp)
-{
-	if (ah_config_debug) {
-		char msg[256];
-		int rc = spine_check(t->ht, sp, msg, sizeof msg);
-		if (rc)
-			return txn_poison(t, rc, "arrangement '%s': spine check: %s", name, msg);
-	}
-	int rc = spine_store(t->ht, name, sp);
-	return rc ? txn_poison(t, rc, "arrangement '%s': %s", name, ah_strerror(rc)) : 0;
-}
-
-/* Adds the built batch id (n updates) to NAME's spine with upper new_upper. */
-static int seal(ah_txn *t, const char *name, spine *sp, uint64_t id,
-                uint64_t n, uint64_t new_upper)
-{
-	int rc = 0;
-	if (id)
-		rc = spine_push(t->ht, txn_pool(t), sp, id, n,
-		                t->heap->merge_quantum);
-	if (rc)
-		return txn_poison(t, rc, "arrangement '%s': %s", name, ah_strerror(rc));
-	sp->upper = new_upper;
-	return store(t, name, sp);
-}
-
 int ah_builder_begin(ah_txn *t, const char *name, uint64_t expected_upper,
                      uint64_t new_upper, ah_builder **out)
 {
+	arrangement *a = NULL;
+	ah_builder *b = NULL;
+	frontier lower;
 	int rc = txn_enter(t, true);
+
 	if (rc)
 		return rc;
 	if (!out)
 		return txn_poison(t, AH_EINVAL, "NULL builder");
 	*out = NULL;
-	spine sp;
-	if ((rc = load(t, name, &sp)))
-		return rc;
-	rc = check_upper(t, name, &sp, expected_upper, new_upper);
-	uint64_t lower = rc ? 0 : chain_lower(t, &sp, &rc);
-	spine_clear(&sp);
-	if (rc)
-		return t->poisoned ? rc : txn_poison(t, rc, NULL);
-	ah_builder *b = calloc(1, sizeof *b);
-	if (!b)
-		return txn_poison(t, AH_ENOMEM, NULL);
+	TRY(load(t, name, &a));
+	TRY(check_upper(t, a, expected_upper, new_upper));
+	if ((rc = arr_next_lower(t->ht, a, &lower))) {
+		txn_poison(t, rc, NULL);
+		goto out;
+	}
+	if ((b = calloc(1, sizeof *b)) == NULL) {
+		rc = txn_poison(t, AH_ENOMEM, NULL);
+		goto out;
+	}
 	if ((rc = builder_new(t->ht, txn_pool(t), 0, &b->b))) {
-		free(b);
-		return txn_poison(t, rc, NULL);
+		txn_poison(t, rc, NULL);
+		goto out;
 	}
 	b->txn = t;
 	strcpy(b->name, name);
-	b->lower = expected_upper;
-	b->upper = new_upper;
+	b->lower = frontier_of(expected_upper);
+	b->upper = frontier_of(new_upper);
 	b->batch_lower = lower;
 	t->builder = b;
 	*out = b;
-	return 0;
+	b = NULL;
+out:
+	free(b);
+	arr_free(a);
+	return rc;
 }
 
 int ah_builder_push(ah_builder *b, const ah_update *ups, size_t n)
@@ -235,11 +201,13 @@ int ah_builder_push(ah_builder *b, const ah_update *ups, size_t n)
 		return txn_poison(t, AH_EINVAL, "NULL updates");
 	for (size_t i = 0; i < n; i++) {
 		const ah_update *u = &ups[i];
-		if (u->time < b->lower || u->time >= b->upper)
+		/* F2: lower <= t < upper */
+		if (!time_beyond(u->time, b->lower) || !time_before(u->time, b->upper))
 			return txn_poison(t, AH_EFRONTIER,
 			                  "arrangement '%s': update time %" PRIu64
 			                  " outside [upper %" PRIu64 ", new upper %" PRIu64 ")",
-			                  b->name, u->time, b->lower, b->upper);
+			                  b->name, u->time, frontier_time(b->lower),
+			                  frontier_time(b->upper));
 		if ((u->key_len && !u->key) || (u->val_len && !u->val))
 			return txn_poison(t, AH_EINVAL, "update with NULL key or val");
 	}
@@ -249,52 +217,50 @@ int ah_builder_push(ah_builder *b, const ah_update *ups, size_t n)
 
 int ah_builder_finish(ah_builder *b)
 {
+	arrangement *a = NULL;
+	builder *bb;
+	ah_txn *t;
+	char name[AH_NAME_MAX + 1];
+	batch_desc d;
+	uint64_t id = 0;
+	int rc;
+
 	if (!b)
 		return AH_EINVAL;
 	if (!b->txn) {
 		free(b); /* detached when its txn ended: finishing frees it */
 		return AH_ESTATE;
 	}
-	ah_txn *t = b->txn;
+	t = b->txn;
 	t->builder = NULL;
-	builder *bb = b->b;
-	char name[AH_NAME_MAX + 1];
+	bb = b->b;
 	strcpy(name, b->name);
-	batch_desc d = { b->batch_lower, b->upper, 0 };
-	uint64_t new_upper = b->upper;
+	d = (batch_desc){ b->batch_lower, b->upper, frontier_of(0) };
+	uint64_t new_upper = frontier_time(b->upper);
 	free(b);
 	if (t->poisoned) {
 		builder_free(bb);
 		return AH_EBADTXN;
 	}
-	spine sp;
-	int rc = spine_load(t->ht, name, &sp);
-	if (rc) {
+	if ((rc = arr_load(t->ht, name, &a))) {
 		builder_free(bb);
 		return txn_poison(t, rc, NULL);
 	}
-	d.since = sp.since;
-	uint64_t id = 0, n = 0;
+	d.since = arr_since(a);
 	rc = builder_finish(bb, &d, &id);
-	if (!rc && id) {
-		batch *bt;
-		if (!(rc = batch_load_listed(t->ht, id, &bt))) {
-			n = bt->updates;
-			batch_free(bt);
-		}
-	}
 	if (rc == AH_ELIMIT) {
-		spine_clear(&sp);
-		return txn_poison(t, rc, "arrangement '%s': the diffs of one (key, val, "
-		                  "time) in this batch sum outside int64: nothing "
-		                  "appended", name);
+		txn_poison(t, rc, "arrangement '%s': the diffs of one (key, val, "
+		           "time) in this batch sum outside int64: nothing "
+		           "appended", name);
+		goto out;
 	}
 	if (rc) {
-		spine_clear(&sp);
-		return txn_poison(t, rc, "arrangement '%s': %s", name, ah_strerror(rc));
+		txn_poison(t, rc, "arrangement '%s': %s", name, ah_strerror(rc));
+		goto out;
 	}
-	rc = seal(t, name, &sp, id, n, new_upper);
-	spine_clear(&sp);
+	rc = seal(t, a, id, new_upper);
+out:
+	arr_free(a);
 	return rc;
 }
 
@@ -328,64 +294,66 @@ int ah_append(ah_txn *t, const char *name, uint64_t expected_upper,
 int ah_advance(ah_txn *t, const char *name, uint64_t expected_upper,
                uint64_t new_upper)
 {
+	arrangement *a = NULL;
 	int rc = txn_enter(t, true);
+
 	if (rc)
 		return rc;
-	spine sp;
-	if ((rc = load(t, name, &sp)))
-		return rc;
-	rc = check_upper(t, name, &sp, expected_upper, new_upper);
-	if (!rc)
-		rc = seal(t, name, &sp, 0, 0, new_upper);
-	spine_clear(&sp);
+	TRY(load(t, name, &a));
+	TRY(check_upper(t, a, expected_upper, new_upper));
+	rc = seal(t, a, 0, new_upper);
+out:
+	arr_free(a);
 	return rc;
 }
 
 int ah_set_since(ah_txn *t, const char *name, uint64_t since)
 {
+	arrangement *a = NULL;
 	int rc = txn_enter(t, true);
+
 	if (rc)
 		return rc;
-	spine sp;
-	if ((rc = load(t, name, &sp)))
-		return rc;
-	if (since < sp.since)
+	TRY(load(t, name, &a));
+	/* F3: since only advances and never passes upper. */
+	if (!frontier_le(arr_since(a), frontier_of(since)))
 		rc = txn_poison(t, AH_EFRONTIER,
 		                "arrangement '%s': since %" PRIu64 " is before the since %" PRIu64
-		                " (since never goes backwards)", name, since, sp.since);
-	else if (since > sp.upper)
+		                " (since never goes backwards)", name, since,
+		                frontier_time(arr_since(a)));
+	else if (!frontier_le(frontier_of(since), arr_upper(a)))
 		rc = txn_poison(t, AH_EFRONTIER,
 		                "arrangement '%s': since %" PRIu64 " beyond the upper %" PRIu64,
-		                name, since, sp.upper);
-	else {
-		sp.since = since;
-		rc = store(t, name, &sp);
-	}
-	spine_clear(&sp);
+		                name, since, frontier_time(arr_upper(a)));
+	if (rc)
+		goto out;
+	arr_set_since(a, frontier_of(since));
+	rc = store(t, a);
+out:
+	arr_free(a);
 	return rc;
 }
 
 int ah_maintain(ah_txn *t, const char *name, uint64_t fuel, int *idle)
 {
-	int rc = txn_enter(t, true);
-	if (rc)
-		return rc;
-	spine sp;
-	if ((rc = load(t, name, &sp)))
-		return rc;
+	arrangement *a = NULL;
 	bool is_idle = false;
-	rc = spine_maintain(t->ht, txn_pool(t), &sp, fuel,
-	                    t->heap->merge_quantum, &is_idle);
-	if (rc)
-		txn_poison(t, rc, "arrangement '%s': %s", name, ah_strerror(rc));
-	else
-		rc = store(t, name, &sp);
-	spine_clear(&sp);
+	int rc = txn_enter(t, true);
+
 	if (rc)
 		return rc;
+	TRY(load(t, name, &a));
+	if ((rc = arr_maintain(t->ht, txn_pool(t), a, fuel, t->heap->merge_quantum,
+	                       &is_idle))) {
+		txn_poison(t, rc, "arrangement '%s': %s", name, ah_strerror(rc));
+		goto out;
+	}
+	TRY(store(t, a));
 	if (idle)
 		*idle = is_idle;
-	return 0;
+out:
+	arr_free(a);
+	return rc;
 }
 
 /* ------------------------------------------------------------ sources */

@@ -4,8 +4,9 @@
  *
  * txn/ is the top layer: it owns the public API's semantics (frontier
  * checks, compare-and-append, poisoning, error messages) and calls
- * arrangement/ (spines, builders, cursors) and heap/ (transactions).  It
- * never touches LMDB directly.
+ * arrangement/ through its face, arrangement/arrangement.h (arrangements,
+ * builders, cursors, checks), and heap/ (transactions, tables).  It never
+ * touches LMDB, a batch or a spine directly.
  */
 #ifndef TXN_TXN_H
 #define TXN_TXN_H
@@ -13,9 +14,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 
-#include "arrangement/builder.h"
-#include "arrangement/cursor.h"
-#include "arrangement/spine.h"
+#include "arrangement/arrangement.h"
 #include "heap/heap.h"
 
 struct ah_heap {
@@ -38,11 +37,9 @@ struct ah_txn {
 struct ah_cursor {
 	ah_txn *txn;             /* NULL once the txn ended: use is AH_ESTATE */
 	ah_cursor *next, *prev;
-	trace_cursor *tc;        /* positioned at open */
+	trace_cursor *tc;        /* positioned at open; owns its batches */
 	int err;                 /* the first error returned: sticky */
-	batch **batches;
-	uint32_t nbatches;
-	uint64_t upper, since;
+	frontier upper, since;
 	char name[AH_NAME_MAX + 1];
 };
 
@@ -50,8 +47,8 @@ struct ah_builder {
 	ah_txn *txn;
 	builder *b;
 	char name[AH_NAME_MAX + 1];
-	uint64_t lower, upper;   /* the batch's Description */
-	uint64_t batch_lower;    /* the chain's lower: previous batch's upper */
+	frontier lower, upper;   /* the times the appended updates may have */
+	frontier batch_lower;    /* the batch's lower: the trace's last upper */
 };
 
 /* Sets the txn's message (printf-style) and returns err. */

@@ -61,7 +61,11 @@ typedef struct verifier {
 	seen *ch;
 	size_t nch, chcap;
 	bool batch_ok, chunks_ok; /* their trees' pages are sound */
+	uint32_t cur_arr;    /* the arrangement arr_verify is checking */
 } verifier;
+
+/* A callback's "fn asked to stop" (positive: never an AH_E* code). */
+#define VERIFY_STOP 1
 
 static void report(verifier *v, uint32_t arr, uint64_t bid, uint64_t chunk,
                    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
@@ -155,60 +159,42 @@ static int add_name(verifier *v, const void *key, size_t len)
 	return 0;
 }
 
-/* batch_check's message says "batch B chunk C (#i): ..." */
-static uint64_t chunk_of(const char *msg)
+/* arr_verify's callbacks, for arrangement v->cur_arr. */
+static void on_arr_problem(void *user, uint64_t bid, uint64_t chunk,
+                           const char *msg)
 {
-	const char *p = strstr(msg, " chunk ");
-	unsigned long long c = 0;
+	verifier *v = user;
 
-	return p && sscanf(p, " chunk %llu", &c) == 1 ? c : 0;
+	report(v, v->cur_arr, bid, chunk, "%s", msg);
 }
 
-static int check_batch(verifier *v, uint32_t arr, const spine *sp,
-                       uint64_t id, bool partial)
+static int on_batch_ref(void *user, uint64_t bid)
 {
-	char msg[320];
-	batch *b;
-	int rc;
+	verifier *v = user;
 
 	if (!grow((void **)&v->br, &v->bcap, v->nbr, sizeof *v->br))
 		return AH_ENOMEM;
-	v->br[v->nbr++] = (bref){ id, arr };
+	v->br[v->nbr++] = (bref){ bid, v->cur_arr };
 	v->st.batches++;
-	if (!v->batch_ok)
-		return 0;
-	if ((rc = batch_load(v->t->ht, id, &b))) {
-		if (rc == AH_ENOMEM)
-			return rc;
-		report(v, arr, id, 0, "cannot load batch record: %s",
-		       ah_err_name(rc));
-		return 0;
-	}
-	if (partial != ((b->rec_flags & BREC_PARTIAL) != 0))
-		report(v, arr, id, 0, partial ? "merge output not flagged partial"
-		                              : "partial batch in the chain");
-	if (!partial && b->desc.since > sp->since)
-		report(v, arr, id, 0, "batch since %llu beyond the arrangement's "
-		       "since %llu", (unsigned long long)b->desc.since,
-		       (unsigned long long)sp->since);
-	for (uint32_t i = 0; i < b->nchunks; i++) {
-		if (!grow((void **)&v->cr, &v->ccap, v->ncr, sizeof *v->cr)) {
-			batch_free(b);
-			return AH_ENOMEM;
-		}
-		v->cr[v->ncr++] = (cref){ b->chunk_ids[i], id, arr };
-	}
-	if (v->chunks_ok && batch_check(v->t->ht, b, false, msg, sizeof msg))
-		report(v, arr, id, chunk_of(msg), "%s", msg);
-	batch_free(b);
+	return v->stop ? VERIFY_STOP : 0;
+}
+
+static int on_chunk_ref(void *user, uint64_t bid, uint64_t chunk)
+{
+	verifier *v = user;
+
+	if (!grow((void **)&v->cr, &v->ccap, v->ncr, sizeof *v->cr))
+		return AH_ENOMEM;
+	v->cr[v->ncr++] = (cref){ chunk, bid, v->cur_arr };
 	return 0;
 }
 
 static int check_arrangement(verifier *v, uint32_t arr)
 {
-	char msg[320];
-	spine sp;
-	int rc = spine_load(v->t->ht, v->names[arr], &sp);
+	arrangement *a;
+	arr_verify_cb cb = { on_arr_problem, on_batch_ref, on_chunk_ref, v,
+	                     v->batch_ok, v->chunks_ok };
+	int rc = arr_load(v->t->ht, v->names[arr], &a);
 
 	if (rc) {
 		if (rc == AH_ENOMEM)
@@ -217,15 +203,10 @@ static int check_arrangement(verifier *v, uint32_t arr)
 		       ah_err_name(rc));
 		return 0;
 	}
-	if (spine_check(v->t->ht, &sp, msg, sizeof msg))
-		report(v, arr, 0, 0, "spine: %s", msg);
-	for (uint32_t i = 0; i < sp.nbatches && !rc && !v->stop; i++)
-		rc = check_batch(v, arr, &sp, sp.batches[i].id, false);
-	for (uint32_t i = 0; i < sp.nmerges && !rc && !v->stop; i++)
-		if (sp.merges[i].partial_id)
-			rc = check_batch(v, arr, &sp, sp.merges[i].partial_id, true);
-	spine_clear(&sp);
-	return rc;
+	v->cur_arr = arr;
+	rc = arr_verify(v->t->ht, a, &cb);
+	arr_free(a);
+	return rc == VERIFY_STOP ? 0 : rc;
 }
 
 static int check_arrangements(verifier *v)
@@ -387,7 +368,7 @@ static void check_batch_refs(verifier *v)
 			continue;
 		}
 		memcpy(&id, k, sizeof id);
-		if (id == BATCH_ID_COUNTER)
+		if (arr_batch_key_is_counter(id))
 			continue;
 		for (; j < v->nbr && v->br[j].batch < id; j++)
 			report(v, v->br[j].arr, v->br[j].batch, 0,

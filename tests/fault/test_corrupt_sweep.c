@@ -71,7 +71,7 @@ static const char *const commands[] = { "", "arrangements", "batches %s",
 #define NCMD (sizeof commands / sizeof *commands)
 #define CMD_VERIFY (NCMD - 1)
 
-static void arr_name(char *buf, int a)
+static void sweep_arr_name(char *buf, int a)
 {
 	snprintf(buf, AH_NAME_MAX + 1, "arrangement-%03d-with-a-long-name-to-"
 	         "fill-leaf-pages-%03d", a, a);
@@ -89,7 +89,7 @@ static void sweep_commit(ah_heap *h, int c)
 	for (int a = 0; a < NARR; a++) {
 		int n = a % 7 == 3 ? 20 : 6;
 
-		arr_name(name, a);
+		sweep_arr_name(name, a);
 		if (c == 0)
 			cr_assert_eq(ah_arrangement_create(t, name), 0);
 		if (c == NCOMMITS - 1 && a % 2)
@@ -289,7 +289,7 @@ static void dump_args(size_t c, char *args, size_t len)
 {
 	char sel[AH_NAME_MAX + 1];
 
-	arr_name(sel, 25);
+	sweep_arr_name(sel, 25);
 	snprintf(args, len, commands[c], sel);
 }
 

@@ -30,7 +30,7 @@ static void gen_small(uint64_t i, bt_item *it, void *arg)
 Test(batch_basic, round_trip)
 {
 	bt_env e;
-	batch_desc d = {0, 1000, 0};
+	batch_desc d = { { 0 }, { 1000 }, { 0 } };
 	bt_open(&e);
 	uint64_t id = bt_write(&e, gen_small, NULL, 1000, &d);
 	cr_assert_neq(id, 0);
@@ -41,7 +41,7 @@ Test(batch_basic, round_trip)
 	cr_assert_eq(b->keys, 250);
 	cr_assert_eq(b->vals, 1000);
 	cr_assert_eq(b->nchunks, 1);
-	cr_assert_eq(b->desc.upper, 1000);
+	cr_assert_eq(frontier_time(b->desc.upper), 1000);
 	batch_free(b);
 	bt_close(&e);
 }

@@ -34,7 +34,7 @@ static void gen10(uint64_t i, bt_item *it, void *arg)
 static uint64_t write10(bt_env *e, uint8_t **body, size_t *used,
                         uint64_t *cid)
 {
-	batch_desc d = {0, 2, 0};
+	batch_desc d = { { 0 }, { 2 }, { 0 } };
 	const void *bp;
 	uint64_t id = bt_write(e, gen10, NULL, 30, &d);
 	batch *b = bt_load(e, id);
@@ -61,7 +61,7 @@ static int scan(bt_env *e, uint64_t id)
 	trace_cursor *c;
 	uint64_t t;
 	int64_t d;
-	int rc = tcur_open(e->t, &b, 1, 0, &c);
+	int rc = tcur_open(e->t, &b, 1, frontier_of(0), &c);
 	if (rc == 0) {
 		while (rc == 0 && tcur_key_valid(c)) {
 			while (rc == 0 && tcur_val_valid(c)) {
@@ -140,7 +140,7 @@ Test(batch_check, offset_out_of_bounds_resealed)
 	/* a seek binary-searches over the bad offset: an error, no crash */
 	batch *b = bt_load(&e, id);
 	batch_cursor *c;
-	cr_assert_eq(bcur_open(e.t, b, 0, &c), 0);
+	cr_assert_eq(bcur_open(e.t, b, frontier_of(0), &c), 0);
 	cr_assert_eq(bcur_seek_key(c, "c", 1), AH_ECORRUPT);
 	bcur_close(c);
 	batch_free(b);
@@ -164,7 +164,7 @@ Test(batch_check, bad_header_resealed)
 	cr_assert(strstr(msg, "bad batch chunk header"), "%s", msg);
 	batch *b = bt_load(&e, id);
 	batch_cursor *c;
-	cr_assert_eq(bcur_open(e.t, b, 0, &c), AH_ECORRUPT);
+	cr_assert_eq(bcur_open(e.t, b, frontier_of(0), &c), AH_ECORRUPT);
 	batch_free(b);
 	bt_close(&e);
 }
@@ -216,14 +216,14 @@ Test(batch_check, record_ids_and_drop)
 	uint8_t *body;
 	size_t used;
 	uint64_t cid, a, b2;
-	batch_desc d = {0, 2, 0}, d2 = {0, 2, 1};
+	batch_desc d = { { 0 }, { 2 }, { 0 } }, d2 = { { 0 }, { 2 }, { 1 } };
 	bt_open(&e);
 	a = write10(&e, &body, &used, &cid);
 	b2 = bt_write(&e, gen10, NULL, 30, &d);
 	cr_assert_eq(b2, a + 1);
 	cr_assert_eq(batch_set_desc(e.t, a, &d2), 0);
 	batch *b = bt_load(&e, a);
-	cr_assert_eq(b->desc.since, 1);
+	cr_assert_eq(frontier_time(b->desc.since), 1);
 	cr_assert_eq(b->updates, 30);
 	batch_free(b);
 	cr_assert_eq(batch_drop(e.t, b2), 0);

@@ -71,7 +71,7 @@ static void assert_identical(bt_env *e, uint64_t a, uint64_t b)
 static void resume_case(uint64_t half, bool twice)
 {
 	bt_env e;
-	batch_desc d = {100, 103, 0};
+	batch_desc d = { { 100 }, { 103 }, { 0 } };
 	batch_writer *w;
 	uint64_t part, id, whole;
 	const void *k, *v;
@@ -149,7 +149,7 @@ Test(batch_resume, twice_inside_vals)
 Test(batch_resume, nothing_pushed)
 {
 	bt_env e;
-	batch_desc d = {0, 1, 0};
+	batch_desc d = { { 0 }, { 1 }, { 0 } };
 	batch_writer *w;
 	uint64_t id = 7;
 	bt_open(&e);

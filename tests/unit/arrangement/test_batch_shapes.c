@@ -56,7 +56,7 @@ static void gen_empty(uint64_t i, bt_item *it, void *arg)
 Test(batch_shapes, empty_key_and_val)
 {
 	bt_env e;
-	batch_desc d = {0, 10, 0};
+	batch_desc d = { { 0 }, { 10 }, { 0 } };
 	bt_open(&e);
 	uint64_t id = bt_write(&e, gen_empty, NULL, 4, &d);
 	bt_commit(&e, true);
@@ -100,7 +100,7 @@ static void gen_big(uint64_t i, bt_item *it, void *arg)
 static void big_case(size_t len, bool big_val, uint64_t n)
 {
 	bt_env e;
-	batch_desc d = {0, 100, 0};
+	batch_desc d = { { 0 }, { 100 }, { 0 } };
 	struct big g = {malloc(len), len, big_val};
 	cr_assert_not_null(g.buf);
 	for (size_t i = 0; i < len; i++)
@@ -117,7 +117,7 @@ static void big_case(size_t len, bool big_val, uint64_t n)
 	cr_assert_geq(b->bytes, len);
 	/* seek to the big key finds it */
 	batch_cursor *c;
-	cr_assert_eq(bcur_open(e.t, b, 0, &c), 0);
+	cr_assert_eq(bcur_open(e.t, b, frontier_of(0), &c), 0);
 	if (!big_val) {
 		cr_assert_eq(bcur_seek_key(c, g.buf, len), 0);
 		const void *k;
@@ -176,7 +176,7 @@ static void gen_hot(uint64_t i, bt_item *it, void *arg)
 Test(batch_shapes, hot_key_million_vals, .timeout = 60)
 {
 	bt_env e;
-	batch_desc d = {0, 3, 0};
+	batch_desc d = { { 0 }, { 3 }, { 0 } };
 	const uint64_t n = 1000000;
 	uint8_t t8[8];
 	const void *v;
@@ -194,7 +194,7 @@ Test(batch_shapes, hot_key_million_vals, .timeout = 60)
 	cr_assert_eq(count_flag(&e, b, BCHUNK_VAL_CONT), 0);
 
 	batch_cursor *c;
-	cr_assert_eq(bcur_open(e.t, b, 0, &c), 0);
+	cr_assert_eq(bcur_open(e.t, b, frontier_of(0), &c), 0);
 	be64(t8, 2 * 500001 - 1); /* absent: lands on 500001 */
 	cr_assert_eq(bcur_seek_val(c, t8, 8), 0);
 	bcur_val(c, &v, &vl);
@@ -246,7 +246,7 @@ static void gen_times(uint64_t i, bt_item *it, void *arg)
 Test(batch_shapes, val_times_span_chunks)
 {
 	bt_env e;
-	batch_desc d = {0, 1000000, 0};
+	batch_desc d = { { 0 }, { 1000000 }, { 0 } };
 	const uint64_t n = 300002;
 	bt_open(&e);
 	uint64_t id = bt_write(&e, gen_times, NULL, n, &d);
@@ -259,7 +259,7 @@ Test(batch_shapes, val_times_span_chunks)
 	cr_assert_gt(b->nchunks, 2);
 	cr_assert_eq(count_flag(&e, b, BCHUNK_VAL_CONT), b->nchunks - 1);
 	batch_cursor *c;
-	cr_assert_eq(bcur_open(e.t, b, 0, &c), 0);
+	cr_assert_eq(bcur_open(e.t, b, frontier_of(0), &c), 0);
 	uint64_t tm, cnt = 0;
 	int64_t df;
 	while (bcur_time_next(c, &tm, &df) == 1)
@@ -299,7 +299,7 @@ static void gen_keys(uint64_t i, bt_item *it, void *arg)
 Test(batch_shapes, million_keys, .timeout = 60)
 {
 	bt_env e;
-	batch_desc d = {0, 5, 0};
+	batch_desc d = { { 0 }, { 5 }, { 0 } };
 	const uint64_t n = 1000000;
 	uint8_t t8[8];
 	bt_open(&e);
@@ -316,7 +316,7 @@ Test(batch_shapes, million_keys, .timeout = 60)
 	            "update, %.2f reserved bytes / update", b->nchunks,
 	            (double)b->bytes / n, (double)b->chunk_bytes / n);
 	batch_cursor *c;
-	cr_assert_eq(bcur_open(e.t, b, 0, &c), 0);
+	cr_assert_eq(bcur_open(e.t, b, frontier_of(0), &c), 0);
 	/* a sample of seeks, ascending: present and absent keys */
 	for (uint64_t s = 1; s < 2 * n; s += 2 * 7919 + 1) {
 		const void *k;
@@ -394,7 +394,7 @@ static void gen_bin(uint64_t i, bt_item *it, void *arg)
 Test(batch_shapes, binary_keys)
 {
 	bt_env e;
-	batch_desc d = {0, 1, 0};
+	batch_desc d = { { 0 }, { 1 }, { 0 } };
 	struct bin *g = bin_keys();
 	cr_assert_eq(g->n, 256 + 72);
 	/* spot checks of the order itself */
@@ -409,7 +409,7 @@ Test(batch_shapes, binary_keys)
 	bt_check_ok(&e, id);
 	batch *b = bt_load(&e, id);
 	batch_cursor *c;
-	cr_assert_eq(bcur_open(e.t, b, 0, &c), 0);
+	cr_assert_eq(bcur_open(e.t, b, frontier_of(0), &c), 0);
 	for (size_t i = 0; i < g->n; i += 5) {
 		const void *k;
 		size_t kl;

@@ -89,7 +89,7 @@ void bt_scan_equal(bt_env *e, uint64_t id, bt_gen g, void *arg, uint64_t n)
 	batch_cursor *c;
 	bt_item it;
 	uint64_t i = 0, keys = 0, vals = 0;
-	cr_assert_eq(bcur_open(e->t, b, 0, &c), 0);
+	cr_assert_eq(bcur_open(e->t, b, frontier_of(0), &c), 0);
 	for (; bcur_key_valid(c); step_ok(bcur_step_key(c))) {
 		const void *k, *v;
 		size_t kl, vl;

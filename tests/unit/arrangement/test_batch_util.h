@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "arrangement/batch.h"
+#include "arrangement/batch_int.h"
 
 typedef struct bt_env {
 	char dir[64];

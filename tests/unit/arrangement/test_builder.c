@@ -9,11 +9,11 @@
 
 #include <criterion/criterion.h>
 
-#include "arrangement/batch.h"
+#include "arrangement/batch_int.h"
 #include "arrangement/builder.h"
 #include "test_builder_util.h"
 
-static const batch_desc D100 = { 0, 100, 0 };
+static const batch_desc D100 = { { 0 }, { 100 }, { 0 } };
 
 static tb_up up(const char *k, const char *v, uint64_t t, int64_t d)
 {
@@ -147,8 +147,8 @@ Test(builder_runs, tiny_budget_equals_reference, .timeout = 60)
 	/* Every temporary run was dropped: only the output's chunks remain. */
 	cr_assert_eq(batch_load(e.t, id, &b), 0);
 	cr_assert_eq(tb_count_chunks(&e), b->nchunks);
-	cr_assert_eq(b->desc.lower, 0);
-	cr_assert_eq(b->desc.upper, 100);
+	cr_assert_eq(frontier_time(b->desc.lower), 0);
+	cr_assert_eq(frontier_time(b->desc.upper), 100);
 	batch_free(b);
 	tb_close(&e);
 	free(u);

@@ -11,7 +11,7 @@
 
 #include <criterion/criterion.h>
 
-#include "arrangement/batch.h"
+#include "arrangement/batch_int.h"
 #include "arrangement/builder.h"
 #include "test_builder_util.h"
 
@@ -35,7 +35,7 @@ Test(builder_memory, pool_peak_bounded, .timeout = 600)
 {
 	const uint64_t seed = 2024;
 	const size_t n = getenv("AH_TORTURE") ? 20000000 : 2000000;
-	const batch_desc d = { 0, 4, 0 };
+	const batch_desc d = { { 0 }, { 4 }, { 0 } };
 	enum { CH = 4096 };
 	static uint8_t kv[CH][24];
 	static ah_update ups[CH];

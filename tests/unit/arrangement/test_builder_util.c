@@ -12,7 +12,7 @@
 
 #include <criterion/criterion.h>
 
-#include "arrangement/batch.h"
+#include "arrangement/batch_int.h"
 #include "arrangement/builder.h"
 #include "test_builder_util.h"
 
@@ -158,7 +158,7 @@ size_t tb_scan(tb_env *e, uint64_t id, uint64_t since, tb_up *out, size_t cap)
 	batch_cursor *c = NULL;
 	size_t n = 0;
 	cr_assert_eq(batch_load(e->t, id, &b), 0);
-	cr_assert_eq(bcur_open(e->t, b, since, &c), 0);
+	cr_assert_eq(bcur_open(e->t, b, frontier_of(since), &c), 0);
 	while (bcur_key_valid(c)) {
 		const void *k;
 		size_t kl;

@@ -118,7 +118,7 @@ static void setup(fixture *f)
 	make_model(&f->m);
 	bt_open(&f->env);
 	for (int b = 0; b < NB; b++) {
-		batch_desc d = {10u * (unsigned)b, 10u * (unsigned)b + 10, 0};
+		batch_desc d = { { 10u * (unsigned)b }, { 10u * (unsigned)b + 10 }, { 0 } };
 		ids[b] = bt_write(&f->env, gen_ent, f->m.e + f->m.start[b],
 		                  f->m.start[b + 1] - f->m.start[b], &d);
 		cr_assert_neq(ids[b], 0);
@@ -129,7 +129,7 @@ static void setup(fixture *f)
 		bt_check_ok(&f->env, ids[b]);
 	}
 	qsort(f->m.e, f->m.n, sizeof *f->m.e, ent_cmp);
-	cr_assert_eq(tcur_open(f->env.t, f->b, NB, SINCE, &f->c), 0);
+	cr_assert_eq(tcur_open(f->env.t, f->b, NB, frontier_of(SINCE), &f->c), 0);
 	cr_log_info("seed %llu, %zu updates", (unsigned long long)SEED, f->m.n);
 }
 
@@ -330,7 +330,7 @@ Test(cursor_trace, empty_and_single)
 	trace_cursor *c;
 	bt_open(&e);
 	bt_commit(&e, true);
-	cr_assert_eq(tcur_open(e.t, NULL, 0, 0, &c), 0);
+	cr_assert_eq(tcur_open(e.t, NULL, 0, frontier_of(0), &c), 0);
 	cr_assert(!tcur_key_valid(c));
 	cr_assert_eq(tcur_step_key(c), 0);
 	cr_assert_eq(tcur_seek_key(c, "a", 1), 0);

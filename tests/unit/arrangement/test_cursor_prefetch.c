@@ -51,7 +51,7 @@ Test(cursor_prefetch, seek_reads_one_chunk_scan_prefetches_two)
 	bt_env e;
 	char path[128];
 	ah_open_opts o = { .size = sizeof o };
-	batch_desc d = { 0, 2, 0 };
+	batch_desc d = { { 0 }, { 2 }, { 0 } };
 	uint64_t id, off[5];
 	size_t len[5];
 	uint8_t key[8];
@@ -84,7 +84,7 @@ Test(cursor_prefetch, seek_reads_one_chunk_scan_prefetches_two)
 	cr_assert_eq(b->fence_len[3], 8);
 	memcpy(key, b->fence[3], 8);
 	key[7]++; /* keys are consecutive big-endian integers */
-	cr_assert_eq(bcur_open_at(e.t, b, 0, key, 8, &c), 0);
+	cr_assert_eq(bcur_open_at(e.t, b, frontier_of(0), key, 8, &c), 0);
 	cr_assert(bcur_key_valid(c));
 	bcur_close(c);
 	size_t in3 = ht_resident(path, off[3], len[3]);
@@ -93,7 +93,7 @@ Test(cursor_prefetch, seek_reads_one_chunk_scan_prefetches_two)
 	cr_assert_eq(ht_resident(path, off[2], len[2]), 0);
 	cr_assert_eq(ht_resident(path, off[4], len[4]), 0);
 	/* a walk from the start: chunks 0 and 1 whole, chunk 2 untouched */
-	cr_assert_eq(bcur_open(e.t, b, 0, &c), 0);
+	cr_assert_eq(bcur_open(e.t, b, frontier_of(0), &c), 0);
 	bcur_close(c);
 	cr_assert_eq(wait_resident(path, off[0], len[0], 256), 256);
 	cr_assert_eq(wait_resident(path, off[1], len[1], 256), 256);

@@ -11,7 +11,7 @@
 
 #include <criterion/criterion.h>
 
-#include "arrangement/batch.h"
+#include "arrangement/batch_int.h"
 #include "arrangement/merge.h"
 #include "test_builder_util.h"
 
@@ -42,7 +42,7 @@ static int merge_ids(tb_env *e, const uint64_t *ids, size_t n, uint64_t since,
 	cr_assert_leq(n, 16);
 	for (size_t i = 0; i < n; i++)
 		cr_assert_eq(batch_load(e->t, ids[i], &in[i]), 0);
-	rc = merger_open(e->t, e->p, in, n, since, NULL, &m);
+	rc = merger_open(e->t, e->p, in, n, frontier_of(since), NULL, &m);
 	cr_assert_eq(rc, 0);
 	rc = merger_step(m, 0, &done, &spent);
 	if (rc == 0) {
@@ -66,8 +66,8 @@ static uint64_t merge_ok(tb_env *e, const uint64_t *ids, size_t n,
 
 Test(merge_consolidate, cancelling_and_absent_retraction)
 {
-	const batch_desc da = { 0, 10, 0 }, db = { 10, 20, 0 },
-	                 dc = { 20, 30, 0 }, dm = { 0, 30, 25 };
+	const batch_desc da = { { 0 }, { 10 }, { 0 } }, db = { { 10 }, { 20 }, { 0 } },
+	                 dc = { { 20 }, { 30 }, { 0 } }, dm = { { 0 }, { 30 }, { 25 } };
 	tb_up u[3], got[8];
 	uint64_t ids[3], before, out;
 	tb_env e;
@@ -104,8 +104,8 @@ Test(merge_consolidate, cancelling_and_absent_retraction)
  * failed.)  Without compaction the two times simply stay apart. */
 Test(merge_consolidate, overflow_across_inputs_is_kept_apart)
 {
-	const batch_desc da = { 0, 10, 0 }, db = { 10, 20, 0 },
-	                 dm = { 0, 20, 15 };
+	const batch_desc da = { { 0 }, { 10 }, { 0 } }, db = { { 10 }, { 20 }, { 0 } },
+	                 dm = { { 0 }, { 20 }, { 15 } };
 	tb_up u[1], got[4];
 	uint64_t ids[2], out = 0;
 	tb_env e;
@@ -125,7 +125,7 @@ Test(merge_consolidate, overflow_across_inputs_is_kept_apart)
 	          "%" PRIu64 " %" PRId64, got[0].time, got[0].diff);
 	cr_assert(got[1].time == 15 && got[1].diff == 1);
 	/* Merged again at a later since, the pieces stay apart. */
-	const batch_desc dm2 = { 0, 20, 18 };
+	const batch_desc dm2 = { { 0 }, { 20 }, { 18 } };
 	uint64_t again[1] = { out };
 	out = merge_ok(&e, again, 1, 18, &dm2);
 	cr_assert_eq(tb_scan(&e, out, 0, got, 4), 2);
@@ -136,7 +136,7 @@ Test(merge_consolidate, overflow_across_inputs_is_kept_apart)
 
 Test(merge_consolidate, all_retracted_merges_to_nothing)
 {
-	const batch_desc da = { 0, 5, 0 }, db = { 5, 10, 0 }, dm = { 0, 10, 8 };
+	const batch_desc da = { { 0 }, { 5 }, { 0 } }, db = { { 5 }, { 10 }, { 0 } }, dm = { { 0 }, { 10 }, { 8 } };
 	tb_up u[1];
 	uint64_t ids[2], before, out = 99;
 	tb_env e;
@@ -172,7 +172,7 @@ Test(merge_orders, splits_and_orders_give_identical_bytes, .timeout = 60)
 	const size_t n = 50000;
 	const tb_shape s = { .kmax = 6, .vmax = 4, .alpha = 3, .times = 16,
 	                     .dmax = 3 };
-	const batch_desc d = { 0, 16, 0 };
+	const batch_desc d = { { 0 }, { 16 }, { 0 } };
 	tb_up *u = malloc(n * sizeof *u), *got = malloc(n * sizeof *got);
 	uint64_t st = seed, ab[2], cde[3], out1, out2, out3, all;
 	size_t c1 = n / 10, c2 = n * 7 / 10, nw;
@@ -236,13 +236,13 @@ Test(merge_compaction, accumulations_preserved_from_since, .timeout = 60)
 	uint64_t ids[3], out;
 	size_t nr, ng, i = 0, j = 0;
 	tb_env e;
-	batch_desc dm = { 0, 100, S };
+	batch_desc dm = { { 0 }, { 100 }, { S } };
 
 	cr_log_info("merge_compaction seed %llu", (unsigned long long)seed);
 	tb_gen(u, n, seed, &s);
 	tb_open(&e);
 	for (int b = 0; b < 3; b++) {
-		batch_desc d = { cut[b], cut[b + 1], 0 };
+		batch_desc d = { { cut[b] }, { cut[b + 1] }, { 0 } };
 		size_t np = 0;
 		for (size_t k = 0; k < n; k++)
 			if (u[k].time >= cut[b] && u[k].time < cut[b + 1])

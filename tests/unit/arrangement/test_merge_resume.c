@@ -11,7 +11,7 @@
 
 #include <criterion/criterion.h>
 
-#include "arrangement/batch.h"
+#include "arrangement/batch_int.h"
 #include "arrangement/merge.h"
 #include "test_builder_util.h"
 
@@ -49,7 +49,7 @@ static uint64_t fueled_merge(tb_env *e, const uint64_t *ids, size_t n,
 		int rc;
 
 		load_all(e, ids, n, in, &updates);
-		rc = merger_open(e->t, e->p, in, n, since, &sv.r, &m);
+		rc = merger_open(e->t, e->p, in, n, frontier_of(since), &sv.r, &m);
 		cr_assert_eq(rc, 0, "open: %s", ah_strerror(rc));
 		rc = merger_step(m, fuel, &done, &spent);
 		cr_assert_eq(rc, 0, "step: %s", ah_strerror(rc));
@@ -87,7 +87,7 @@ static void make_inputs(tb_env *e, size_t n, size_t hot_vals, uint64_t seed,
 {
 	const tb_shape s = { .kmax = 5, .vmax = 5, .alpha = 3, .times = 12,
 	                     .dmax = 2 };
-	const batch_desc d = { 0, 12, 0 };
+	const batch_desc d = { { 0 }, { 12 }, { 0 } };
 	size_t total = n + 3 * hot_vals;
 	tb_up *u = malloc(total * sizeof *u);
 	uint64_t st = seed;
@@ -121,7 +121,7 @@ static void make_inputs(tb_env *e, size_t n, size_t hot_vals, uint64_t seed,
 static void check_resume(size_t n, size_t hot, uint64_t seed,
                          const uint64_t *fuels, size_t nf)
 {
-	const batch_desc dm = { 0, 12, 5 };
+	const batch_desc dm = { { 0 }, { 12 }, { 5 } };
 	uint64_t ids[3], ref, base;
 	tb_env e;
 
@@ -135,7 +135,7 @@ static void check_resume(size_t n, size_t hot, uint64_t seed,
 		bool done;
 		uint64_t spent, upd;
 		load_all(&e, ids, 3, in, &upd);
-		cr_assert_eq(merger_open(e.t, e.p, in, 3, 5, NULL, &m), 0);
+		cr_assert_eq(merger_open(e.t, e.p, in, 3, frontier_of(5), NULL, &m), 0);
 		cr_assert_eq(merger_step(m, 0, &done, &spent), 0);
 		cr_assert(done);
 		cr_assert_eq(spent, upd);
@@ -183,7 +183,7 @@ Test(merge_resume, larger_fuels_equal_unfueled, .timeout = 60)
  * far: the boundary still moves, and resuming goes on after it. */
 Test(merge_resume, boundary_over_cancelled_groups)
 {
-	const batch_desc da = { 0, 5, 0 }, db = { 5, 10, 0 }, dm = { 0, 10, 9 };
+	const batch_desc da = { { 0 }, { 5 }, { 0 } }, db = { { 5 }, { 10 }, { 0 } }, dm = { { 0 }, { 10 }, { 9 } };
 	tb_up u[40];
 	uint64_t ids[2], ref, out;
 	size_t steps;
@@ -211,7 +211,7 @@ Test(merge_resume, boundary_over_cancelled_groups)
 		bool done;
 		uint64_t spent, upd;
 		load_all(&e, ids, 2, in, &upd);
-		cr_assert_eq(merger_open(e.t, e.p, in, 2, 9, NULL, &m), 0);
+		cr_assert_eq(merger_open(e.t, e.p, in, 2, frontier_of(9), NULL, &m), 0);
 		cr_assert_eq(merger_step(m, 0, &done, &spent), 0);
 		cr_assert_eq(merger_finish(m, &dm, &ref), 0);
 		merger_free(m);

@@ -1,0 +1,124 @@
+/*
+ * arrangement/arrangement.h - the arrangement layer's face to txn/: an
+ * arrangement (its frontiers, its trace of batches and the merges in
+ * progress, stored as one record) loaded, changed and stored back in the
+ * caller's heap transaction; batches built from unsorted updates; trace
+ * cursors over its batches; and its checks.
+ *
+ * txn/ includes this header (and heap/heap.h) and nothing else of
+ * arrangement/: the spine, the batch format, the merger and the writer
+ * are behind it.  Every function takes the heap transaction the caller
+ * owns; a change is durable only when that transaction commits, and a
+ * failed change leaves the transaction for the caller to poison.  Times
+ * and frontiers are arrangement/time.h's.
+ *
+ * Terms are differential dataflow's: Description {lower, upper, since},
+ * logical compaction (since), physical compaction (merging), fuel
+ * (spine_fueled), batches_through (iterating a trace's batches).
+ */
+#ifndef ARRANGEMENT_ARRANGEMENT_H
+#define ARRANGEMENT_ARRANGEMENT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "arrangement/builder.h"
+#include "arrangement/cursor.h"
+#include "arrangement/time.h"
+#include "heap/heap.h"
+
+typedef struct arrangement arrangement;
+
+/* --------------------------------------------------------- the record */
+
+/* Creates NAME with upper = since = the minimum time and no batch.
+ * Errors: AH_EEXIST, AH_ECORRUPT, heap_put's. */
+int arr_create(heap_txn *t, const char *name);
+/* Loads NAME's record; *out is the caller's until arr_free.  Errors:
+ * AH_ENOTFOUND, AH_ECORRUPT, AH_ENOMEM. */
+int arr_load(heap_txn *t, const char *name, arrangement **out);
+/* Stores a's record (under AH_DEBUG, checked against S1-S4 first: a
+ * violation is AH_ECORRUPT with msg set).  Errors: as heap_put. */
+int arr_store(heap_txn *t, const arrangement *a, char *msg, size_t msglen);
+void arr_free(arrangement *a);
+
+const char *arr_name(const arrangement *a);
+frontier arr_upper(const arrangement *a);
+frontier arr_since(const arrangement *a);
+/* The lower of the next batch: the last batch's upper, or the upper when
+ * the trace holds no batch (empty advances cost no batch).  Errors:
+ * AH_ECORRUPT, AH_ENOMEM. */
+int arr_next_lower(heap_txn *t, const arrangement *a, frontier *lower);
+/* Counts over the trace's batches (merge outputs in progress included in
+ * chunks and bytes).  Errors: AH_ECORRUPT, AH_ENOMEM. */
+int arr_info(heap_txn *t, const arrangement *a, ah_arrangement_info *info);
+
+/* ---------------------------------------------------------- changes */
+
+/* Adds the sealed batch id (0: none, an empty advance) at the end of the
+ * trace, spends its fuel on merges (spine_fueled), and sets the upper to
+ * new_upper.  Errors: AH_ECORRUPT, AH_EFULL, AH_EIO, AH_ENOMEM. */
+int arr_append(heap_txn *t, pool *p, arrangement *a, uint64_t id,
+               frontier new_upper, uint64_t quantum);
+/* Logical compaction: the caller has checked since <= since' <= upper. */
+void arr_set_since(arrangement *a, frontier since);
+/* Spends up to fuel units (0: no limit) on merges in progress, then on the
+ * merges an idle arrangement still deserves; *idle when nothing is left.
+ * Errors: as arr_append. */
+int arr_maintain(heap_txn *t, pool *p, arrangement *a, uint64_t fuel,
+                 uint64_t quantum, bool *idle);
+
+/* --------------------------------------------------------- batches */
+
+/* One batch of the trace, as batches_through hands it out; the pointers
+ * live only during the call. */
+typedef struct arr_batch {
+	uint64_t id;
+	batch_desc desc;
+	uint64_t updates, keys, vals, bytes, chunk_bytes;
+	uint32_t nchunks;
+	const uint64_t *chunk_ids;
+	bool partial;        /* a merge's output so far, not in the trace */
+} arr_batch;
+
+typedef int (*arr_batch_fn)(const arr_batch *b, void *user);
+
+/* Calls fn for every batch of the trace, oldest first, then (partials) for
+ * the output so far of every merge in progress; fn's non-zero value stops
+ * the walk and is returned.  Errors: AH_ECORRUPT, AH_ENOMEM: a batch record
+ * that cannot be loaded, whose id goes to *bad (may be NULL). */
+int arr_batches(heap_txn *t, const arrangement *a, bool partials,
+                arr_batch_fn fn, void *user, uint64_t *bad);
+
+/* A trace cursor over a's batches, times advanced by its since, positioned
+ * at the first key (at = false) or the first key >= key (at = true: one
+ * chunk read per batch).  The cursor owns what it loaded: tcur_close frees
+ * it.  Errors: AH_ECORRUPT, AH_ENOMEM. */
+int arr_cursor(heap_txn *t, const arrangement *a, bool at, const void *key,
+               size_t len, trace_cursor **out);
+
+/* ----------------------------------------------------------- checks */
+
+/* What arr_verify reports: problems, and the references it saw (so the
+ * caller can check that every batch and chunk belongs to exactly one
+ * arrangement). */
+typedef struct arr_verify_cb {
+	void (*problem)(void *user, uint64_t batch, uint64_t chunk,
+	                const char *msg);
+	int (*batch_ref)(void *user, uint64_t batch);   /* AH_ENOMEM stops */
+	int (*chunk_ref)(void *user, uint64_t batch, uint64_t chunk);
+	void *user;
+	bool batches;        /* the batch table may be read */
+	bool chunks;         /* the chunks table may be read */
+} arr_verify_cb;
+
+/* Checks a's spine (S1-S4) and every batch of it (B1-B5, partial flags,
+ * since) and reports each problem and reference through cb.  Returns 0
+ * when the check ran (whatever it found), AH_ENOMEM, or a callback's
+ * error. */
+int arr_verify(heap_txn *t, const arrangement *a, const arr_verify_cb *cb);
+/* True for the one key of the batch table that is not a batch (the id
+ * counter). */
+bool arr_batch_key_is_counter(uint64_t key);
+
+#endif /* ARRANGEMENT_ARRANGEMENT_H */

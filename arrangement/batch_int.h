@@ -1,0 +1,179 @@
+/*
+ * arrangement/batch_int.h - private to batch.c, batch_writer.c and
+ * batch_cursor.c (and, for the inline batch cursor accessors, to merge.c and
+ * cursor.c, which call them per (key, val)): the byte layouts of batch
+ * chunks and batch records, the checked chunk view (bchunk), and the batch
+ * cursor's state.
+ *
+ * It must never be included above arrangement/ (txn/ sees
+ * arrangement/arrangement.h only), and nothing outside the files above may
+ * depend on a layout here: the layouts change with the format, their users
+ * do not.
+ */
+#ifndef ARRANGEMENT_BATCH_INT_H
+#define ARRANGEMENT_BATCH_INT_H
+
+#include "arrangement/batch.h"
+
+/* ------------------------------------------------- format 1 byte layouts */
+
+/*
+ * Batch chunk body (inside a heap chunk; the body is 16-byte aligned).  All
+ * integers native-endian (the heap records the byte order; another order is
+ * AH_EFORMAT at open).  Every byte offset is relative to the body start;
+ * every column starts 8-byte aligned, padding is zero.
+ *
+ *   off  size  field
+ *     0     4  magic "AHBC"
+ *     4     2  version (BCHUNK_VERSION, 1)
+ *     6     1  flags: BCHUNK_KEY_CONT 0x1 = key 0 continues the previous
+ *              chunk's last key; BCHUNK_VAL_CONT 0x2 = (key 0, val 0)
+ *              continues the previous chunk's last (key, val) (implies
+ *              KEY_CONT)
+ *     7     1  time_width (8)
+ *     8     4  nkeys (>= 1)
+ *    12     4  nvals (>= nkeys)
+ *    16     4  nupds (>= nvals)
+ *    20     4  used: body bytes used (<= the heap chunk's body_used)
+ *    24     4  off_key_offs   u32[nkeys+1]  byte offsets of key i's bytes
+ *    28     4  off_key_bytes  u8[]          key bytes, concatenated
+ *    32     4  off_key_vals   u32[nkeys+1]  key i owns vals [kv[i], kv[i+1])
+ *    36     4  off_val_offs   u32[nvals+1]  byte offsets of val j's bytes
+ *    40     4  off_val_bytes  u8[]          val bytes, concatenated
+ *    44     4  off_val_upds   u32[nvals+1]  val j owns updates [vu[j], vu[j+1])
+ *    48     4  off_times      u64[nupds]
+ *    52     4  off_diffs      i64[nupds]
+ *    56     8  reserved, 0
+ *    64        columns, in the order above (off_key_offs = 64)
+ *
+ * key i = body[ko[i] .. ko[i+1]), with off_key_bytes <= ko[i] <= ko[i+1] <=
+ * off_key_vals; likewise vals inside [off_val_bytes, off_val_upds).  A
+ * reader checks the header once per chunk (O(1)) and every offset or range
+ * it dereferences (O(1) each), so a damaged chunk is AH_ECORRUPT, never an
+ * out-of-bounds read; batch_check checks the whole order (B1-B5).
+ * A continued key (val) is stored again at the start of the next chunk, so
+ * every chunk is self-contained and fence[i] is simply chunk i's key 0.
+ */
+#define BCHUNK_MAGIC "AHBC"
+#define BCHUNK_VERSION 1
+#define BCHUNK_HDR 64
+#define BCHUNK_KEY_CONT 0x1u
+#define BCHUNK_VAL_CONT 0x2u
+
+/*
+ * Batch record (table HEAP_T_BATCH, key = u64 batch id, native-endian; the
+ * value is only 2-byte aligned in the map, so it is decoded with memcpy).
+ *
+ *   off       size  field
+ *     0          4  magic "AHBR"
+ *     4          2  version (BREC_VERSION, 1)
+ *     6          1  time_width (8)
+ *     7          1  flags: BREC_PARTIAL 0x1 = a suspended merge's output,
+ *                   linked to no spine
+ *     8          8  desc.lower
+ *    16          8  desc.upper
+ *    24          8  desc.since
+ *    32          8  updates
+ *    40          8  keys (logical: a continued key counts once)
+ *    48          8  vals (logical)
+ *    56          8  bytes (sum of chunk body bytes used)
+ *    64          8  chunk_bytes (sum of the chunks' stored bytes: their
+ *                   class's value size)
+ *    72          4  nchunks
+ *    76          4  reserved, 0
+ *    80     8*nchunks  chunk ids, in key order
+ *    F      4*(nchunks+1)  fence offsets, relative to F2 = F + 4*(nchunks+1)
+ *    F2         ...  fence key bytes (fence i = chunk i's first key)
+ *
+ * Batch ids: the key of 8 bytes 0xff (BATCH_ID_COUNTER) holds a u64, the
+ * next id to hand out; batch_new_id reads and bumps it, so ids are never
+ * reused, even after a drop.  Iterations over HEAP_T_BATCH skip that key.
+ */
+#define BREC_MAGIC "AHBR"
+#define BREC_VERSION 1
+#define BREC_HDR 80
+#define BREC_PARTIAL 0x1u
+#define BATCH_ID_COUNTER UINT64_MAX
+
+/* ----------------------------------------------------- the chunk view */
+
+/* A chunk body whose header passed bchunk_open: column pointers into the
+ * map.  The per-item accessors check each offset they use, and touch
+ * (heap_chunk_touch) every byte they hand out first, so a chunk opened
+ * page by page is checked exactly where it is read. */
+typedef struct bchunk {
+	heap_chunk_view hv;
+	const uint8_t *body;
+	uint32_t used, flags, nkeys, nvals, nupds;
+	const uint32_t *ko, *kv, *vo, *vu;
+	const uint64_t *times;
+	const int64_t *diffs;
+	uint32_t kb_lo, kb_hi, vb_lo, vb_hi; /* byte columns' bounds */
+} bchunk;
+
+/* Checks the header (magic, version, flags, counts, column offsets and
+ * sizes against body_used, alignment) of a body already checked whole (a
+ * test's or a writer's own bytes).  Errors: AH_ECORRUPT. */
+int bchunk_open(const void *body, size_t body_used, bchunk *out);
+/* Key i / val j bytes; val range of key i (non-empty, inside [0, nvals]);
+ * update range of val j (non-empty).  Errors: AH_ECORRUPT. */
+int bchunk_key(bchunk *c, uint32_t i, const uint8_t **p, size_t *len);
+int bchunk_val(bchunk *c, uint32_t j, const uint8_t **p, size_t *len);
+int bchunk_key_vals(bchunk *c, uint32_t i, uint32_t *lo, uint32_t *hi);
+int bchunk_val_upds(bchunk *c, uint32_t j, uint32_t *lo, uint32_t *hi);
+/* Updates [lo, hi) of the chunk's times and diffs are about to be read. */
+int bchunk_touch_upds(bchunk *c, uint32_t lo, uint32_t hi);
+/* heap_chunk_open (how: HEAP_CHUNK_WHOLE for a walk, HEAP_CHUNK_PAGES for
+ * a seek) + the header checks of bchunk_open. */
+int bchunk_get(heap_txn *t, uint64_t id, enum heap_chunk_how how, bchunk *out);
+
+/* Encodes b (id, desc, counts, chunk ids, fences, rec_flags) as its record
+ * and puts it.  Errors: AH_ENOMEM, AH_ELIMIT, heap_put's. */
+int batch_record_put(heap_txn *t, const batch *b);
+
+/* The batch cursor's state: private to batch_cursor.c, defined here only so
+ * that the accessors below inline (merges call them per (key, val)). */
+struct batch_cursor {
+	heap_txn *t;
+	const batch *b;
+	frontier since;
+	bchunk cv;          /* chunk c */
+	uint32_t c, ki, vi, vend; /* vend: end of key ki's vals in chunk c */
+	uint32_t kc, kk;    /* where the current key starts (rewind_vals) */
+	uint32_t ahead;     /* chunks [.., ahead) were prefetched (load_at) */
+	bool kvalid, vvalid;
+	const uint8_t *key, *val;
+	size_t klen, vlen;
+	/* time walk */
+	bchunk tv;
+	uint32_t tc, tvi, tu, tend;
+	bool tpending, tdone;
+};
+
+static inline bool bcur_key_valid(const batch_cursor *c)
+{
+	return c && c->kvalid;
+}
+
+static inline bool bcur_val_valid(const batch_cursor *c)
+{
+	return c && c->kvalid && c->vvalid;
+}
+
+static inline void bcur_key(const batch_cursor *c, const void **key,
+                            size_t *len)
+{
+	bool ok = bcur_key_valid(c);
+	*key = ok ? c->key : NULL;
+	*len = ok ? c->klen : 0;
+}
+
+static inline void bcur_val(const batch_cursor *c, const void **val,
+                            size_t *len)
+{
+	bool ok = bcur_val_valid(c);
+	*val = ok ? c->val : NULL;
+	*len = ok ? c->vlen : 0;
+}
+
+#endif /* ARRANGEMENT_BATCH_INT_H */
