@@ -15,6 +15,10 @@
  * Terms are differential dataflow's: Description {lower, upper, since},
  * logical compaction (since), physical compaction (merging), fuel
  * (spine_fueled), batches_through (iterating a trace's batches).
+ *
+ * Nothing here checks the public API's frontier rules or poisons a
+ * transaction (txn/ does both), and nothing here is ever reached from
+ * tools/ or bench/ (they see include/arrheap.h only).
  */
 #ifndef ARRANGEMENT_ARRANGEMENT_H
 #define ARRANGEMENT_ARRANGEMENT_H

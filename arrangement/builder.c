@@ -20,6 +20,9 @@
  * Pool peak: run budget + the writer's staging (one chunk's columns) during
  * a spill; the merger's per-group buffer + staging at finish.
  * It never checks frontiers (txn/ does) and never touches other batches.
+ *
+ * It must never keep a run in memory past the budget, nor write a batch
+ * that is not sorted and consolidated (B1, B2).
  */
 #include <stdlib.h>
 #include <string.h>

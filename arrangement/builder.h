@@ -9,6 +9,9 @@
  * finish the runs are merged (arrangement/merge.h) into the output and
  * dropped.  Memory therefore stays bounded by the run budget plus one chunk
  * of staging per run, whatever the input size.
+ *
+ * It never checks frontiers (txn/ does) and never exceeds its run budget
+ * of pool memory, whatever the input.
  */
 #ifndef ARRANGEMENT_BUILDER_H
 #define ARRANGEMENT_BUILDER_H

@@ -2,6 +2,9 @@
  * arrangement/cursor.h - the trace cursor: a k-way merge over the batch
  * cursors of several batches, by key then val (differential dataflow's
  * CursorList).  Seeking costs one binary search per batch.
+ *
+ * The cursor only reads: it never writes to the map or to a batch, and
+ * after an error it reports itself invalid instead of guessing.
  */
 #ifndef ARRANGEMENT_CURSOR_H
 #define ARRANGEMENT_CURSOR_H

@@ -10,6 +10,8 @@
  * partial batch record, and the boundary (the last (key, val) written or
  * skipped) lets a later transaction resume exactly there.  Inputs are never
  * modified: a merge in progress leaves the pre-merge spine intact.
+ *
+ * A merger never modifies or frees its inputs.
  */
 #ifndef ARRANGEMENT_MERGE_H
 #define ARRANGEMENT_MERGE_H

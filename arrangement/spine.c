@@ -28,6 +28,9 @@
  * append pays for one huge merge, and a crash mid-merge loses at most the
  * work of the transaction in flight: inputs stay in the chain until the
  * output replaces them in the same commit.
+ *
+ * It must never free or rewrite an input batch before the commit that
+ * replaces it by its merge's output (S1-S4 hold after every function here).
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -16,6 +16,8 @@
  *     most one merge.  A merge's partial output is not part of the chain:
  *     readers never see it, and a crash mid-merge leaves the inputs intact.
  *  S4 every batch holds at least one update (empty results are dropped).
+ *
+ * Nothing above arrangement/ includes it: txn/ sees arrangement.h.
  */
 #ifndef ARRANGEMENT_SPINE_H
 #define ARRANGEMENT_SPINE_H

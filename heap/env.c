@@ -20,6 +20,10 @@
  * open created is unlinked again if the rest of the open fails.  An LMDB
  * file that never saw a commit (made by older versions, or by hand) holds
  * nothing, and AH_OPEN_CREATE finishes it.
+ *
+ * It must never close a descriptor of a file LMDB holds locks on, never
+ * remove a published heap or its lock file, and never open one file twice
+ * in a process.
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -6,6 +6,8 @@
  * Only heap/ sources (and tests/unit/heap) include it.  It is the one place where
  * LMDB types appear next to arrheap types; nothing declared here may leak
  * into heap.h, which the layers above see.
+ *
+ * It must never be included outside heap/ and tests/unit/heap.
  */
 #ifndef HEAP_HEAP_INT_H
 #define HEAP_HEAP_INT_H

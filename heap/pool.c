@@ -14,6 +14,9 @@
  * fault-injection tests of the layers above.
  *
  * Never persistent: jemalloc's metadata holds absolute pointers.
+ *
+ * It must never hand out memory that outlives the write txn (the pool is
+ * reset before the writer lock is released).
  */
 #include <stdbool.h>
 #include <stdint.h>

@@ -16,6 +16,9 @@
  *
  * A tree a page check found damaged (heap/pagecheck.c) is never handed to
  * LMDB: every call on it is AH_ECORRUPT (heap_trees_usable).
+ *
+ * It must never hand out a value whose frame did not check, nor a key that
+ * does not follow `after`.
  */
 #include <string.h>
 

@@ -10,6 +10,11 @@
  * abort returns AH_EBADTXN, and commit aborts and returns AH_EBADTXN.
  * Failures that change nothing (AH_ENOTFOUND on a delete or lookup,
  * AH_EINVAL on bad arguments, AH_EREADONLY) do not poison.
+ *
+ * It must never touch the pool or the writer fields of a write txn after
+ * LMDB has released the writer lock (the next writer owns them then), and
+ * never free a txn whose LMDB state belongs to another process (a forked
+ * child only forgets it).
  */
 #include <stdlib.h>
 #include <unistd.h>

@@ -22,6 +22,10 @@
  * A cursor belongs to its transaction: the txn keeps a list of its open
  * cursors and detaches them when it ends, so a use after the end is caught
  * (AH_ESTATE) instead of reading unmapped or reused pages.
+ *
+ * It must never read through a cursor whose txn ended (detached cursors
+ * are AH_ESTATE) and never return a sum for an as_of outside [since,
+ * upper).
  */
 #include <inttypes.h>
 #include <stdlib.h>

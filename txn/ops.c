@@ -13,6 +13,9 @@
  *   F2 every appended time t satisfies upper <= t < new_upper;
  *   F3 since only advances and never passes upper;
  *   F4 the upper only advances.
+ *
+ * It must never change an arrangement before its frontier checks passed,
+ * nor leave a failed mutation unpoisoned.
  */
 #include <inttypes.h>
 #include <stdlib.h>

@@ -6,7 +6,8 @@
  * checks, compare-and-append, poisoning, error messages) and calls
  * arrangement/ through its face, arrangement/arrangement.h (arrangements,
  * builders, cursors, checks), and heap/ (transactions, tables).  It never
- * touches LMDB, a batch or a spine directly.
+ * touches LMDB, a batch or a spine directly, and never hands out a
+ * pointer that outlives its transaction without saying so.
  */
 #ifndef TXN_TXN_H
 #define TXN_TXN_H

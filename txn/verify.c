@@ -22,6 +22,9 @@
  *     none leaked, none missing.
  * Problems go to the caller's callback.  Never poisons the transaction.
  * ah_verify_pages is the page check alone.
+ *
+ * It must never hand LMDB a tree the page check found damaged, never
+ * write, and never stop at the first problem.
  */
 #include <stdarg.h>
 #include <stdio.h>
