@@ -51,7 +51,8 @@ typedef struct pg_table {
 	int nkey;
 	int *key;          /* column indices of the primary key, in its order */
 	int in_heap;       /* 0: followed since this run (sink_add_table), its
-	                    * arrangement not made yet; 1: in the heap */
+	                    * arrangement not made yet; 1: in the heap; 2: made
+	                    * by the sink_flush under way (pg.tables lists it) */
 	ingest_arr *arr;   /* its pending updates, in the sink's engine (set
 	                    * by sink_start or sink_add_table; NULL outside a
 	                    * sink); time 0 until their source txn commits */
