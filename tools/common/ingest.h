@@ -10,11 +10,11 @@
  *
  * The life of an update:
  *
- *   ingest_stage ──> staged ──ingest_append──> in the open group's txn
- *        │             ▲  (source txn open: ingest_src_rollback drops it,
- *        │             │   ingest_src_commit stamps its time)
- *        │             └── kept after ingest_abort: the group can be built again
- *        └─────────────────────────ingest_commit──> in the heap, unstaged
+ *   ingest_stage --> staged --ingest_append--> also in the --ingest_commit--> in the heap,
+ *                      |                       group's txn                    unstaged
+ *                      |                           |
+ *     ingest_src_rollback: gone, if staged    ingest_abort: gone from the txn, still
+ *     since ingest_src_begin                  staged (the group can be built again)
  *
  *  - A group is one write transaction (ingest_begin .. ingest_commit or
  *    ingest_abort).  ingest_append is a compare-and-append at the upper the
@@ -155,7 +155,9 @@ int ingest_begin(ingest *g);
 /* Appends a's staged updates as one batch [lower, upper) to the open
  * group: compare-and-append, lower being the upper the caller knows is
  * stored; no updates only advances the upper (ah_advance).  The updates
- * stay staged (see the top).  On success a->upper = upper.  0, AH_ESTATE
+ * stay staged (see the top), so append a again in the same group only
+ * after ingest_clear (ah-load: several advances of one arrangement in one
+ * group).  On success a->upper = upper.  0, AH_ESTATE
  * (no group), or the errors of ah_append / ah_builder_* / ah_advance (the
  * transaction is then poisoned: report, then ingest_abort). */
 int ingest_append(ingest *g, ingest_arr *a, uint64_t lower, uint64_t upper);
