@@ -5,23 +5,20 @@
  *
  * Every command runs in one read transaction of a heap opened with
  * AH_OPEN_RDONLY, so it sees one commit and never blocks or disturbs a
- * writer, also one in another process.  Commands live in a table (name,
- * usage, handler; the handlers in tools/dump/): adding one is adding a row.
+ * writer, also one in another process.  This file is only the program:
+ * arguments, the command table (name, usage, handler) and main; the
+ * handlers and what they share (opening the heap behind the page check and
+ * the signal guard, errors, escapes) are in tools/dump/.  Adding a command
+ * is adding a row.
  *
  * A thin program over include/arrheap.h.  Bad input (a missing file, a
  * directory, a file that is no heap, a damaged heap) is a one-line error
  * and exit 1; a usage error exits 2.  Never crashes on what it reads.
  */
 #include <errno.h>
-#include <signal.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include "tools/common/escape.h"
-#include "tools/common/parse.h"
 #include "tools/dump/dump.h"
 
 typedef struct command {
@@ -113,147 +110,6 @@ static void usage(FILE *f)
 	fputs(help_text, f);
 }
 
-void dump_json_list(dump *d, const char *arrangement, const char *key)
-{
-	if (!d->json)
-		return;
-	tj_obj(&d->j);
-	if (arrangement)
-		tj_kstr(&d->j, "arrangement", arrangement);
-	tj_key(&d->j, key);
-	tj_arr(&d->j);
-}
-
-int dump_lib_error(dump *d, int rc, const char *what)
-{
-	const char *detail = d->txn ? ah_txn_errmsg(d->txn) : "";
-
-	fprintf(stderr, "ah-dump: %s: %s: %s\n", d->heap_path, what,
-	        *detail ? detail : ah_strerror(rc));
-	return 1;
-}
-
-const char *dump_escape(dump *d, const void *p, size_t len)
-{
-	size_t need = TOOL_ESCAPE_MAX(len) + 1;
-
-	if (need > d->buf_cap) {
-		char *b = realloc(d->buf, need);
-
-		if (!b) {
-			fprintf(stderr, "ah-dump: out of memory\n");
-			return NULL;
-		}
-		d->buf = b;
-		d->buf_cap = need;
-	}
-	d->buf[tool_escape(p, len, d->buf)] = '\0';
-	return d->buf;
-}
-
-int dump_renew(dump *d)
-{
-	ah_txn_abort(d->txn);
-	d->txn = NULL;
-	return ah_txn_begin(d->heap, AH_TXN_RDONLY, &d->txn);
-}
-
-int dump_parse_u64(const char *opt, const char *s, uint64_t *out)
-{
-	if (tool_parse_u64(s, strlen(s), out) == 0)
-		return 0;
-	fprintf(stderr, "ah-dump: bad %s \"%s\": a decimal uint64\n", opt, s);
-	return -1;
-}
-
-/* A clear message for the common mistakes before LMDB sees the path. */
-static int check_path(const char *path)
-{
-	struct stat st;
-
-	if (stat(path, &st) < 0) {
-		fprintf(stderr, "ah-dump: %s: %s\n", path, strerror(errno));
-		return -1;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		fprintf(stderr, "ah-dump: %s: %s\n", path, S_ISDIR(st.st_mode) ?
-		        "is a directory, not a heap file" : "not a regular file");
-		return -1;
-	}
-	return 0;
-}
-
-/* LMDB trusts its tree pages: a damaged one can make it read past the end
- * of the file (SIGBUS) or of the map (SIGSEGV), or fail one of its own
- * assertions (SIGABRT).  Every command first checks the pages
- * (check_pages), so this is the last line of defence, for damage the check
- * cannot see or that appears after it: for a read-only tool the right
- * answer is still one line and exit 1, so such a signal ends the run with a
- * prepared message. */
-static const int fault_sigs[] = { SIGBUS, SIGSEGV, SIGABRT };
-static const char *const fault_names[] = { "SIGBUS", "SIGSEGV", "SIGABRT" };
-#define NFAULTS (sizeof fault_sigs / sizeof *fault_sigs)
-static char fault_msg[NFAULTS][600];
-static size_t fault_len[NFAULTS];
-
-static void on_fault(int sig)
-{
-	for (size_t i = 0; i < NFAULTS; i++)
-		if (sig == fault_sigs[i] &&
-		    write(STDERR_FILENO, fault_msg[i], fault_len[i]) < 0)
-			_exit(1);
-	_exit(1);
-}
-
-static void guard_faults(const char *path)
-{
-	struct sigaction sa;
-
-	memset(&sa, 0, sizeof sa);
-	sa.sa_handler = on_fault;
-	sigemptyset(&sa.sa_mask);
-	for (size_t i = 0; i < NFAULTS; i++) {
-		int n = snprintf(fault_msg[i], sizeof fault_msg[i], "ah-dump: %s: "
-		                 "%s (LMDB stopped on a damaged page: %s)\n", path,
-		                 ah_strerror(AH_ECORRUPT), fault_names[i]);
-
-		fault_len[i] = n > 0 && (size_t)n < sizeof fault_msg[i] ? (size_t)n
-		                                                         : 0;
-		sigaction(fault_sigs[i], &sa, NULL);
-	}
-}
-
-static int first_problem(const ah_problem *p, void *user)
-{
-	char *msg = user;
-
-	if (!*msg)
-		snprintf(msg, 400, "%s", p->message);
-	return 0;
-}
-
-/* Every command but verify (which reports each problem) reads LMDB's trees
- * only after ah_verify_pages found them sound: a damaged heap is one line
- * and exit 1, never a wrong answer, a hang or a fault. */
-static int check_pages(dump *d)
-{
-	char msg[400] = "";
-	ah_page_stats ps;
-	int rc = ah_verify_pages(d->txn, first_problem, msg, &ps);
-
-	for (int tries = 0; rc == AH_EBUSY && tries < 3; tries++)
-		if ((rc = dump_renew(d)) == 0)
-			rc = ah_verify_pages(d->txn, first_problem, msg, &ps);
-	if (rc < 0)
-		return dump_lib_error(d, rc, "check LMDB pages");
-	if (ps.problems == 0)
-		return 0;
-	fprintf(stderr, "ah-dump: %s: %s: %s (ah-dump %s verify lists every "
-	        "problem)\n", d->heap_path, ah_strerror(AH_ECORRUPT), msg,
-	        d->heap_path);
-	return 1;
-}
-
 /* Removes --json from argv (anywhere after HEAP); returns the new argc. */
 static int take_json(int argc, char **argv, bool *json)
 {
@@ -270,11 +126,10 @@ static int take_json(int argc, char **argv, bool *json)
 
 int main(int argc, char **argv)
 {
-	ah_open_opts opts = { .size = sizeof(opts), .flags = AH_OPEN_RDONLY };
 	dump d = { 0 };
 	const command *cmd = NULL;
 	const char *cname;
-	int status = 1, rc;
+	int status;
 
 	for (int i = 1; i < argc; i++)
 		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -296,37 +151,14 @@ int main(int argc, char **argv)
 		        "--help)\n", cname);
 		return 2;
 	}
-	if (check_path(d.heap_path) < 0)
-		return 1;
-	guard_faults(d.heap_path);
-	rc = ah_open(d.heap_path, &opts, &d.heap);
-	if (rc < 0) {
-		fprintf(stderr, "ah-dump: %s: %s\n", d.heap_path, ah_strerror(rc));
-		return 1;
-	}
-	tj_init(&d.j, stdout);
-	rc = ah_txn_begin(d.heap, AH_TXN_RDONLY, &d.txn);
-	if (rc < 0) {
-		dump_lib_error(&d, rc, "begin read transaction");
-		goto out;
-	}
-	if (cmd->run != cmd_verify && (status = check_pages(&d)) != 0)
-		goto out;
+	if ((status = dump_open(&d, cmd->run != cmd_verify)) != 0)
+		return dump_close(&d, status);
 	status = cmd->run(&d, argc > 2 ? argc - 3 : 0, argv + 3);
 	if (status == 2) {
 		fprintf(stderr, "usage: ah-dump HEAP %s [--json]\n", cmd->usage);
-		goto out;
-	}
-	if (fflush(stdout) != 0 || ferror(stdout)) {
+	} else if (fflush(stdout) != 0 || ferror(stdout)) {
 		fprintf(stderr, "ah-dump: write error: %s\n", strerror(errno));
 		status = 1;
 	}
-out:
-	ah_txn_abort(d.txn);
-	if (ah_close(d.heap) < 0 && status == 0) {
-		fprintf(stderr, "ah-dump: %s: close failed\n", d.heap_path);
-		status = 1;
-	}
-	free(d.buf);
-	return status;
+	return dump_close(&d, status);
 }

@@ -12,8 +12,13 @@
  * Every group also checks that the stored position is still the one it
  * expects, so two loaders on one heap fail instead of interleaving.
  *
+ * The staging of updates until `advance` and the group's write transaction
+ * are tools/common/ingest.h's; this file holds what is ah-load's: the
+ * records, their checks, the byte offsets and the resume.
+ *
  * A thin program over include/arrheap.h: it never reaches into the library's
- * internals.  Exit status: 0 done, 1 a bad record or a library error (the
+ * internals, and never stores a position that does not end a `commit`
+ * record.  Exit status: 0 done, 1 a bad record or a library error (the
  * uncommitted group is discarded, committed groups stay), 2 a usage error.
  */
 #include <errno.h>
@@ -28,31 +33,25 @@
 #include <unistd.h>
 
 #include "arrheap.h"
+#include "tools/common/ingest.h"
 #include "tools/common/parse.h"
-#include "tools/common/staged.h"
-
-/* Groups of at least this many updates for one arrangement go through the
- * streaming builder (bounded memory in the library) instead of ah_append. */
-#define BUILDER_MIN 65536
-#define BUILDER_PIECE 4096
 
 typedef struct loader {
 	const char *log_path;
 	const char *source;
 	FILE *log;
 	uint64_t log_size;
-	ah_heap *heap;
-	ah_txn *txn;
-	unsigned gen;            /* bumped per write txn: invalidates arr caches */
-	tool_arr_table arrs;
+	/* the heap, the arrangements' staging and the group's write txn
+	 * (ig.txn, open from a group's first record to its commit); ig.gen
+	 * counts groups: an arrangement's upper/since are re-read once per
+	 * group */
+	ingest ig;
 	uint64_t committed_pos;  /* what the heap's source position says */
 	int have_pos;
 	uint64_t offset;         /* byte offset of the next line */
 	uint64_t line;           /* number of the current line */
 	uint64_t group_records;  /* records since the last commit */
 	uint64_t records, commits, updates;
-	ah_update *ubuf;
-	size_t ubuf_cap;
 	/* progress */
 	int tty;
 	int progress_shown;
@@ -79,10 +78,7 @@ static int fail(loader *ld, const char *fmt, ...)
  * the frontiers), or the code's message when there is none. */
 static int lib_fail(loader *ld, int rc, const char *what, const char *name)
 {
-	const char *detail = ld->txn ? ah_txn_errmsg(ld->txn) : "";
-
-	return fail(ld, "%s%s%s: %s", what, name ? " " : "", name ? name : "",
-	            *detail ? detail : ah_strerror(rc));
+	return ingest_error(&ld->ig, rc, what, name, ld->err, sizeof(ld->err));
 }
 
 static double secs_since(const struct timespec *a, const struct timespec *b)
@@ -122,13 +118,12 @@ static int group_begin(loader *ld)
 	uint64_t stored;
 	int rc;
 
-	if (ld->txn)
+	if (ld->ig.txn)
 		return 0;
-	rc = ah_txn_begin(ld->heap, 0, &ld->txn);
+	rc = ingest_begin(&ld->ig);
 	if (rc < 0)
 		return lib_fail(ld, rc, "begin transaction", NULL);
-	ld->gen++;
-	rc = ah_source_get(ld->txn, ld->source, &pos, &len);
+	rc = ah_source_get(ld->ig.txn, ld->source, &pos, &len);
 	if (rc == AH_ENOTFOUND && !ld->have_pos)
 		return 0;
 	if (rc < 0 && rc != AH_ENOTFOUND)
@@ -141,19 +136,19 @@ static int group_begin(loader *ld)
 }
 
 /* Finds NAME's state, refreshing upper/since from the txn once per txn. */
-static int arr_lookup(loader *ld, const char *name, int create, tool_arr **out)
+static int arr_lookup(loader *ld, const char *name, int create, ingest_arr **out)
 {
-	tool_arr *a = tool_arr_find(&ld->arrs, name);
+	ingest_arr *a = ingest_find(&ld->ig, name);
 	ah_arrangement_info info;
 	int rc;
 
-	if (a && a->gen == ld->gen) {
+	if (a && a->gen == ld->ig.gen) {
 		*out = a;
 		return 0;
 	}
-	rc = ah_arrangement_info_get(ld->txn, name, &info);
+	rc = ah_arrangement_info_get(ld->ig.txn, name, &info);
 	if (rc == AH_ENOTFOUND && create) {
-		rc = ah_arrangement_create(ld->txn, name);
+		rc = ah_arrangement_create(ld->ig.txn, name);
 		if (rc < 0)
 			return lib_fail(ld, rc, "create arrangement", name);
 		memset(&info, 0, sizeof(info));
@@ -162,54 +157,19 @@ static int arr_lookup(loader *ld, const char *name, int create, tool_arr **out)
 	} else if (rc < 0) {
 		return lib_fail(ld, rc, "arrangement", name);
 	}
-	if (!a && !(a = tool_arr_add(&ld->arrs, name)))
+	if (!a && !(a = ingest_add(&ld->ig, name)))
 		return fail(ld, "out of memory");
-	a->gen = ld->gen;
+	a->gen = ld->ig.gen;
 	a->upper = info.upper;
 	a->since = info.since;
 	*out = a;
 	return 0;
 }
 
-static int grow_ubuf(loader *ld, size_t n)
-{
-	ah_update *p;
-	size_t cap = ld->ubuf_cap ? ld->ubuf_cap : 1024;
-
-	if (n <= ld->ubuf_cap)
-		return 0;
-	while (cap < n)
-		cap *= 2;
-	p = realloc(ld->ubuf, cap * sizeof(*p));
-	if (!p)
-		return fail(ld, "out of memory");
-	ld->ubuf = p;
-	ld->ubuf_cap = cap;
-	return 0;
-}
-
-static int seal_builder(loader *ld, tool_arr *a, uint64_t upper)
-{
-	ah_builder *b;
-	int rc = ah_builder_begin(ld->txn, a->name, a->upper, upper, &b);
-
-	if (rc < 0)
-		return lib_fail(ld, rc, "advance", a->name);
-	for (size_t i = 0; i < a->n && rc == 0; i += BUILDER_PIECE) {
-		size_t m = a->n - i < BUILDER_PIECE ? a->n - i : BUILDER_PIECE;
-
-		tool_arr_updates(a, i, m, ld->ubuf);
-		rc = ah_builder_push(b, ld->ubuf, m);
-	}
-	if (rc < 0) {
-		ah_builder_abandon(b);
-		return lib_fail(ld, rc, "advance", a->name);
-	}
-	rc = ah_builder_finish(b);
-	return rc < 0 ? lib_fail(ld, rc, "advance", a->name) : 0;
-}
-
-static int do_advance(loader *ld, tool_arr *a, uint64_t upper)
+/* Appends the staged updates as the batch [upper, UPPER) to the group and
+ * forgets them: a failed group ends the load, so they are never needed
+ * again. */
+static int do_advance(loader *ld, ingest_arr *a, uint64_t upper)
 {
 	int rc;
 
@@ -219,24 +179,11 @@ static int do_advance(loader *ld, tool_arr *a, uint64_t upper)
 	if (a->n > 0 && a->max_time >= upper)
 		return fail(ld, "staged time %" PRIu64 " not before new upper %" PRIu64
 		            " of %s", a->max_time, upper, a->name);
-	if (a->n == 0) {
-		rc = ah_advance(ld->txn, a->name, a->upper, upper);
-		if (rc < 0)
-			return lib_fail(ld, rc, "advance", a->name);
-	} else if (a->n >= BUILDER_MIN) {
-		if (grow_ubuf(ld, BUILDER_PIECE) < 0 || seal_builder(ld, a, upper) < 0)
-			return -1;
-	} else {
-		if (grow_ubuf(ld, a->n) < 0)
-			return -1;
-		tool_arr_updates(a, 0, a->n, ld->ubuf);
-		rc = ah_append(ld->txn, a->name, a->upper, upper, ld->ubuf, a->n);
-		if (rc < 0)
-			return lib_fail(ld, rc, "advance", a->name);
-	}
+	rc = ingest_append(&ld->ig, a, a->upper, upper);
+	if (rc < 0)
+		return lib_fail(ld, rc, "advance", a->name);
 	ld->updates += a->n;
-	tool_arr_clear(a);
-	a->upper = upper;
+	ingest_clear(a);
 	ld->last_name = a->name;
 	ld->last_upper = upper;
 	return 0;
@@ -245,20 +192,21 @@ static int do_advance(loader *ld, tool_arr *a, uint64_t upper)
 static int do_commit(loader *ld)
 {
 	char pos[24];
-	tool_arr *a;
+	ingest_arr *a;
+	ingest_pos p = { ld->source, pos, 0 };
+	size_t failed;
 	int rc, len;
 
-	if ((a = tool_arr_first_staged(&ld->arrs)))
+	if ((a = ingest_first_staged(&ld->ig)))
 		return fail(ld, "commit with unsealed updates (%zu staged for %s)",
 		            a->n, a->name);
 	if (group_begin(ld) < 0)
 		return -1;
 	len = snprintf(pos, sizeof(pos), "%" PRIu64, ld->offset);
-	rc = ah_source_put(ld->txn, ld->source, pos, (size_t)len);
-	if (rc < 0)
+	p.len = (size_t)len;
+	rc = ingest_commit(&ld->ig, &p, 1, &failed);
+	if (rc < 0 && failed == 0)
 		return lib_fail(ld, rc, "store position of source", ld->source);
-	rc = ah_txn_commit(ld->txn);
-	ld->txn = NULL;
 	if (rc < 0)
 		return fail(ld, "commit: %s", ah_strerror(rc));
 	ld->committed_pos = ld->offset;
@@ -270,7 +218,7 @@ static int do_commit(loader *ld)
 
 static int apply(loader *ld, const tool_rec *r)
 {
-	tool_arr *a = NULL;
+	ingest_arr *a = NULL;
 
 	if (r->kind == TOOL_REC_COMMIT)
 		return do_commit(ld);
@@ -282,8 +230,8 @@ static int apply(loader *ld, const tool_rec *r)
 		if (r->time < a->upper)
 			return fail(ld, "time before upper: time %" PRIu64 " < %s upper %"
 			            PRIu64, r->time, a->name, a->upper);
-		if (tool_arr_stage(a, r->key, r->key_len, r->val, r->val_len,
-		                   r->time, r->diff) < 0)
+		if (ingest_stage(&ld->ig, a, r->key, r->key_len, r->val, r->val_len,
+		                 r->time, r->diff) < 0)
 			return fail(ld, "out of memory");
 		return 0;
 	case TOOL_REC_ADVANCE:
@@ -297,7 +245,7 @@ static int apply(loader *ld, const tool_rec *r)
 		if (r->time < a->since)
 			return fail(ld, "since before current since: %" PRIu64 " < %s since %"
 			            PRIu64, r->time, a->name, a->since);
-		rc = ah_set_since(ld->txn, a->name, r->time);
+		rc = ah_set_since(ld->ig.txn, a->name, r->time);
 		if (rc < 0)
 			return lib_fail(ld, rc, "since", a->name);
 		a->since = r->time;
@@ -356,7 +304,7 @@ static int resume(loader *ld)
 	size_t got, want;
 	int rc;
 
-	rc = ah_txn_begin(ld->heap, AH_TXN_RDONLY, &txn);
+	rc = ah_txn_begin(ld->ig.heap, AH_TXN_RDONLY, &txn);
 	if (rc < 0)
 		return fail(ld, "begin read transaction: %s", ah_strerror(rc));
 	rc = ah_source_get(txn, ld->source, &pos, &len);
@@ -505,7 +453,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	/* The library creates a new heap atomically (PATH.creating, renamed). */
-	rc = ah_open(heap_path, &opts, &ld.heap);
+	rc = ah_open(heap_path, &opts, &ld.ig.heap);
 	if (rc < 0) {
 		fprintf(stderr, "ah-load: %s: %s\n", heap_path, ah_strerror(rc));
 		goto out;
@@ -534,14 +482,13 @@ int main(int argc, char **argv)
 	}
 	status = 0;
 out:
-	ah_txn_abort(ld.txn);
-	if (ld.heap && ah_close(ld.heap) < 0 && status == 0) {
+	ingest_abort(&ld.ig);
+	if (ld.ig.heap && ah_close(ld.ig.heap) < 0 && status == 0) {
 		fprintf(stderr, "ah-load: %s: close failed\n", heap_path);
 		status = 1;
 	}
 	if (ld.log)
 		fclose(ld.log);
-	tool_arr_table_free(&ld.arrs);
-	free(ld.ubuf);
+	ingest_free(&ld.ig);
 	return status;
 }

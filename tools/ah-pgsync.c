@@ -14,8 +14,9 @@
  * the stored LSN.  A table created after the slot is followed when
  * tools/pg/follow.c proves the stream holds all its rows.  Groups of
  * source transactions are committed to the heap with the LSN
- * (tools/pg/sink.h); only then is the LSN confirmed to the server as
- * flushed.  ARCHITECTURE.md section 12 has the contract.
+ * (tools/pg/sink.h, over the engine shared with ah-load,
+ * tools/common/ingest.h); only then is the LSN confirmed to the server as
+ * flushed, never before.  ARCHITECTURE.md section 12 has the contract.
  *
  * A thin program over include/arrheap.h and libpq.  Exit status: 0 stopped
  * by SIGTERM/SIGINT after its last commit, 1 an error (one line on stderr
@@ -116,13 +117,13 @@ static int open_existing(engine *e)
 	int64_t sum = 0;
 	int rc;
 
-	if ((rc = ah_open(e->heap_path, &o, &e->snk.heap)) != 0)
+	if ((rc = ah_open(e->heap_path, &o, &e->snk.ig.heap)) != 0)
 		return efail(e, "cannot open heap %s: %s", e->heap_path, ah_strerror(rc));
-	if (stored_read(e->snk.heap, &e->st, e->err, sizeof e->err) != 0)
+	if (stored_read(e->snk.ig.heap, &e->st, e->err, sizeof e->err) != 0)
 		return -1;
 	if (!e->st.have_lsn)
 		return efail(e, "heap %s holds no ah-pgsync stream: give a new file name", e->heap_path);
-	if ((rc = ah_txn_begin(e->snk.heap, AH_TXN_RDONLY, &txn)) == 0 &&
+	if ((rc = ah_txn_begin(e->snk.ig.heap, AH_TXN_RDONLY, &txn)) == 0 &&
 	    (rc = ah_arrangement_next(txn, NULL, name)) == 0 &&
 	    (rc = ah_cursor_open(txn, name, &c)) == 0 && (rc = ah_cursor_rewind_keys(c)) >= 0)
 		rc = ah_cursor_key_valid(c) ? ah_cursor_accumulate(c, e->st.lsn, &sum) : 0;
@@ -137,6 +138,8 @@ static int open_existing(engine *e)
 	e->snk.nt = e->st.nt;
 	e->st.t = NULL;
 	e->st.nt = 0;
+	if (sink_start(&e->snk) != 0)
+		return efail(e, "%s", e->snk.err);
 	e->snk.pos = e->snk.group_pos = e->st.lsn;
 	e->snk.total_txns = e->st.txns;
 	e->snk.total_updates = e->st.updates;
@@ -380,8 +383,10 @@ static int first_run(engine *e)
 		return efail(e, "cannot rename %s to %s: %s", tmp, e->heap_path, strerror(err));
 	}
 	unlink(tmp_lock);
-	if ((rc = ah_open(e->heap_path, &o, &e->snk.heap)) != 0)
+	if ((rc = ah_open(e->heap_path, &o, &e->snk.ig.heap)) != 0)
 		return efail(e, "cannot open heap %s: %s", e->heap_path, ah_strerror(rc));
+	if (sink_start(&e->snk) != 0)
+		return efail(e, "%s", e->snk.err);
 	e->snk.pos = e->snk.group_pos = lsn;
 	identity_fmt(e->st.identity, sizeof e->st.identity, e->src.sysid, e->src.dbname,
 	             e->src.slot, e->src.pub);
@@ -475,7 +480,7 @@ static int stream(engine *e)
 	int r, committed;
 
 	for (;;) {
-		if (stop_requested && !e->snk.in_txn)
+		if (stop_requested && !e->snk.ig.in_src)
 			return flush(e) == -1 ? -1 : 0;
 		r = src_recv(&e->src, 100, &data, &len);
 		if (r < 0) {
@@ -499,7 +504,7 @@ static int stream(engine *e)
 			if ((e->src.reply_requested || e->snk.group_pos > e->reported) && status(e) != 0)
 				return -2;
 		}
-		if (!e->snk.in_txn && e->snk.group_pos > e->snk.pos &&
+		if (!e->snk.ig.in_src && e->snk.group_pos > e->snk.pos &&
 		    ((int)e->snk.group_txns >= e->group_txns || ms_since(&e->last_flush) >= e->group_ms)) {
 			if ((r = flush(e)) != 0)
 				return r;
@@ -673,7 +678,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "ah-pgsync: %s\n", e.err);
 	src_close(&e.src);
 	po_free(&e.dec);
-	if (e.snk.heap && ah_close(e.snk.heap) != 0 && st == 0) {
+	if (e.snk.ig.heap && ah_close(e.snk.ig.heap) != 0 && st == 0) {
 		fprintf(stderr, "ah-pgsync: closing the heap failed\n");
 		st = 1;
 	}

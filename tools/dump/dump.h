@@ -1,7 +1,9 @@
 /*
- * tools/dump/dump.h - what the files of ah-dump share: the run's state and
- * the command handlers (tools/ah-dump.c dispatches, tools/dump/ hold the
- * commands).  Only the public API (arrheap.h) and tools/common are used.
+ * tools/dump/dump.h - what the files of ah-dump share: the run's state, the
+ * helpers of tools/dump/dump.c (opening the heap, errors, escapes, JSON
+ * lists) and the command handlers (tools/ah-dump.c dispatches, the other
+ * files of tools/dump/ hold the commands).  Only the public API
+ * (arrheap.h) and tools/common are used; nothing here ever writes the heap.
  *
  * A handler returns 0 (success), 1 (a failure it has reported on stderr in
  * one line, or a heap problem verify found) or 2 (usage error: main prints
@@ -26,6 +28,16 @@ typedef struct dump {
 	char *buf;         /* escape output, NUL-terminated */
 	size_t buf_cap;
 } dump;
+
+/* Opens d->heap_path read-only and begins the run's one read snapshot
+ * (d->txn), with the fault-signal guard installed first; with check, also
+ * refuses a heap whose LMDB pages ah_verify_pages finds damaged.  Returns
+ * 0, or 1 after one line on stderr (a missing file, a directory, no heap,
+ * damage).  Whatever it returns, dump_close ends the run. */
+int dump_open(dump *d, bool check);
+/* Ends the snapshot, closes the heap and frees d's buffer; returns status,
+ * or 1 (reported) when the close fails and status was 0. */
+int dump_close(dump *d, int status);
 
 /* One line on stderr for a library error (the txn's detail when it has
  * one); returns 1. */

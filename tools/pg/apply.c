@@ -5,7 +5,8 @@
  * cannot follow (a changed column list, a missing old row; a table new to
  * the stream is decided before, by follow.c) with a message that names the
  * fix, and marks the sink stuck: the stream holds the same change after a
- * restart.
+ * restart.  It never writes the heap (sink_flush does) and never lets a
+ * change it refused reach the sink's staging.
  */
 #include <stdio.h>
 #include <string.h>
@@ -82,9 +83,7 @@ int apply_msg(sink *s, const po_msg *m, int *committed)
 	*committed = 0;
 	switch (m->type) {
 	case 'B':
-		if (s->in_txn)
-			sink_rollback(s);
-		sink_begin(s);
+		sink_begin(s);  /* drops an open one: the server abandoned it */
 		return 0;
 	case 'C':
 		*committed = 1;

@@ -1,8 +1,13 @@
 /*
  * tools/pg/sink.c - buffers source transactions per table and commits
- * groups of them to the heap (see sink.h).  The one place that writes the
- * heap while streaming: one write transaction per group holds every
- * table's batch, the advanced uppers and the new "pg.lsn", or nothing.
+ * groups of them to the heap (see sink.h), through the shared engine
+ * (tools/common/ingest.h).  The one place that writes the heap while
+ * streaming: one write transaction per group holds every table's batch,
+ * the advanced uppers and the new "pg.lsn", or nothing.  What is here is
+ * PostgreSQL's: row encoding, TRUNCATE, the skip of resent transactions,
+ * the pg.* records and the tables followed since this run.  It must never
+ * commit pg.lsn past a transaction whose rows are not in the same commit,
+ * nor drop a transaction sink_commit took.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -42,36 +47,25 @@ int sink_encode(sink *s, const pg_table *t, const pg_field *f, size_t *klen)
 	return 0;
 }
 
+int sink_start(sink *s)
+{
+	for (int i = 0; i < s->nt; i++)
+		if (!s->t[i].arr && !(s->t[i].arr = ingest_add(&s->ig, s->t[i].name)))
+			return oom(s);
+	return 0;
+}
+
+/* Stages one change of the open source txn; its time comes with the
+ * commit (ingest_src_commit). */
 static int push(sink *s, pg_table *t, const void *k, size_t kl, const void *v, size_t vl,
                 int64_t diff)
 {
-	if (t->nups == t->cap) {
-		size_t cap = t->cap ? t->cap * 2 : 256;
-		pend *q = realloc(t->ups, cap * sizeof *q);
-		if (!q)
-			return oom(s);
-		t->ups = q;
-		t->cap = cap;
-	}
-	pend *u = &t->ups[t->nups];
-	u->off = t->bytes.len;
-	u->klen = (uint32_t)kl;
-	u->vlen = (uint32_t)vl;
-	u->time = 0;
-	u->diff = diff;
-	if (pg_buf_put(&t->bytes, k, kl) || pg_buf_put(&t->bytes, v, vl))
-		return oom(s);
-	t->nups++;
-	return 0;
+	return ingest_stage(&s->ig, t->arr, k, kl, v, vl, 0, diff) ? oom(s) : 0;
 }
 
 void sink_begin(sink *s)
 {
-	for (int i = 0; i < s->nt; i++) {
-		s->t[i].mark = s->t[i].nups;
-		s->t[i].bytes_mark = s->t[i].bytes.len;
-	}
-	s->in_txn = 1;
+	ingest_src_begin(&s->ig);
 }
 
 int sink_row(sink *s, pg_table *t, const pg_field *f, int64_t diff)
@@ -121,7 +115,7 @@ static int heap_rows(sink *s, pg_table *t, pg_buf *copy, kvref **refs, size_t *n
 
 	if (s->pos == 0 || !t->in_heap)
 		return 0;
-	if ((rc = ah_txn_begin(s->heap, AH_TXN_RDONLY, &txn)) != 0 ||
+	if ((rc = ah_txn_begin(s->ig.heap, AH_TXN_RDONLY, &txn)) != 0 ||
 	    (rc = ah_cursor_open(txn, t->name, &c)) != 0 ||
 	    (rc = ah_cursor_rewind_keys(c)) < 0)  /* positions it: an error shows here */
 		goto out;
@@ -167,6 +161,7 @@ out:
 
 int sink_truncate(sink *s, pg_table *t)
 {
+	const ingest_arr *a = t->arr;
 	pg_buf copy = { 0 };
 	kvref *r = NULL;
 	size_t n = 0, cap = 0, nh;
@@ -175,8 +170,8 @@ int sink_truncate(sink *s, pg_table *t)
 	if (heap_rows(s, t, &copy, &r, &n, &cap) != 0)
 		goto out;
 	nh = n;
-	if (cap < n + t->nups) {
-		kvref *q = realloc(r, (n + t->nups + 1) * sizeof *q);
+	if (cap < n + a->n) {
+		kvref *q = realloc(r, (n + a->n + 1) * sizeof *q);
 		if (!q) {
 			oom(s);
 			goto out;
@@ -187,14 +182,14 @@ int sink_truncate(sink *s, pg_table *t)
 		r[i].k = copy.p + r[i].off;
 		r[i].v = r[i].k + r[i].kl;
 	}
-	for (size_t i = 0; i < t->nups; i++) {
-		const pend *u = &t->ups[i];
-		r[n++] = (kvref){ t->bytes.p + u->off, t->bytes.p + u->off + u->klen,
-		                  u->klen, u->vlen, u->diff, 0 };
+	for (size_t i = 0; i < a->n; i++) {
+		ah_update u;
+		ingest_updates(a, i, 1, &u);
+		r[n++] = (kvref){ u.key, u.val, u.key_len, u.val_len, u.diff, 0 };
 	}
 	qsort(r, n, sizeof *r, cmp_kv);
 	/* The retractions go after the pending entries they were computed
-	 * from; t->bytes may move, so gather them in copy first. */
+	 * from; the staged bytes may move, so gather them in out first. */
 	pg_buf out = { 0 };
 	kvref *res = NULL;
 	size_t nres = 0;
@@ -231,27 +226,20 @@ out:
 
 int sink_commit(sink *s, uint64_t end_lsn, int *skipped)
 {
+	uint64_t n;
+
 	*skipped = end_lsn <= s->group_pos;
 	if (*skipped) {
 		sink_rollback(s);
 		s->skipped++;
 		return 0;
 	}
-	for (int i = 0; i < s->nt; i++) {
-		pg_table *t = &s->t[i];
-		for (size_t j = t->mark; j < t->nups; j++)
-			t->ups[j].time = end_lsn;
-		s->group_updates += t->nups - t->mark;
-		s->updates += t->nups - t->mark;
-	}
-	for (int i = 0; i < s->nt; i++) {
-		s->t[i].mark = s->t[i].nups;
-		s->t[i].bytes_mark = s->t[i].bytes.len;
-	}
+	n = ingest_src_commit(&s->ig, end_lsn);
+	s->group_updates += n;
+	s->updates += n;
 	s->group_pos = end_lsn;
 	s->group_txns++;
 	s->txns++;
-	s->in_txn = 0;
 	return 0;
 }
 
@@ -261,24 +249,19 @@ int sink_commit(sink *s, uint64_t end_lsn, int *skipped)
  * heap never got, and the slot would be confirmed past them). */
 void sink_rollback(sink *s)
 {
-	if (!s->in_txn)
-		return;
-	for (int i = 0; i < s->nt; i++) {
-		s->t[i].nups = s->t[i].mark;
-		s->t[i].bytes.len = s->t[i].bytes_mark;
-	}
-	s->in_txn = 0;
+	ingest_src_rollback(&s->ig);
 }
 
 void sink_idle(sink *s, uint64_t wal_end)
 {
-	if (!s->in_txn && wal_end > s->group_pos)
+	if (!s->ig.in_src && wal_end > s->group_pos)
 		s->group_pos = wal_end;
 }
 
 int sink_add_table(sink *s, pg_table *t)
 {
 	pg_table *q;
+	ingest_arr *a;
 
 	for (int i = 0; i < s->nt; i++)
 		if (!strcmp(s->t[i].name, t->name)) {
@@ -293,108 +276,89 @@ int sink_add_table(sink *s, pg_table *t)
 	if (!(q = realloc(s->t, (size_t)(s->nt + 1) * sizeof *q)))
 		return oom(s);
 	s->t = q;
+	if (!(a = ingest_add(&s->ig, t->name)))
+		return oom(s);
 	q[s->nt] = *t;
 	q[s->nt].in_heap = 0;
-	q[s->nt].nups = q[s->nt].mark = 0;
-	q[s->nt].bytes_mark = q[s->nt].bytes.len = 0;
+	q[s->nt].arr = a;
 	s->nt++;
 	memset(t, 0, sizeof *t);
 	return 0;
 }
 
-static int append_table(ah_txn *txn, pg_table *t, uint64_t lower, uint64_t upper)
-{
-	ah_update *u;
-	int rc;
-
-	if (t->nups == 0)
-		return ah_advance(txn, t->name, lower, upper);
-	if (!(u = malloc(t->nups * sizeof *u)))
-		return AH_ENOMEM;
-	for (size_t i = 0; i < t->nups; i++) {
-		const pend *p = &t->ups[i];
-		u[i] = (ah_update){ t->bytes.p + p->off, p->klen, t->bytes.p + p->off + p->klen,
-		                    p->vlen, p->time, p->diff };
-	}
-	rc = ah_append(txn, t->name, lower, upper, u, t->nups);
-	free(u);
-	return rc;
-}
-
+/* In one write transaction: every table's batch [pos + 1, group_pos + 1)
+ * (a table followed since this run: created, with its first rows from 0,
+ * or left out while it has none), pg.lsn = group_pos, pg.tables when a
+ * table was created, pg.stats and (once) pg.settings.  A table created is
+ * marked in_heap 2 until the commit says whether it is in the heap. */
 int sink_flush(sink *s)
 {
-	ah_txn *txn = NULL;
+	ingest *g = &s->ig;
+	ingest_pos p[4];
 	char lsn[32], stats[100];
 	pg_buf tabs = { 0 };
+	size_t np = 0;
 	int rc, i = -1, created = 0;
 
-	if (s->in_txn || s->group_pos == s->pos)
+	if (g->in_src || s->group_pos == s->pos)
 		return 0;
-	if ((rc = ah_txn_begin(s->heap, 0, &txn)) != 0)
+	if ((rc = ingest_begin(g)) != 0)
 		goto out;
 	for (i = 0; i < s->nt; i++) {
 		pg_table *t = &s->t[i];
 		if (t->in_heap)
-			rc = append_table(txn, t, s->pos + 1, s->group_pos + 1);
-		else if (t->nups == 0)
+			rc = ingest_append(g, t->arr, s->pos + 1, s->group_pos + 1);
+		else if (t->arr->n == 0)
 			continue;  /* followed, but no rows yet: not in the heap */
-		else if ((rc = ah_arrangement_create(txn, t->name)) == 0 &&
-		         (rc = append_table(txn, t, 0, s->group_pos + 1)) == 0)
+		else if ((rc = ah_arrangement_create(g->txn, t->name)) == 0 &&
+		         (rc = ingest_append(g, t->arr, 0, s->group_pos + 1)) == 0) {
+			t->in_heap = 2;
 			created++;
+		}
 		if (rc)
 			goto out;
 	}
-	lsn_fmt(s->group_pos, lsn, sizeof lsn);
 	i = -1;
-	if ((rc = ah_source_put(txn, "pg.lsn", lsn, strlen(lsn))) != 0)
-		goto out;
+	lsn_fmt(s->group_pos, lsn, sizeof lsn);
+	p[np++] = (ingest_pos){ "pg.lsn", lsn, strlen(lsn) };
 	if (created) {
 		/* the new tables go into pg.tables with their first rows */
-		for (int k = 0; k < s->nt; k++)
-			if (!s->t[k].in_heap && s->t[k].nups)
-				s->t[k].in_heap = 2;
-		int bad = tables_format(s->t, s->nt, &tabs);
-		rc = bad ? AH_ENOMEM : ah_source_put(txn, "pg.tables", tabs.p, tabs.len);
-		for (int k = 0; k < s->nt; k++)
-			if (s->t[k].in_heap == 2)
-				s->t[k].in_heap = 0;
-		if (rc)
+		if (tables_format(s->t, s->nt, &tabs) != 0) {
+			rc = AH_ENOMEM;
 			goto out;
+		}
+		p[np++] = (ingest_pos){ "pg.tables", tabs.p, tabs.len };
 	}
 	snprintf(stats, sizeof stats, "txns=%" PRIu64 " updates=%" PRIu64 "\n", s->total_txns + s->txns,
 	         s->total_updates + s->updates);
-	if ((rc = ah_source_put(txn, "pg.stats", stats, strlen(stats))) != 0)
-		goto out;
-	if (s->settings &&
-	    (rc = ah_source_put(txn, "pg.settings", s->settings, strlen(s->settings))) != 0)
-		goto out;
-	rc = ah_txn_commit(txn);
-	txn = NULL;
-	if (rc)
+	p[np++] = (ingest_pos){ "pg.stats", stats, strlen(stats) };
+	if (s->settings)
+		p[np++] = (ingest_pos){ "pg.settings", s->settings, strlen(s->settings) };
+	if ((rc = ingest_commit(g, p, np, NULL)) != 0)
 		goto out;
 	s->settings = NULL;
 	s->pos = s->group_pos;
 	s->group_txns = 0;
 	s->group_updates = 0;
-	for (i = 0; i < s->nt; i++) {
-		if (s->t[i].nups)
+	for (i = 0; i < s->nt; i++)
+		if (s->t[i].in_heap == 2)
 			s->t[i].in_heap = 1;
-		s->t[i].nups = s->t[i].mark = 0;
-		s->t[i].bytes.len = s->t[i].bytes_mark = 0;
-	}
 	pg_buf_free(&tabs);
 	return 0;
 out:
+	for (int k = 0; k < s->nt; k++)
+		if (s->t[k].in_heap == 2)
+			s->t[k].in_heap = 0;
 	pg_buf_free(&tabs);
-	snprintf(s->err, sizeof s->err, "heap commit%s%s: %s", i >= 0 ? " of " : "",
-	         i >= 0 ? s->t[i].name : "",
-	         txn && *ah_txn_errmsg(txn) ? ah_txn_errmsg(txn) : ah_strerror(rc));
-	ah_txn_abort(txn);
+	ingest_error(g, rc, i >= 0 ? "heap commit of" : "heap commit", i >= 0 ? s->t[i].name : NULL,
+	             s->err, sizeof s->err);
+	ingest_abort(g);
 	return -1;
 }
 
 void sink_free(sink *s)
 {
+	ingest_free(&s->ig);
 	tables_free(s->t, s->nt);
 	s->t = NULL;
 	s->nt = 0;

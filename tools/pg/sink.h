@@ -2,6 +2,10 @@
  * tools/pg/sink.h - the heap side of ah-pgsync: one arrangement per source
  * table, source transactions buffered until their commit, groups of them
  * committed to the heap in one write transaction with the stream position.
+ * The staging, the source transactions and the group's write transaction
+ * are the shared engine's (tools/common/ingest.h); the sink adds what is
+ * PostgreSQL's: tables and their encoding, TRUNCATE, LSNs and the pg.*
+ * records, and which tables are in the heap yet.
  *
  * Heap contents (ARCHITECTURE.md section 12 has the whole contract):
  *   arrangement per table  key = primary key fields, val = all fields
@@ -24,8 +28,9 @@
  *   source "pg.tables"     one line per table: relid, arrangement, schema,
  *                          table, key column indices, column names
  *                          (tab-separated, names escaped as escape.h).
- * It never confirms anything to the server: the caller does, with
- * sink_committed() after sink_flush() returned 0.
+ * It never confirms anything to the server (the caller does, after
+ * sink_flush() returned 0), and never drops a source transaction that
+ * sink_commit took: a lost connection keeps it for the next flush.
  */
 #ifndef TOOLS_PG_SINK_H
 #define TOOLS_PG_SINK_H
@@ -34,14 +39,8 @@
 #include <stdint.h>
 
 #include "arrheap.h"
+#include "tools/common/ingest.h"
 #include "tools/pg/row.h"
-
-typedef struct pend {
-	size_t off;        /* into the table's bytes: key then val */
-	uint32_t klen, vlen;
-	uint64_t time;     /* 0 until the source transaction commits */
-	int64_t diff;
-} pend;
 
 typedef struct pg_table {
 	uint32_t relid;
@@ -52,21 +51,21 @@ typedef struct pg_table {
 	int nkey;
 	int *key;          /* column indices of the primary key, in its order */
 	int in_heap;       /* 0: followed since this run (sink_add_table), its
-	                    * arrangement not made yet; 1: in the heap */
-	/* pending updates of the current group */
-	pg_buf bytes;
-	pend *ups;
-	size_t nups, cap;
-	size_t mark, bytes_mark;  /* where the open source txn began */
+	                    * arrangement not made yet; 1: in the heap; 2: made
+	                    * by the sink_flush under way (pg.tables lists it) */
+	ingest_arr *arr;   /* its pending updates, in the sink's engine (set
+	                    * by sink_start or sink_add_table; NULL outside a
+	                    * sink); time 0 until their source txn commits */
 } pg_table;
 
 typedef struct sink {
-	ah_heap *heap;
+	/* the heap (ig.heap: opened and closed by the caller), the tables'
+	 * staging, the open source txn (ig.in_src) and the group commit */
+	ingest ig;
 	pg_table *t;
 	int nt;
 	uint64_t pos;        /* committed in the heap */
 	uint64_t group_pos;  /* after the buffered group */
-	int in_txn;
 	size_t group_txns;
 	uint64_t group_updates;
 	uint64_t txns, skipped, updates;  /* totals of this run */
@@ -86,6 +85,10 @@ int lsn_parse(const char *s, size_t len, uint64_t *out);
 void table_name_for(pg_table *t);
 pg_table *sink_table(sink *s, uint32_t relid);
 
+/* Takes s->t[0..s->nt) (set by the caller: the first copy's tables, or the
+ * stored ones) as the tables it stages for.  0, or -1 (out of memory). */
+int sink_start(sink *s);
+
 /* Follows table t (its fields moved into the sink; *t is cleared) from the
  * open source txn on: not in the heap until a flush commits its first
  * rows, creating its arrangement and adding it to pg.tables in the same
@@ -104,6 +107,8 @@ void table_clear(pg_table *t);
  * s->kv.p[0..*klen), val follows. */
 int sink_encode(sink *s, const pg_table *t, const pg_field *f, size_t *klen);
 
+/* Opens a source transaction (an open one, abandoned by the server, is
+ * dropped first). */
 void sink_begin(sink *s);
 /* One change of the open source txn: diff +1 (new row) or -1 (old row). */
 int sink_row(sink *s, pg_table *t, const pg_field *f, int64_t diff);

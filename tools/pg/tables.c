@@ -188,9 +188,7 @@ void table_clear(pg_table *t)
 	free(t->key);
 	free(t->nsp);
 	free(t->rel);
-	pg_buf_free(&t->bytes);
-	free(t->ups);
-	memset(t, 0, sizeof *t);
+	memset(t, 0, sizeof *t);  /* t->arr is the sink's engine's */
 }
 
 void tables_free(pg_table *t, int nt)
