@@ -412,12 +412,51 @@ static int lagging(heap_txn *t, const spine *sp, bool *lag)
 	return 0;
 }
 
+/* Physical compaction with no fuel limit: ONE merge of the whole trace.
+ * Merges in progress are given up (their partial outputs freed in this
+ * txn: the one merge reads each input update once, where finishing them
+ * first and merging their outputs again read the data about twice), and a
+ * lone batch whose since lags is recompacted.  While it runs the inputs
+ * and the output coexist: at most twice the trace's bytes. */
+static int maintain_all(heap_txn *t, pool *p, spine *sp, bool *idle)
+{
+	bool lag, fin;
+	int rc = 0;
+
+	for (uint32_t i = 0; i < sp->nmerges && rc == 0; i++) {
+		if (sp->merges[i].partial_id)
+			rc = batch_drop(t, sp->merges[i].partial_id);
+		free(sp->merges[i].key);
+		free(sp->merges[i].val);
+	}
+	sp->nmerges = 0;
+	if (rc == 0)
+		rc = lagging(t, sp, &lag);
+	if (rc == 0 && (sp->nbatches >= 2 || (sp->nbatches == 1 && lag))) {
+		spine_merge *nm = realloc(sp->merges, sizeof *nm);
+
+		if (nm == NULL)
+			return AH_ENOMEM;
+		sp->merges = nm;
+		memset(nm, 0, sizeof *nm);
+		nm->count = sp->nbatches;
+		nm->since = sp->since;
+		sp->nmerges = 1;
+		rc = run_merge(t, p, sp, 0, 0, &fin);
+	}
+	if (rc == 0)
+		*idle = true;
+	return rc;
+}
+
 int spine_maintain(heap_txn *t, pool *p, spine *sp, uint64_t fuel,
                    uint64_t quantum, bool *idle)
 {
 	uint64_t used = 0;
 	int rc;
 	*idle = false;
+	if (fuel == 0)
+		return maintain_all(t, p, sp, idle);
 	if (!quantum)
 		quantum = SPINE_MERGE_QUANTUM;
 	if ((rc = tidy(t, p, sp, quantum)))

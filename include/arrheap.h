@@ -348,8 +348,10 @@ int ah_set_since(ah_txn *txn, const char *name, uint64_t since);
 /* Spends up to fuel units of merge work (one unit = one input update read;
  * 0 = no limit) on NAME: in-progress merges first, then merges that an idle
  * arrangement still deserves (batches behind since, or more than one batch),
- * so that retracted and compacted data gives its space back.  *idle (may be
- * NULL) is set to 1 when nothing is left to do.  Errors: as ah_append.
+ * so that retracted and compacted data gives its space back.  fuel 0 is one
+ * merge of the whole trace (merges in progress are given up, not finished
+ * first, so each update is read once), after which the arrangement is one
+ * batch.  *idle (may be NULL) is set to 1 when nothing is left to do.  Errors: as ah_append.
  * Source: differential dataflow's Spine::exert (spine_fueled). */
 int ah_maintain(ah_txn *txn, const char *name, uint64_t fuel, int *idle);
 
