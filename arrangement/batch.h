@@ -113,6 +113,14 @@ int batch_writer_resume(heap_txn *t, pool *p, uint64_t partial_id,
 int batch_writer_push(batch_writer *w, const void *key, size_t klen,
                       const void *val, size_t vlen, uint64_t time,
                       int64_t diff);
+/* Pushes a whole (key, val)'s consolidated (time, diff) run: n > 0 pairs in
+ * increasing time, no zero diff; same_key true says the key equals the
+ * last pushed key (the caller, a merge, knows it: the writer then compares
+ * only the val); false means not known (the writer compares the key).  Equal to n batch_writer_push calls, minus their per-update
+ * order checks and staging calls.  Errors: as batch_writer_push. */
+int batch_writer_push_run(batch_writer *w, const void *key, size_t klen,
+                          const void *val, size_t vlen, bool same_key,
+                          const time_diff *td, size_t n);
 /* Flushes, writes the batch record with Description d and frees the
  * writer.  *id = 0 and nothing written when no update was pushed (any
  * chunks of an adopted partial batch are freed).  */
@@ -151,6 +159,13 @@ int bcur_rewind_vals(batch_cursor *c);
 /* (time, diff) of the current (key, val), in stored order, across chunk
  * continuations.  Returns 1 with a pair, 0 at the end, or AH_ECORRUPT. */
 int bcur_time_next(batch_cursor *c, uint64_t *time, int64_t *diff);
+/* The stored (time, diff) pairs of the current (key, val) in the current
+ * chunk, checked, times NOT advanced by since: *n pairs at *times and
+ * *diffs (into the map, valid while the cursor stays on this val).  0 when
+ * these are all of its pairs, 1 when it may go on in the next chunk (walk
+ * it with bcur_time_next then), or AH_ECORRUPT. */
+int bcur_times(batch_cursor *c, const atime **times, const int64_t **diffs,
+               uint32_t *n);
 int bcur_times_rewind(batch_cursor *c);
 
 #endif /* ARRANGEMENT_BATCH_H */

@@ -355,7 +355,7 @@ static int times_cont(batch_cursor *c)
 {
 	bchunk next;
 	int rc;
-	if (c->tvi + 1 != c->tv.nvals || c->tc + 1 >= c->b->nchunks) {
+	if (c->tvi + 1 != c->tw->nvals || c->tc + 1 >= c->b->nchunks) {
 		c->tdone = true;
 		return 0;
 	}
@@ -366,6 +366,7 @@ static int times_cont(batch_cursor *c)
 		return 0;
 	}
 	c->tv = next;
+	c->tw = &c->tv;
 	c->tc++;
 	c->tvi = 0;
 	if ((rc = bchunk_val_upds(&c->tv, 0, &c->tu, &c->tend)))
@@ -385,7 +386,7 @@ int bcur_time_next(batch_cursor *c, uint64_t *time, int64_t *diff)
 		    (!c->cv.hv.all &&
 		     (rc = bchunk_touch_upds(&c->cv, c->tu, c->tend))))
 			return rc;
-		c->tv = c->cv;
+		c->tw = &c->cv;
 		c->tc = c->c;
 		c->tvi = c->vi;
 		c->tpending = false;
@@ -396,8 +397,27 @@ int bcur_time_next(batch_cursor *c, uint64_t *time, int64_t *diff)
 		if ((rc = times_cont(c)))
 			return rc;
 	}
-	*time = time_advance_by(c->tv.times[c->tu], c->since);
-	*diff = c->tv.diffs[c->tu];
+	*time = time_advance_by(c->tw->times[c->tu], c->since);
+	*diff = c->tw->diffs[c->tu];
 	c->tu++;
 	return 1;
+}
+
+int bcur_times(batch_cursor *c, const atime **times, const int64_t **diffs,
+               uint32_t *n)
+{
+	uint32_t lo, hi;
+	int rc;
+
+	*n = 0;
+	if (!bcur_val_valid(c))
+		return 0;
+	if ((rc = bchunk_val_upds(&c->cv, c->vi, &lo, &hi)) ||
+	    (!c->cv.hv.all && (rc = bchunk_touch_upds(&c->cv, lo, hi))))
+		return rc;
+	*times = c->cv.times + lo;
+	*diffs = c->cv.diffs + lo;
+	*n = hi - lo;
+	/* The chunk's last val may go on in the next chunk (VAL_CONT). */
+	return c->vi + 1 == c->cv.nvals && c->c + 1 < c->b->nchunks ? 1 : 0;
 }

@@ -144,8 +144,10 @@ struct batch_cursor {
 	bool kvalid, vvalid;
 	const uint8_t *key, *val;
 	size_t klen, vlen;
-	/* time walk */
+	/* time walk: on cv while in the position's chunk, on tv (a copy)
+	 * once it follows the (key, val) into the next chunks */
 	bchunk tv;
+	bchunk *tw;
 	uint32_t tc, tvi, tu, tend;
 	bool tpending, tdone;
 };

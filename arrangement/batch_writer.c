@@ -455,6 +455,63 @@ int batch_writer_push(batch_writer *w, const void *key, size_t klen,
 	return 0;
 }
 
+int batch_writer_push_run(batch_writer *w, const void *key, size_t klen,
+                          const void *val, size_t vlen, bool same_key,
+                          const time_diff *td, size_t n)
+{
+	const void *lk, *lv;
+	size_t lkl, lvl;
+	int rc;
+
+	if (!w || (klen && !key) || (vlen && !val))
+		return AH_EINVAL;
+	if (n == 0)
+		return 0;
+	bool have = batch_writer_last(w, &lk, &lkl, &lv, &lvl);
+	/* One order check for the run (B1): the run's (key, val) follows
+	 * the last one; its times increase and its diffs are not zero.  A
+	 * false same_key is only "not known": the key is compared. */
+	int kc = !have ? 1 : same_key ? 0 : bytes_cmp(key, klen, lk, lkl);
+	bool newkey = kc != 0;
+	if (have && (kc < 0 || (kc == 0 && bytes_cmp(val, vlen, lv, lvl) <= 0)))
+		return AH_EINVAL;
+	for (size_t i = 0; i < n; i++)
+		if (td[i].diff == 0 || (i && time_cmp(td[i - 1].time, td[i].time) >= 0))
+			return AH_EINVAL;
+	uint64_t after = chunk_size(w->nk + newkey, w->kb.len + (newkey ? klen : 0),
+	                            w->nv + 1, w->vb.len + vlen, w->nu + n);
+	/* Across a chunk boundary, a new chunk, or a huge value: one update
+	 * at a time, where the boundary logic lives. */
+	if (w->nu == 0 || after > w->max_body || after > UINT32_MAX) {
+		for (size_t i = 0; i < n; i++)
+			if ((rc = batch_writer_push(w, key, klen, val, vlen,
+			                            td[i].time, td[i].diff)))
+				return rc;
+		return 0;
+	}
+	if ((rc = stage_begin(w)) ||
+	    (newkey && (rc = stage_key(w, key, klen))) ||
+	    (rc = stage_val(w, val, vlen)))
+		return rc;
+	if (w->tm.len + 8 * n > w->tm.cap && (rc = grow(w->pool, &w->tm, 8 * n)))
+		return rc;
+	if (w->df.len + 8 * n > w->df.cap && (rc = grow(w->pool, &w->df, 8 * n)))
+		return rc;
+	for (size_t i = 0; i < n; i++) {
+		put_u64(w->tm.p + w->tm.len + 8 * i, td[i].time);
+		put_u64(w->df.p + w->df.len + 8 * i, (uint64_t)td[i].diff);
+	}
+	w->tm.len += 8 * n;
+	w->df.len += 8 * n;
+	w->nu += (uint32_t)n;
+	put_u32(w->vu.p + 4 * w->nv, w->nu);
+	w->updates += n;
+	w->keys += newkey;
+	w->vals++;
+	w->have_last = true;
+	return 0;
+}
+
 /* Flushes and writes the record (flags BREC_*); *id = 0 when empty. */
 static int write_record(batch_writer *w, const batch_desc *d, uint32_t flags,
                         uint64_t *id)

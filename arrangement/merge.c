@@ -10,7 +10,7 @@
  * equal times summed (in 128 bits, so the result does not depend on the
  * order of the inputs) and zeros dropped.  A sum outside int64, possible
  * only where advancing to since made distinct times equal, is written as
- * several updates at distinct times <= since (emit_split), never refused:
+ * several updates at distinct times <= since (split), never refused:
  * a merge that could not complete would wedge the arrangement.
  * Memory is per group: the pairs of one (key, val) in one pool buffer.
  *
@@ -28,10 +28,7 @@
 #include "arrangement/batch_int.h"
 #include "arrangement/merge.h"
 
-typedef struct tpair {
-	atime time;
-	int64_t diff;
-} tpair;
+typedef time_diff tpair;
 
 /* A heap entry: an input's current (key, val) with cached prefixes, so
  * that most comparisons settle on two integers. */
@@ -53,6 +50,8 @@ struct merger {
 	batch_writer *w;       /* NULL once suspended or finished */
 	tpair *pairs;          /* pool: the current group's (time, diff) */
 	size_t pairs_cap;
+	const void *wkey;      /* key of the last run written (map pointer) */
+	size_t wklen;
 	/* Last group consumed: map pointers, copied into bkey/bval on suspend. */
 	bool has_boundary;
 	const void *lkey, *lval;
@@ -261,20 +260,32 @@ static size_t next_group(merger *m, const void **k, size_t *kl,
 	return nh;
 }
 
+/* Room for n pairs in m->pairs. */
+static int reserve_pairs(merger *m, size_t n)
+{
+	if (n <= m->pairs_cap)
+		return 0;
+	size_t ncap = m->pairs_cap ? m->pairs_cap : 64;
+	while (ncap < n)
+		ncap *= 2;
+	tpair *nb = m->pairs ?
+		pool_realloc(m->p, m->pairs, m->pairs_cap * sizeof *nb,
+		             ncap * sizeof *nb) :
+		pool_malloc(m->p, ncap * sizeof *nb);
+	if (!nb)
+		return AH_ENOMEM;
+	account(m, (int64_t)((ncap - m->pairs_cap) * sizeof *nb));
+	m->pairs = nb;
+	m->pairs_cap = ncap;
+	return 0;
+}
+
 static int push_pair(merger *m, size_t *np, uint64_t time, int64_t diff)
 {
-	if (*np == m->pairs_cap) {
-		size_t ncap = m->pairs_cap ? m->pairs_cap * 2 : 64;
-		tpair *nb = m->pairs ?
-			pool_realloc(m->p, m->pairs, m->pairs_cap * sizeof *nb,
-			             ncap * sizeof *nb) :
-			pool_malloc(m->p, ncap * sizeof *nb);
-		if (!nb)
-			return AH_ENOMEM;
-		account(m, (int64_t)((ncap - m->pairs_cap) * sizeof *nb));
-		m->pairs = nb;
-		m->pairs_cap = ncap;
-	}
+	int rc;
+
+	if (*np == m->pairs_cap && (rc = reserve_pairs(m, *np + 1)))
+		return rc;
 	m->pairs[*np].time = time;
 	m->pairs[(*np)++].diff = diff;
 	return 0;
@@ -310,8 +321,8 @@ static void sort_pairs(tpair *a, size_t n)
  * at least as many as the pieces.  Times <= since read the same at every
  * readable as_of (>= since), so the pieces mean exactly the sum: the
  * updates are kept apart instead of the arrangement being wedged. */
-static int emit_split(merger *m, diff_sum sum, uint64_t time,
-                      const void *k, size_t kl, const void *v, size_t vl)
+static int split(merger *m, diff_sum sum, atime time, size_t used,
+                 size_t *out)
 {
 	diff_sum left = sum;
 	uint64_t p = 0;
@@ -321,40 +332,123 @@ static int emit_split(merger *m, diff_sum sum, uint64_t time,
 		left -= sum > 0 ? INT64_MAX : INT64_MIN;
 	/* The seam: pieces at distinct times before since's element; with
 	 * product times this needs distinct times that advance to the same
-	 * time (time.h). */
-	if (time != frontier_time(m->since) || time - lower < p)
+	 * time (time.h).  The pieces never outnumber the pairs they replace
+	 * (used), so they are written in place. */
+	if (time != frontier_time(m->since) || time - lower < p || *out != 0 ||
+	    p + (left != 0) > used)
 		return AH_ELIMIT; /* cannot happen in a spine (see above) */
 	for (uint64_t i = p; i > 0; i--) {
-		int rc = batch_writer_push(m->w, k, kl, v, vl, time - i,
-		                           sum > 0 ? INT64_MAX : INT64_MIN);
-		if (rc)
-			return rc;
+		m->pairs[*out].time = time - i;
+		m->pairs[(*out)++].diff = sum > 0 ? INT64_MAX : INT64_MIN;
 	}
-	return left != 0 ? batch_writer_push(m->w, k, kl, v, vl, time,
-	                                     (int64_t)left) : 0;
-}
-
-/* Sorts, sums equal times and writes the non-zero sums. */
-static int emit(merger *m, size_t np, bool sorted, const void *k, size_t kl,
-                const void *v, size_t vl)
-{
-	if (!sorted)
-		sort_pairs(m->pairs, np);
-	for (size_t i = 0; i < np;) {
-		diff_sum sum = 0;
-		atime time = m->pairs[i].time;
-		int rc = 0;
-		for (; i < np && time_cmp(m->pairs[i].time, time) == 0; i++)
-			sum += m->pairs[i].diff;
-		if (!diff_fits(sum))
-			rc = emit_split(m, sum, time, k, kl, v, vl);
-		else if (sum != 0)
-			rc = batch_writer_push(m->w, k, kl, v, vl, time,
-			                       (int64_t)sum);
-		if (rc)
-			return rc;
+	if (left != 0) {
+		m->pairs[*out].time = time;
+		m->pairs[(*out)++].diff = (int64_t)left;
 	}
 	return 0;
+}
+
+/* Sums equal times of the sorted pairs in place, dropping zeros; the one
+ * sum that does not fit int64 (at since, the group's least time: see
+ * split) becomes its pieces.  np shrinks to the consolidated run. */
+static int consolidate(merger *m, size_t *np)
+{
+	size_t out = 0;
+
+	for (size_t i = 0; i < *np;) {
+		diff_sum sum = 0;
+		atime time = m->pairs[i].time;
+		size_t from = i;
+		int rc;
+
+		for (; i < *np && time_cmp(m->pairs[i].time, time) == 0; i++)
+			sum += m->pairs[i].diff;
+		if (!diff_fits(sum)) {
+			if ((rc = split(m, sum, time, i - from, &out)))
+				return rc;
+		} else if (sum != 0) {
+			m->pairs[out].time = time;
+			m->pairs[out++].diff = (int64_t)sum;
+		}
+	}
+	*np = out;
+	return 0;
+}
+
+/* Appends input h's stored pairs advanced by since, sorted: the times not
+ * beyond since all become since (a prefix: the stored times increase), the
+ * rest keep their order. */
+static void gather(merger *m, size_t *np, const atime *t, const int64_t *d,
+                   uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		m->pairs[*np].time = time_advance_by(t[i], m->since);
+		m->pairs[(*np)++].diff = d[i];
+	}
+}
+
+/* Merges two sorted runs of pairs (a then b, adjacent in m->pairs) by
+ * time into the scratch after them, then moves the result down. */
+static void merge_runs(merger *m, size_t na, size_t nb)
+{
+	tpair *a = m->pairs, *b = m->pairs + na, *o = m->pairs + na + nb;
+	size_t i = 0, j = 0, n = 0;
+
+	while (i < na || j < nb)
+		o[n++] = j == nb || (i < na && time_cmp(a[i].time, b[j].time) <= 0)
+		         ? a[i++] : b[j++];
+	memmove(m->pairs, o, n * sizeof *o);
+}
+
+/* The group's pairs, consolidated, in m->pairs: straight from the chunks
+ * when every input holds its part in one chunk (one or two inputs: a
+ * copy, or a merge of two sorted runs), else through the time walk and a
+ * sort. */
+static int group_pairs(merger *m, size_t nh, size_t *np, uint64_t *units)
+{
+	const atime *t[2];
+	const int64_t *d[2];
+	uint32_t n[2] = { 0, 0 };
+	int rc = 0;
+	bool direct = nh <= 2;
+
+	*np = 0;
+	for (size_t h = 0; h < nh && direct; h++) {
+		if ((rc = bcur_times(m->cur[m->hits[h]], &t[h], &d[h], &n[h])) < 0)
+			return rc;
+		direct = rc == 0;
+	}
+	if (direct) {
+		size_t total = (size_t)n[0] + n[1];
+
+		if ((rc = reserve_pairs(m, 2 * total)))
+			return rc;
+		gather(m, np, t[0], d[0], n[0]);
+		if (nh == 2) {
+			gather(m, np, t[1], d[1], n[1]);
+			merge_runs(m, n[0], n[1]);
+		}
+	} else {
+		rc = 0; /* bcur_times said "may go on": walk instead */
+		for (size_t h = 0; h < nh && rc == 0; h++) {
+			batch_cursor *c = m->cur[m->hits[h]];
+			uint64_t time;
+			int64_t diff;
+
+			if ((rc = bcur_times_rewind(c)))
+				return rc;
+			while ((rc = bcur_time_next(c, &time, &diff)) == 1)
+				if ((rc = push_pair(m, np, time, diff)))
+					return rc;
+		}
+		if (rc)
+			return rc;
+		/* One input's times are sorted, and advancing keeps them so. */
+		if (nh > 1)
+			sort_pairs(m->pairs, *np);
+	}
+	*units = *np;
+	return consolidate(m, np);
 }
 
 /* Consumes one (key, val) group; *units = pairs read. */
@@ -369,23 +463,20 @@ static int merge_group(merger *m, uint64_t *units)
 		m->done = true;
 		return 0;
 	}
-	for (size_t h = 0; h < nh && rc == 0; h++) {
-		batch_cursor *c = m->cur[m->hits[h]];
-		uint64_t time;
-		int64_t diff;
-		while ((rc = bcur_time_next(c, &time, &diff)) == 1) {
-			rc = push_pair(m, &np, time, diff);
-			if (rc)
-				break;
-		}
+	if ((rc = group_pairs(m, nh, &np, units)))
+		return rc;
+	if (np != 0) {
+		/* The key of the last run written: the same pointer (vals of one
+		 * key in one chunk) or the same bytes. */
+		bool same = m->wkey != NULL && m->wklen == kl &&
+		            (m->wkey == k || memcmp(m->wkey, k, kl) == 0);
+
+		if ((rc = batch_writer_push_run(m->w, k, kl, v, vl, same,
+		                                m->pairs, np)))
+			return rc;
+		m->wkey = k;
+		m->wklen = kl;
 	}
-	if (rc)
-		return rc;
-	*units = np;
-	/* One input's times are sorted, and max(t, since) keeps them so. */
-	rc = emit(m, np, nh == 1, k, kl, v, vl);
-	if (rc)
-		return rc;
 	/* k and v point into the map: they stay valid while the cursors move. */
 	m->has_boundary = true;
 	m->lkey = k, m->lklen = kl, m->lval = v, m->lvlen = vl;

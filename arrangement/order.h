@@ -81,6 +81,12 @@ static inline int kv_cmp(const kv_ref *a, const kv_ref *b)
 	return bytes_cmp_rest(a->v, a->vl, b->v, b->vl);
 }
 
+/* One (time, diff) of a (key, val)'s history. */
+typedef struct time_diff {
+	uint64_t time;
+	int64_t diff;
+} time_diff;
+
 /* The sum of the diffs of one (key, val, time): exact, whatever their
  * number and order; diff_fits says whether it is an int64 (an update that
  * can be stored). */
