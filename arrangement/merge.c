@@ -47,6 +47,8 @@ struct merger {
 	size_t *hits;          /* n: inputs holding the current group */
 	hent *hp;              /* n: min-heap of the inputs not exhausted */
 	size_t hn;
+	hent two[2];           /* n == 2: the inputs' current (key, val), no heap */
+	bool live[2];
 	batch_writer *w;       /* NULL once suspended or finished */
 	tpair *pairs;          /* pool: the current group's (time, diff) */
 	size_t pairs_cap;
@@ -91,19 +93,39 @@ static void pq_sift_down(hent *h, size_t n, size_t i)
 	h[i] = x;
 }
 
-/* Adds input i (on a valid val) to the heap. */
+/* Input i's current (key, val), its key prefix kept while the key is the
+ * same (the vals of one key share its bytes). */
+static void load_ent(batch_cursor *c, size_t i, hent *x)
+{
+	const void *k, *v;
+	size_t kl;
+
+	bcur_key(c, &k, &kl);
+	bcur_val(c, &v, &x->r.vl);
+	if (k != x->r.k || kl != x->r.kl) {
+		x->r.k = k;
+		x->r.kl = kl;
+		x->r.kp = bytes_prefix8(x->r.k, x->r.kl);
+	}
+	x->r.v = v;
+	x->r.vp = bytes_prefix8(x->r.v, x->r.vl);
+	x->idx = i;
+}
+
+/* Adds input i (on a valid val) to the heap (two inputs: to two[]). */
 static void pq_push(merger *m, size_t i)
 {
-	hent x;
+	if (m->n == 2) {
+		load_ent(m->cur[i], i, &m->two[i]);
+		m->live[i] = true;
+		m->hn += 1;
+		return;
+	}
+	hent x = m->two[0]; /* a scratch whose key prefix is not reused */
 	size_t j = m->hn++;
-	const void *k, *v;
-	bcur_key(m->cur[i], &k, &x.r.kl);
-	bcur_val(m->cur[i], &v, &x.r.vl);
-	x.r.k = k;
-	x.r.v = v;
-	x.r.kp = bytes_prefix8(x.r.k, x.r.kl);
-	x.r.vp = bytes_prefix8(x.r.v, x.r.vl);
-	x.idx = i;
+
+	x.r.k = NULL;
+	load_ent(m->cur[i], i, &x);
 	while (j > 0 && hent_cmp(&x, &m->hp[(j - 1) / 2]) < 0) {
 		m->hp[j] = m->hp[(j - 1) / 2];
 		j = (j - 1) / 2;
@@ -252,6 +274,23 @@ static size_t next_group(merger *m, const void **k, size_t *kl,
 	size_t nh = 0;
 	if (m->hn == 0)
 		return 0;
+	if (m->n == 2) { /* two inputs: one compare, no heap */
+		int c = !m->live[1] ? -1 : !m->live[0] ? 1
+		                         : hent_cmp(&m->two[0], &m->two[1]);
+		const hent *e = &m->two[c <= 0 ? 0 : 1];
+
+		if (c <= 0) {
+			m->hits[nh++] = 0;
+			m->live[0] = false;
+		}
+		if (c >= 0) {
+			m->hits[nh++] = 1;
+			m->live[1] = false;
+		}
+		m->hn -= nh;
+		*k = e->r.k, *kl = e->r.kl, *v = e->r.v, *vl = e->r.vl;
+		return nh;
+	}
 	min = pq_pop(m);
 	m->hits[nh++] = min.idx;
 	while (m->hn && hent_cmp(&m->hp[0], &min) == 0)
