@@ -9,7 +9,7 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include "tests/dump/dump_util.h"
+#include "dump_util.h"
 #include "tests/fuzz/fuzz_path.h"
 
 /* The writer child: appends one update per commit to "live" until killed,
@@ -79,9 +79,9 @@ Test(live, every_command_while_writing, .init = du_setup, .fini = live_teardown,
 	pid_t pid;
 	int st;
 
-	snprintf(heap, sizeof heap, "%s/h", du_dir);
-	snprintf(count, sizeof count, "%s/count", du_dir);
-	h = du_open(heap);
+	snprintf(heap, sizeof heap, "%s/h", du_tmp.dir);
+	snprintf(count, sizeof count, "%s/count", du_tmp.dir);
+	h = tl_open_path(heap, 0, 0);
 	du_ok(ah_txn_begin(h, 0, &t), "begin");
 	du_ok(ah_arrangement_create(t, "live"), "create");
 	du_ok(ah_advance(t, "live", 0, 1), "advance");
@@ -98,7 +98,7 @@ Test(live, every_command_while_writing, .init = du_setup, .fini = live_teardown,
 		for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
 			uint64_t before = commits(count);
 
-			snprintf(args, sizeof args, cmds[i], du_dir);
+			snprintf(args, sizeof args, cmds[i], du_tmp.dir);
 			if (round == 1 && i + 1 == sizeof cmds / sizeof *cmds)
 				break; /* the backup exists */
 			cr_assert_eq(du_dump(heap, args, true, &out), 0, "%s: %s", args, out);
@@ -119,7 +119,7 @@ Test(live, every_command_while_writing, .init = du_setup, .fini = live_teardown,
 	cr_assert_eq(waitpid(pid, &st, 0), pid);
 	writer_pid = 0;
 	cr_assert(WIFSIGNALED(st), "writer exited early: %d", WEXITSTATUS(st));
-	snprintf(args, sizeof args, "%s/backup", du_dir);
+	snprintf(args, sizeof args, "%s/backup", du_tmp.dir);
 	du_json_eq(args, "verify", "d['ok']", "True");
 	du_json_eq(heap, "verify", "d['ok']", "True");
 }
@@ -131,15 +131,15 @@ Test(live, fuzz_regressions, .init = du_setup, .fini = du_teardown, .timeout = 1
 	char path[512], work[512], lock[520];
 	int n = 0;
 
-	snprintf(path, sizeof path, "%s/tests/fuzz/seeds", du_src());
-	snprintf(work, sizeof work, "%s/heap", du_dir);
+	snprintf(path, sizeof path, "%s/tests/fuzz/seeds", tl_src());
+	snprintf(work, sizeof work, "%s/heap", du_tmp.dir);
 	snprintf(lock, sizeof lock, "%s-lock", work);
 	cr_assert_geq(fz_load_seeds(path, work), 1, "seeds in %s", path);
 	for (size_t i = 0; i < 2; i++) {
 		DIR *d;
 		struct dirent *e;
 
-		snprintf(path, sizeof path, "%s/tests/fuzz/%s", du_src(), dirs[i]);
+		snprintf(path, sizeof path, "%s/tests/fuzz/%s", tl_src(), dirs[i]);
 		if (!(d = opendir(path)))
 			continue;
 		while ((e = readdir(d))) {
