@@ -281,9 +281,8 @@ Test(damage, verify_escapes_damaged_names, .init = du_setup,
 	ah_heap *h;
 	ah_txn *t;
 	uint8_t *buf, *at = NULL;
-	long len;
+	size_t len;
 	int hits = 0;
-	FILE *f;
 
 	ah_open_opts o = { .size = sizeof o, .flags = AH_OPEN_CREATE,
 	                   .max_bytes = 4 << 20 }; /* the file's size */
@@ -295,14 +294,7 @@ Test(damage, verify_escapes_damaged_names, .init = du_setup,
 	du_ok(ah_arrangement_create(t, "zz-escape"), "create");
 	du_ok(ah_txn_commit(t), "commit");
 	du_ok(ah_close(h), "close");
-	f = fopen(heap, "rb");
-	cr_assert_not_null(f);
-	fseek(f, 0, SEEK_END);
-	len = ftell(f);
-	buf = malloc((size_t)len);
-	fseek(f, 0, SEEK_SET);
-	cr_assert_eq(fread(buf, 1, (size_t)len, f), (size_t)len);
-	fclose(f);
+	buf = (uint8_t *)tl_read(heap, &len);
 	for (uint8_t *p = buf; (p = memmem(p, (size_t)(buf + len - p), "zz-escape",
 	                                   9)); p++, hits++)
 		at = p;

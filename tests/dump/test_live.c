@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "dump_util.h"
+#include "tl_file.h"
 #include "tests/fuzz/fuzz_path.h"
 
 /* The writer child: appends one update per commit to "live" until killed,
@@ -145,21 +146,13 @@ Test(live, fuzz_regressions, .init = du_setup, .fini = du_teardown, .timeout = 1
 		while ((e = readdir(d))) {
 			char file[1024];
 			uint8_t *buf;
-			long len;
-			FILE *f;
+			size_t len;
 
 			if (e->d_name[0] == '.')
 				continue;
 			snprintf(file, sizeof file, "%s/%s", path, e->d_name);
-			f = fopen(file, "rb");
-			cr_assert_not_null(f, "%s", file);
-			fseek(f, 0, SEEK_END);
-			len = ftell(f);
-			fseek(f, 0, SEEK_SET);
-			buf = malloc((size_t)len + 1);
-			cr_assert_eq(fread(buf, 1, (size_t)len, f), (size_t)len);
-			fclose(f);
-			cr_assert_eq(fz_run(buf, (size_t)len, work), 0, "%s", file);
+			buf = (uint8_t *)tl_read(file, &len);
+			cr_assert_eq(fz_run(buf, len, work), 0, "%s", file);
 			free(buf);
 			unlink(work);
 			unlink(lock);

@@ -200,22 +200,6 @@ static char *text_of(ah_heap *h)
 	return b;
 }
 
-static char *read_text(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	char *b;
-	long n;
-
-	cr_assert_not_null(f, "%s missing", path);
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	rewind(f);
-	b = calloc(1, (size_t)n + 1);
-	cr_assert_eq(fread(b, 1, (size_t)n, f), (size_t)n);
-	fclose(f);
-	return b;
-}
-
 static void need_native_fixture(void)
 {
 	uint32_t one = 1;
@@ -250,7 +234,7 @@ Test(format, fixture_generator)
 	cr_assert_eq(ah_open(d.path, &o, &h), 0);
 	text = text_of(h);
 	cr_assert_eq(ah_close(h), 0);
-	char *want = read_text(expect);
+	char *want = tl_slurp(expect);
 	cr_assert_str_eq(text, want, "the generator no longer writes "
 	                 "what the fixtures hold");
 	free(want);
@@ -301,7 +285,7 @@ static void fixture_opens_as(const char *which, uint32_t format_after)
 	need_native_fixture();
 	fixture_copy_of(&d, which);
 	snprintf(expect, sizeof expect, "%s/%s.expect", src_dir(), FIXTURE);
-	want = read_text(expect);
+	want = tl_slurp(expect);
 	cr_assert_eq(ah_open(d.path, &o, &h), 0, "this version must open %s",
 	             which);
 	cr_assert_eq(tl_verify(h, &chunks), 0);
@@ -357,7 +341,7 @@ Test(format, v1_upgrade_at_writable_open)
 	cr_assert_eq(format_of(d.path, 0), 2);
 	cr_assert_eq(format_of(d.path, AH_OPEN_RDONLY), 2);
 	snprintf(expect, sizeof expect, "%s/%s.expect", src_dir(), FIXTURE);
-	want = read_text(expect);
+	want = tl_slurp(expect);
 	cr_assert_eq(ah_open(d.path, &o, &h), 0);
 	text = text_of(h);
 	cr_assert_str_eq(text, want);

@@ -1,6 +1,6 @@
 /*
  * tests/lib/tl_file.h - files seen from outside the library: reading a
- * whole file, writing one, copying a sparse heap file (holes kept), a
+ * whole file (text or bytes), writing one, copying a sparse heap file (holes kept), a
  * fingerprint (size + XXH3) to prove a file unchanged, flipping bits of
  * one byte in place to damage a heap, and the page cache (which pages of a
  * file are resident; dropping them).
@@ -27,10 +27,11 @@
 #endif
 #include <xxhash.h>
 
-/* The whole file, NUL-terminated (malloc); asserts it can be read. */
-static inline char *tl_slurp(const char *path)
+/* The whole file (malloc, with a NUL after it), its size in *len (may be
+ * NULL); asserts that it can be read. */
+static inline char *tl_read(const char *path, size_t *len)
 {
-	FILE *f = fopen(path, "r");
+	FILE *f = fopen(path, "rb");
 	char *buf;
 	long n;
 
@@ -39,9 +40,18 @@ static inline char *tl_slurp(const char *path)
 	n = ftell(f);
 	rewind(f);
 	buf = calloc(1, (size_t)n + 1);
+	cr_assert_not_null(buf);
 	cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
 	fclose(f);
+	if (len != NULL)
+		*len = (size_t)n;
 	return buf;
+}
+
+/* A text file, NUL-terminated (malloc); asserts. */
+static inline char *tl_slurp(const char *path)
+{
+	return tl_read(path, NULL);
 }
 
 /* Creates or truncates path with text; asserts. */
