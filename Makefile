@@ -25,7 +25,7 @@ TEST_SRC := $(wildcard tests/*/*.c tests/*/*/*.c)
 TEST_SRC := $(filter-out tests/fuzz/%,$(TEST_SRC))
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 TOOLS := $(BUILD)/ah-load $(BUILD)/ah-dump
-HDRS := $(wildcard include/*.h heap/*.h arrangement/*.h txn/*.h tools/common/*.h tests/*.h tests/*/*.h)
+HDRS := $(wildcard include/*.h heap/*.h arrangement/*.h txn/*.h tools/common/*.h tests/*.h tests/*/*.h tests/*/*/*.h)
 
 # ---- ah-pgsync (PostgreSQL logical replication engine, tools/pg/) ----------
 # Links libpq; `make demo` runs tools/demo.sh against a throwaway cluster.
@@ -61,6 +61,22 @@ FORCE:
 $(BUILD)/obj/%.o: %.c $(HDRS) $(BUILD)/.flags | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+# Tests by what they may see (conventions §7).  tests/api, tests/crash,
+# tests/stress and tests/misuse see only the public header: they are
+# compiled without -I. (and without libpq's include path), so an
+# #include "heap/heap.h" or "tools/common/..." there does not compile.
+# Their helpers are tests/lib (public API only).  The other kinds (unit,
+# fault, format, dump, pg, cases) may see internals and get -I. as well.
+PUBLIC_TEST_DIRS := tests/api tests/crash tests/stress tests/misuse
+PUBLIC_TEST_OBJ := $(filter $(addsuffix /%,$(addprefix $(BUILD)/obj/,$(PUBLIC_TEST_DIRS))),$(TEST_OBJ))
+CFLAGS_PUBLIC_TEST := $(filter-out -I. -I$(PG_INC),$(CFLAGS_ALL)) -Itests/lib
+$(PUBLIC_TEST_OBJ): $(BUILD)/obj/%.o: %.c $(HDRS) $(BUILD)/.flags | deps
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_PUBLIC_TEST) -c $< -o $@
+$(filter-out $(PUBLIC_TEST_OBJ),$(TEST_OBJ)): $(BUILD)/obj/%.o: %.c $(HDRS) $(BUILD)/.flags | deps
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itests/lib -c $< -o $@
 
 $(BUILD)/libarrheap.a: $(LIB_OBJ)
 	rm -f $@; ar rcs $@ $^
@@ -194,7 +210,7 @@ TSAN_TESTS := tests/tsan/driver.c tests/stress/test_concurrency.c \
 tsan-run: deps
 	$(MAKE) BUILD=build-tsan SAN='$(TSAN_SAN)' build-tsan/libarrheap.a
 	@mkdir -p build-tsan/tsan
-	$(CC) -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) -DAH_TSAN_DRIVER -Itests/tsan -I. -Iinclude \
+	$(CC) -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) -DAH_TSAN_DRIVER -Itests/tsan -Itests/lib -Iinclude \
 	  $(TSAN_SAN) -o build-tsan/tsan/driver $(TSAN_TESTS) build-tsan/libarrheap.a -llmdb -lpthread -lm
 	TSAN_OPTIONS='exitcode=66 halt_on_error=1 suppressions=$(abspath tests/tsan/lmdb.supp) $(TSAN_OPTIONS)' AH_SRC=$(abspath .) build-tsan/tsan/driver
 fixture: all $(BUILD)/tests/suite

@@ -13,7 +13,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "util.h"
+#include "tl_dir.h"
+#include "tl_file.h"
+#include "tl_heap.h"
 
 #define NKEYS 60000
 
@@ -37,15 +39,14 @@ static int on_chunk(const ah_chunk_info *ci, void *user)
 
 /* One batch of NKEYS keys "k%08d" -> "v", spanning several chunks; returns
  * the path and the chunks' file offsets in key order. */
-static char *make(char *dir, chunks *cs)
+static char *make(const tl_dir *d, chunks *cs)
 {
 	static char keys[NKEYS][12];
 	static ah_update ups[NKEYS];
-	char *path = malloc(512);
-	ah_heap *h = tu_open(dir, "heap", AH_OPEN_NOSYNC, 0);
+	char *path = strdup(d->path);
+	ah_heap *h = tl_open_path(d->path, AH_OPEN_NOSYNC, 0);
 	ah_txn *t;
 
-	snprintf(path, 512, "%s/heap", dir);
 	for (int i = 0; i < NKEYS; i++) {
 		snprintf(keys[i], sizeof keys[i], "k%08d", i);
 		ups[i] = (ah_update){ keys[i], 9, "vvvvvvvvvvvvvvvv", 16, 0, 1 };
@@ -61,18 +62,6 @@ static char *make(char *dir, chunks *cs)
 	cr_assert_geq(cs->n, 3, "want several chunks, got %d", cs->n);
 	cr_assert_eq(ah_close(h), 0);
 	return path;
-}
-
-static void flip(const char *path, uint64_t off)
-{
-	int fd = open(path, O_RDWR);
-	unsigned char b;
-
-	cr_assert_geq(fd, 0);
-	cr_assert_eq(pread(fd, &b, 1, (off_t)off), 1);
-	b ^= 0x40;
-	cr_assert_eq(pwrite(fd, &b, 1, (off_t)off), 1);
-	cr_assert_eq(close(fd), 0);
 }
 
 static ah_heap *reopen(const char *path)
@@ -106,9 +95,9 @@ done:
 
 Test(api_cursor_errors, healthy_loop_returns_1_then_0)
 {
-	char *dir = tu_tmpdir();
+	tl_dir d = tl_tmpdir("api");
 	chunks cs;
-	char *path = make(dir, &cs);
+	char *path = make(&d, &cs);
 	ah_heap *h = reopen(path);
 	ah_txn *t;
 	ah_cursor *c;
@@ -135,20 +124,20 @@ Test(api_cursor_errors, healthy_loop_returns_1_then_0)
 	ah_txn_abort(t);
 	cr_assert_eq(ah_close(h), 0);
 	free(path);
-	tu_rmdir(dir);
+	tl_rmdir(&d);
 }
 
 /* A damaged first chunk: open fails, nothing to close. */
 Test(api_cursor_errors, open_fails_on_damaged_first_chunk)
 {
-	char *dir = tu_tmpdir();
+	tl_dir d = tl_tmpdir("api");
 	chunks cs;
-	char *path = make(dir, &cs);
+	char *path = make(&d, &cs);
 	ah_txn *t;
 	ah_cursor *c = (ah_cursor *)&c;
 	int keys;
 
-	flip(path, cs.off[0] + cs.bytes[0] / 2);
+	tl_flip(path, cs.off[0] + cs.bytes[0] / 2, 0x40);
 	ah_heap *h = reopen(path);
 	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
 	cr_assert_eq(ah_cursor_open(t, "a", &c), AH_ECORRUPT);
@@ -159,16 +148,16 @@ Test(api_cursor_errors, open_fails_on_damaged_first_chunk)
 	ah_txn_abort(t);
 	cr_assert_eq(ah_close(h), 0);
 	free(path);
-	tu_rmdir(dir);
+	tl_rmdir(&d);
 }
 
 /* A damaged middle chunk: the scan stops there with the error, which
  * sticks: valid() 0, every later call returns it, close returns it. */
 Test(api_cursor_errors, scan_error_is_sticky)
 {
-	char *dir = tu_tmpdir();
+	tl_dir d = tl_tmpdir("api");
 	chunks cs;
-	char *path = make(dir, &cs);
+	char *path = make(&d, &cs);
 	ah_txn *t;
 	ah_cursor *c;
 	int keys, rc;
@@ -176,7 +165,7 @@ Test(api_cursor_errors, scan_error_is_sticky)
 	size_t len;
 	int64_t n;
 
-	flip(path, cs.off[1] + cs.bytes[1] / 2);
+	tl_flip(path, cs.off[1] + cs.bytes[1] / 2, 0x40);
 	ah_heap *h = reopen(path);
 	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
 	cr_assert_eq(readme_loop(t, &keys), AH_ECORRUPT);
@@ -201,5 +190,5 @@ Test(api_cursor_errors, scan_error_is_sticky)
 	ah_txn_abort(t);
 	cr_assert_eq(ah_close(h), 0);
 	free(path);
-	tu_rmdir(dir);
+	tl_rmdir(&d);
 }

@@ -22,7 +22,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "util.h"
+#include "tl_dir.h"
+#include "tl_file.h"
+#include "tl_heap.h"
 
 #define NKEYS 30000
 #define POS "position-12345-of-the-source"
@@ -64,7 +66,7 @@ static void build(const char *path)
 }
 
 /* Everything readable, as text; 0 or the first error. */
-static int read_all(ah_heap *h, tu_buf *b)
+static int read_all(ah_heap *h, tl_buf *b)
 {
 	ah_txn *t;
 	char name[AH_NAME_MAX + 1], prev[AH_NAME_MAX + 1];
@@ -79,9 +81,9 @@ static int read_all(ah_heap *h, tu_buf *b)
 
 		if ((rc = ah_arrangement_info_get(t, name, &in)))
 			break;
-		tu_put(b, "%s %" PRIu64 " %" PRIu64 "\n", name, in.upper, in.since);
+		tl_put(b, "%s %" PRIu64 " %" PRIu64 "\n", name, in.upper, in.since);
 		for (uint64_t a = in.since; a < in.upper && rc == 0; a++)
-			rc = tu_try_dump_as_of(t, name, a, b);
+			rc = tl_try_dump_as_of(t, name, a, b);
 		if (rc)
 			break;
 		/* Every key again, by point query (page-by-page checks). */
@@ -101,7 +103,7 @@ static int read_all(ah_heap *h, tu_buf *b)
 			    (rc = ah_cursor_open_at(t, name, kp, kl, &p)))
 				break;
 			if ((rc = ah_cursor_accumulate(p, in.upper - 1, &s)) == 0)
-				tu_put(b, "%" PRId64 ",", s);
+				tl_put(b, "%" PRId64 ",", s);
 			int crc = ah_cursor_close(p);
 			if (rc == 0)
 				rc = crc;
@@ -111,7 +113,7 @@ static int read_all(ah_heap *h, tu_buf *b)
 		int crc = ah_cursor_close(c);
 		if (rc == 0)
 			rc = crc;
-		tu_put(b, "\n");
+		tl_put(b, "\n");
 		strcpy(prev, name);
 		after = prev;
 	}
@@ -124,9 +126,9 @@ static int read_all(ah_heap *h, tu_buf *b)
 
 		if ((rc = ah_source_get(t, name, &pos, &len)))
 			break;
-		tu_put(b, "source %s ", name);
-		tu_put_bytes(b, pos, len);
-		tu_put(b, "\n");
+		tl_put(b, "source %s ", name);
+		tl_put_bytes(b, pos, len);
+		tl_put(b, "\n");
 		strcpy(prev, name);
 		after = prev;
 	}
@@ -150,7 +152,7 @@ static int judge(const char *path, const char *want, const char *what)
 	if (pid == 0) {
 		ah_open_opts o = { .size = sizeof o, .flags = AH_OPEN_RDONLY };
 		ah_heap *h;
-		tu_buf b = { 0 };
+		tl_buf b = { 0 };
 		int rc;
 
 		alarm(10);
@@ -172,17 +174,8 @@ static int judge(const char *path, const char *want, const char *what)
 
 static void flip_at(const char *src, const char *dst, uint64_t off)
 {
-	char cmd[512];
-	unsigned char c;
-
-	snprintf(cmd, sizeof cmd, "cp --sparse=always '%s' '%s'", src, dst);
-	cr_assert_eq(system(cmd), 0);
-	int fd = open(dst, O_RDWR);
-	cr_assert_geq(fd, 0);
-	cr_assert_eq(pread(fd, &c, 1, (off_t)off), 1);
-	c ^= 0x08;
-	cr_assert_eq(pwrite(fd, &c, 1, (off_t)off), 1);
-	close(fd);
+	cr_assert_eq(tl_copy(src, dst), 0, "copy %s", src);
+	tl_flip(dst, off, 0x08);
 }
 
 typedef struct chunks {
@@ -205,7 +198,7 @@ static char *undamaged(const char *path)
 {
 	ah_open_opts o = { .size = sizeof o, .flags = AH_OPEN_RDONLY };
 	ah_heap *h;
-	tu_buf b = { 0 };
+	tl_buf b = { 0 };
 
 	cr_assert_eq(ah_open(path, &o, &h), 0);
 	cr_assert_eq(read_all(h, &b), 0);
@@ -215,14 +208,15 @@ static char *undamaged(const char *path)
 
 Test(api_damage, chunk_flips_are_errors_or_right, .timeout = 300)
 {
-	char *dir = tu_tmpdir(), path[512], copy[512], what[128];
+	tl_dir d = tl_tmpdir("api");
+	char path[512], copy[512], what[128];
 	chunks cs = { 0 };
 	ah_heap *h;
 	ah_txn *t;
 	int errors = 0, cases = 0;
 
-	snprintf(path, sizeof path, "%s/heap", dir);
-	snprintf(copy, sizeof copy, "%s/copy", dir);
+	snprintf(path, sizeof path, "%s", d.path);
+	tl_dir_file(&d, "copy", copy, sizeof copy);
 	build(path);
 	char *want = undamaged(path);
 	ah_open_opts o = { .size = sizeof o, .flags = AH_OPEN_RDONLY };
@@ -248,7 +242,7 @@ Test(api_damage, chunk_flips_are_errors_or_right, .timeout = 300)
 	       "unused bytes)\n", cases, errors);
 	cr_assert_gt(errors, cases / 2, "most flips must be found");
 	free(want);
-	tu_rmdir(dir);
+	tl_rmdir(&d);
 }
 
 /* Offsets of every occurrence of pat in the file. */
@@ -298,11 +292,12 @@ static int flip_records(const char *path, const char *copy, const char *want,
 
 Test(api_damage, record_flips_are_errors_or_right, .timeout = 300)
 {
-	char *dir = tu_tmpdir(), path[512], copy[512];
+	tl_dir d = tl_tmpdir("api");
+	char path[512], copy[512];
 	int cases = 0;
 
-	snprintf(path, sizeof path, "%s/heap", dir);
-	snprintf(copy, sizeof copy, "%s/copy", dir);
+	snprintf(path, sizeof path, "%s", d.path);
+	tl_dir_file(&d, "copy", copy, sizeof copy);
 	build(path);
 	char *want = undamaged(path);
 	/* Batch records ("AHBR": Description, counts, chunk ids, fences),
@@ -325,7 +320,7 @@ Test(api_damage, record_flips_are_errors_or_right, .timeout = 300)
 	cr_assert_geq(es, (int)strlen(POS) + 8);
 	cr_assert_geq(em, 64);
 	free(want);
-	tu_rmdir(dir);
+	tl_rmdir(&d);
 }
 
 /* A merge reads its inputs whole and checks them: a damaged chunk makes
@@ -334,14 +329,15 @@ Test(api_damage, record_flips_are_errors_or_right, .timeout = 300)
  * inside ah_append too. */
 Test(api_damage, merge_does_not_launder, .timeout = 120)
 {
-	char *dir = tu_tmpdir(), path[512];
+	tl_dir d = tl_tmpdir("api");
+	char path[512];
 	chunks cs = { 0 };
 	ah_open_opts o = { .size = sizeof o, .max_bytes = 16u << 20 };
 	ah_heap *h;
 	ah_txn *t;
 	int idle;
 
-	snprintf(path, sizeof path, "%s/heap", dir);
+	snprintf(path, sizeof path, "%s", d.path);
 	build(path);
 	cr_assert_eq(ah_open(path, &o, &h), 0);
 	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
@@ -349,13 +345,7 @@ Test(api_damage, merge_does_not_launder, .timeout = 120)
 	ah_txn_abort(t);
 	cr_assert_eq(ah_close(h), 0);
 	/* A diff in the middle of the first chunk: well formed, wrong. */
-	int fd = open(path, O_RDWR);
-	unsigned char c;
-	uint64_t at = cs.off[0] + cs.bytes[0] - 4096 * 3;
-	cr_assert_eq(pread(fd, &c, 1, (off_t)at), 1);
-	c ^= 0x01;
-	cr_assert_eq(pwrite(fd, &c, 1, (off_t)at), 1);
-	close(fd);
+	tl_flip(path, cs.off[0] + cs.bytes[0] - 4096 * 3, 0x01);
 
 	cr_assert_eq(ah_open(path, &o, &h), 0);
 	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
@@ -382,5 +372,5 @@ Test(api_damage, merge_does_not_launder, .timeout = 120)
 	cr_assert_geq(st.problems, 1);
 	ah_txn_abort(t);
 	cr_assert_eq(ah_close(h), 0);
-	tu_rmdir(dir);
+	tl_rmdir(&d);
 }

@@ -2,9 +2,10 @@
  * tests/api/test_errors.c - every frontier and misuse error of the public
  * API, each followed by a check that the heap is exactly unchanged.
  */
-#include "util.h"
+#include "tl_dir.h"
+#include "tl_heap.h"
 
-static char *dir;
+static tl_dir dir;
 static ah_heap *h;
 static char *before;
 
@@ -13,8 +14,8 @@ static char *before;
 /* A heap with arrangement "a": upper 10, since 2, some data; source "s". */
 static void setup(void)
 {
-	dir = tu_tmpdir();
-	h = tu_open(dir, "heap", 0, 0);
+	dir = tl_tmpdir("api");
+	h = tl_open_path(dir.path, 0, 0);
 	ah_txn *t;
 	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
 	cr_assert_eq(ah_arrangement_create(t, "a"), 0);
@@ -23,17 +24,17 @@ static void setup(void)
 	cr_assert_eq(ah_set_since(t, "a", 2), 0);
 	cr_assert_eq(ah_source_put(t, "s", "42", 2), 0);
 	cr_assert_eq(ah_txn_commit(t), 0);
-	before = tu_state(h);
+	before = tl_state_text(h);
 }
 
 static void teardown(void)
 {
-	char *after = tu_state(h);
+	char *after = tl_state_text(h);
 	cr_expect_str_eq(after, before, "heap changed by a failed operation");
 	free(after);
 	free(before);
 	cr_assert_eq(ah_close(h), 0);
-	tu_rmdir(dir);
+	tl_rmdir(&dir);
 }
 
 TestSuite(api_errors, .init = setup, .fini = teardown);
@@ -231,7 +232,7 @@ Test(api_errors, builder_detached_when_txn_ends)
 Test(api_errors, create_in_missing_directory)
 {
 	char path[600];
-	snprintf(path, sizeof path, "%s/no/such/dir/heap", dir);
+	snprintf(path, sizeof path, "%s/no/such/dir/heap", dir.dir);
 	ah_open_opts o = { .size = sizeof o, .flags = AH_OPEN_CREATE };
 	ah_heap *h2 = NULL;
 	cr_assert_eq(ah_open(path, &o, &h2), AH_ENOTFOUND);

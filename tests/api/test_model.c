@@ -8,7 +8,8 @@
  */
 #include <unistd.h>
 
-#include "util.h"
+#include "tl_dir.h"
+#include "tl_heap.h"
 
 #define NARR 3
 #define NKEY 12
@@ -151,8 +152,8 @@ static void run(uint64_t seed, long steps, uint64_t quantum)
 	cr_log_info("model test seed %" PRIu64 ", %ld steps, quantum %" PRIu64, seed, steps, quantum);
 	rng_state = seed;
 	setenv("AH_DEBUG", "1", 1); /* spine_check after every mutation */
-	char *dir = tu_tmpdir();
-	ah_heap *h = tu_open(dir, "heap", AH_OPEN_NOSYNC, quantum);
+	tl_dir d = tl_tmpdir("api");
+	ah_heap *h = tl_open_path(d.path, AH_OPEN_NOSYNC, quantum);
 	model committed = { 0 }, cur = { 0 };
 	ah_txn *t;
 	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
@@ -212,7 +213,7 @@ static void run(uint64_t seed, long steps, uint64_t quantum)
 			cr_assert_eq(ah_txn_commit(t), 0);
 			model_copy(&committed, &cur);
 			cr_assert_eq(ah_close(h), 0);
-			h = tu_open(dir, "heap", AH_OPEN_NOSYNC, quantum);
+			h = tl_open_path(d.path, AH_OPEN_NOSYNC, quantum);
 			cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
 		}
 		cr_assert_eq(rc, 0, "seed %" PRIu64 " step %ld op %u: %s (%s)", seed, step, op,
@@ -244,7 +245,7 @@ static void run(uint64_t seed, long steps, uint64_t quantum)
 		free(cur.a[i].u);
 		free(committed.a[i].u);
 	}
-	tu_rmdir(dir);
+	tl_rmdir(&d);
 }
 
 Test(api_model, random_ops_default_quantum, .timeout = 600)

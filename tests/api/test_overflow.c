@@ -10,7 +10,8 @@
  * 1 and since 2 made every later append and ah_maintain fail with a bare
  * AH_ELIMIT forever, while verify said ok.
  */
-#include "util.h"
+#include "tl_dir.h"
+#include "tl_heap.h"
 
 static int problems(const ah_problem *p, void *user)
 {
@@ -81,8 +82,8 @@ static void since_and_maintain(ah_heap *h, uint64_t since)
 
 Test(api_overflow, compaction_past_int64_keeps_updates_apart)
 {
-	char *dir = tu_tmpdir();
-	ah_heap *h = tu_open(dir, "heap", AH_OPEN_NOSYNC, 0);
+	tl_dir d = tl_tmpdir("api");
+	ah_heap *h = tl_open_path(d.path, AH_OPEN_NOSYNC, 0);
 	ah_txn *t;
 	int64_t s;
 
@@ -125,13 +126,13 @@ Test(api_overflow, compaction_past_int64_keeps_updates_apart)
 	cr_assert_eq(acc(h, "neg", 9, &s), AH_ELIMIT);
 	cr_assert_eq(acc(h, "neg", 7, &s), AH_ECOMPACTED);
 	cr_assert_eq(ah_close(h), 0);
-	tu_rmdir(dir);
+	tl_rmdir(&d);
 }
 
 Test(api_overflow, one_batch_overflow_is_refused_with_a_message)
 {
-	char *dir = tu_tmpdir();
-	ah_heap *h = tu_open(dir, "heap", AH_OPEN_NOSYNC, 0);
+	tl_dir d = tl_tmpdir("api");
+	ah_heap *h = tl_open_path(d.path, AH_OPEN_NOSYNC, 0);
 	ah_txn *t;
 	ah_update u[2] = { { "k", 1, "v", 1, 0, INT64_MAX },
 	                   { "k", 1, "v", 1, 0, 1 } };
@@ -156,5 +157,5 @@ Test(api_overflow, one_batch_overflow_is_refused_with_a_message)
 	cr_assert_eq(ah_append(t, "a", 0, 1, u, 2), 0);
 	cr_assert_eq(ah_txn_commit(t), 0);
 	cr_assert_eq(ah_close(h), 0);
-	tu_rmdir(dir);
+	tl_rmdir(&d);
 }

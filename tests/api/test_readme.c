@@ -9,7 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "util.h"
+#include "tl_dir.h"
+#include "tl_heap.h"
 
 Test(api_readme, example_compiles_and_runs, .timeout = 120)
 {
@@ -22,8 +23,8 @@ Test(api_readme, example_compiles_and_runs, .timeout = 120)
 	snprintf(path, sizeof path, "%s/README.md", src);
 	FILE *f = fopen(path, "r");
 	cr_assert_not_null(f);
-	char *dir = tu_tmpdir();
-	snprintf(path, sizeof path, "%s/example.c", dir);
+	tl_dir d = tl_tmpdir("api");
+	snprintf(path, sizeof path, "%s/example.c", d.dir);
 	FILE *o = fopen(path, "w");
 	cr_assert_not_null(o);
 	fprintf(o, "#include <arrheap.h>\n#include <stdint.h>\n"
@@ -53,21 +54,21 @@ Test(api_readme, example_compiles_and_runs, .timeout = 120)
 	         "cd '%s' && cc -std=c11 -Wall -Wextra -Werror %s "
 	         "-I'%s/include' -o example example.c '%s/libarrheap.a' "
 	         "-llmdb -ljemalloc -lpthread -lm 2>&1 && ./example 2>&1",
-	         dir, san ? san : "", src, build);
+	         d.dir, san ? san : "", src, build);
 	int st = system(cmd);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: status %d", cmd, st);
 
 	/* What the example committed. */
-	snprintf(path, sizeof path, "%s/state.heap", dir);
+	snprintf(path, sizeof path, "%s/state.heap", d.dir);
 	ah_heap *h;
 	ah_txn *t;
-	tu_buf b = { 0 };
+	tl_buf b = { 0 };
 	cr_assert_eq(ah_open(path, NULL, &h), 0);
 	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
-	tu_dump_as_of(t, "orders", 0, &b);
+	tl_dump_as_of(t, "orders", 0, &b);
 	ah_txn_abort(t);
 	cr_assert_eq(ah_close(h), 0);
 	cr_assert_str_eq(b.p, "6b31 7631 1\n");
 	free(b.p);
-	tu_rmdir(dir);
+	tl_rmdir(&d);
 }

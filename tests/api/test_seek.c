@@ -4,7 +4,8 @@
  * first key and then seeks lands, for present, absent, first,
  * before-first and after-last keys, across several multi-chunk batches.
  */
-#include "util.h"
+#include "tl_dir.h"
+#include "tl_heap.h"
 
 static void key_of(uint32_t i, char out[12])
 {
@@ -12,7 +13,7 @@ static void key_of(uint32_t i, char out[12])
 }
 
 /* Where a cursor lands: "key|val|sum" or "end". */
-static void landing(ah_txn *t, const char *key, size_t len, bool seek_first, tu_buf *b)
+static void landing(ah_txn *t, const char *key, size_t len, bool seek_first, tl_buf *b)
 {
 	ah_cursor *c;
 	int rc;
@@ -27,7 +28,7 @@ static void landing(ah_txn *t, const char *key, size_t len, bool seek_first, tu_
 		cr_assert_eq(rc, ah_cursor_key_valid(c), "seek returns 1 on a key, 0 at the end");
 	}
 	if (rc == 0) {
-		tu_put(b, "end\n");
+		tl_put(b, "end\n");
 	} else {
 		const void *k, *v;
 		size_t kl, vl;
@@ -35,18 +36,18 @@ static void landing(ah_txn *t, const char *key, size_t len, bool seek_first, tu_
 		cr_assert_eq(ah_cursor_key(c, &k, &kl), 0);
 		cr_assert_eq(ah_cursor_val(c, &v, &vl), 0);
 		cr_assert_eq(ah_cursor_accumulate(c, 3, &s), 0);
-		tu_put_bytes(b, k, kl);
-		tu_put(b, "|");
-		tu_put_bytes(b, v, vl);
-		tu_put(b, "|%" PRId64 "\n", s);
+		tl_put_bytes(b, k, kl);
+		tl_put(b, "|");
+		tl_put_bytes(b, v, vl);
+		tl_put(b, "|%" PRId64 "\n", s);
 	}
 	cr_assert_eq(ah_cursor_close(c), 0);
 }
 
 Test(api_seek, first_call_seek_equals_positioned_seek, .timeout = 120)
 {
-	char *dir = tu_tmpdir();
-	ah_heap *h = tu_open(dir, "heap", AH_OPEN_NOSYNC, 0);
+	tl_dir d = tl_tmpdir("api");
+	ah_heap *h = tl_open_path(d.path, AH_OPEN_NOSYNC, 0);
 	ah_txn *t;
 	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
 	cr_assert_eq(ah_arrangement_create(t, "a"), 0);
@@ -70,7 +71,7 @@ Test(api_seek, first_call_seek_equals_positioned_seek, .timeout = 120)
 	cr_assert_gt(in.chunks, 8);
 	cr_assert_eq(ah_txn_commit(t), 0);
 	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
-	tu_buf lazy = { 0 }, eager = { 0 };
+	tl_buf lazy = { 0 }, eager = { 0 };
 	char kb[12];
 	uint32_t probes[] = { 0, 1, 2, 3, 4, 6, 999, 1000, 12345, 40000, 40001, 399998, 399999,
 	                      799998, 800000, 999999999 };
@@ -92,5 +93,5 @@ Test(api_seek, first_call_seek_equals_positioned_seek, .timeout = 120)
 	free(eager.p);
 	ah_txn_abort(t);
 	cr_assert_eq(ah_close(h), 0);
-	tu_rmdir(dir);
+	tl_rmdir(&d);
 }

@@ -10,7 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "util.h"
+#include "tl_dir.h"
+#include "tl_heap.h"
 
 static double now_s(void)
 {
@@ -23,19 +24,19 @@ static double now_s(void)
  * error.  No Criterion assertions: forked children call it. */
 static char *snapshot_text(ah_txn *t)
 {
-	tu_buf b = { 0 };
-	tu_put(&b, "snap\n");
+	tl_buf b = { 0 };
+	tl_put(&b, "snap\n");
 	char name[AH_NAME_MAX + 1], prev[AH_NAME_MAX + 1];
 	const char *after = NULL;
 	while (ah_arrangement_next(t, after, name) == 0) {
 		ah_arrangement_info in;
 		if (ah_arrangement_info_get(t, name, &in) ||
 		    (in.upper > in.since &&
-		     tu_try_dump_as_of(t, name, in.upper - 1, &b))) {
+		     tl_try_dump_as_of(t, name, in.upper - 1, &b))) {
 			free(b.p);
 			return NULL;
 		}
-		tu_put(&b, "%s %" PRIu64 " %" PRIu64 "\n", name, in.upper, in.since);
+		tl_put(&b, "%s %" PRIu64 " %" PRIu64 "\n", name, in.upper, in.since);
 		strcpy(prev, name);
 		after = prev;
 	}
@@ -109,8 +110,8 @@ static void *reader(void *p)
 
 Test(api_snapshots, reader_thread_sees_one_commit, .timeout = 120)
 {
-	char *dir = tu_tmpdir();
-	ah_heap *h = tu_open(dir, "heap", AH_OPEN_NOSYNC, 64);
+	tl_dir d = tl_tmpdir("api");
+	ah_heap *h = tl_open_path(d.path, AH_OPEN_NOSYNC, 64);
 	create_xy(h);
 	for (int r = 0; r < 5; r++)
 		write_round(h, r, 200);
@@ -137,17 +138,17 @@ Test(api_snapshots, reader_thread_sees_one_commit, .timeout = 120)
 	cr_assert_eq(in.upper, (uint64_t)r);
 	ah_txn_abort(t);
 	cr_assert_eq(ah_close(h), 0);
-	tu_rmdir(dir);
+	tl_rmdir(&d);
 }
 
 Test(api_snapshots, reader_process_sees_one_commit, .timeout = 120)
 {
-	char *dir = tu_tmpdir();
+	tl_dir d = tl_tmpdir("api");
 	int go[2], ready[2];
 	cr_assert_eq(pipe(go), 0);
 	cr_assert_eq(pipe(ready), 0);
 	{
-		ah_heap *h = tu_open(dir, "heap", AH_OPEN_NOSYNC, 64);
+		ah_heap *h = tl_open_path(d.path, AH_OPEN_NOSYNC, 64);
 		create_xy(h);
 		for (int r = 0; r < 5; r++)
 			write_round(h, r, 200);
@@ -157,7 +158,7 @@ Test(api_snapshots, reader_process_sees_one_commit, .timeout = 120)
 	cr_assert_geq(pid, 0);
 	if (pid == 0) {
 		char path[512], c;
-		snprintf(path, sizeof path, "%s/heap", dir);
+		snprintf(path, sizeof path, "%s", d.path);
 		ah_heap *ch;
 		ah_open_opts o = { .size = sizeof o };
 		if (ah_open(path, &o, &ch))
@@ -183,7 +184,7 @@ Test(api_snapshots, reader_process_sees_one_commit, .timeout = 120)
 	}
 	char c;
 	cr_assert_eq(read(ready[0], &c, 1), 1);
-	ah_heap *h = tu_open(dir, "heap", AH_OPEN_NOSYNC, 64);
+	ah_heap *h = tl_open_path(d.path, AH_OPEN_NOSYNC, 64);
 	cr_assert_eq(write(go[1], "g", 1), 1);
 	int r = 5;
 	double end = now_s() + 5.0;
@@ -193,13 +194,13 @@ Test(api_snapshots, reader_process_sees_one_commit, .timeout = 120)
 	cr_assert_eq(waitpid(pid, &st, 0), pid);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "reader process status %d", st);
 	cr_assert_eq(ah_close(h), 0);
-	tu_rmdir(dir);
+	tl_rmdir(&d);
 }
 
 Test(api_snapshots, space_reused_after_readers_end, .timeout = 300)
 {
-	char *dir = tu_tmpdir();
-	ah_heap *h = tu_open(dir, "heap", AH_OPEN_NOSYNC, 0);
+	tl_dir d = tl_tmpdir("api");
+	ah_heap *h = tl_open_path(d.path, AH_OPEN_NOSYNC, 0);
 	create_xy(h);
 	/* A reader pins the first snapshot while 20 rounds are written. */
 	ah_txn *pin;
@@ -228,13 +229,13 @@ Test(api_snapshots, space_reused_after_readers_end, .timeout = 300)
 	cr_assert_leq(st.pages_used, warm > pinned_end ? warm : pinned_end,
 	              "file grew from %" PRIu64 " to %" PRIu64 " pages", warm, st.pages_used);
 	cr_assert_eq(ah_close(h), 0);
-	tu_rmdir(dir);
+	tl_rmdir(&d);
 }
 
 Test(api_snapshots, empty_advances_cost_nothing, .timeout = 300)
 {
-	char *dir = tu_tmpdir();
-	ah_heap *h = tu_open(dir, "heap", AH_OPEN_NOSYNC, 0);
+	tl_dir d = tl_tmpdir("api");
+	ah_heap *h = tl_open_path(d.path, AH_OPEN_NOSYNC, 0);
 	create_xy(h);
 	write_round(h, 0, 10);
 	ah_heap_stat st;
@@ -260,13 +261,13 @@ Test(api_snapshots, empty_advances_cost_nothing, .timeout = 300)
 	ah_txn_abort(t);
 	cr_assert_eq(st.pages_used, pages_after_first, "100,000 empty advances grew the file");
 	cr_assert_eq(ah_close(h), 0);
-	tu_rmdir(dir);
+	tl_rmdir(&d);
 }
 
 Test(api_snapshots, retract_all_gives_space_back, .timeout = 120)
 {
-	char *dir = tu_tmpdir();
-	ah_heap *h = tu_open(dir, "heap", AH_OPEN_NOSYNC, 0);
+	tl_dir d = tl_tmpdir("api");
+	ah_heap *h = tl_open_path(d.path, AH_OPEN_NOSYNC, 0);
 	ah_txn *t;
 	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
 	cr_assert_eq(ah_arrangement_create(t, "z"), 0);
@@ -299,5 +300,5 @@ Test(api_snapshots, retract_all_gives_space_back, .timeout = 120)
 	free(u);
 	free(kb);
 	cr_assert_eq(ah_close(h), 0);
-	tu_rmdir(dir);
+	tl_rmdir(&d);
 }

@@ -7,7 +7,8 @@
  * description" about a heap that was fine: ah-load of a long changelog
  * with since advancing was enough, no crash needed.
  */
-#include "util.h"
+#include "tl_dir.h"
+#include "tl_heap.h"
 
 typedef struct found {
 	int n;
@@ -26,8 +27,8 @@ static int on_problem(const ah_problem *p, void *user)
 
 Test(api_verify, partial_merge_with_since_ahead_verifies_clean, .timeout = 120)
 {
-	char *dir = tu_tmpdir();
-	ah_heap *h = tu_open(dir, "heap", AH_OPEN_NOSYNC, 64);
+	tl_dir d = tl_tmpdir("api");
+	ah_heap *h = tl_open_path(d.path, AH_OPEN_NOSYNC, 64);
 	static char keys[400][16];
 	static ah_update ups[400];
 	ah_txn *t;
@@ -63,5 +64,5 @@ Test(api_verify, partial_merge_with_since_ahead_verifies_clean, .timeout = 120)
 	}
 	cr_assert_gt(partial_seen, 5, "the test needs suspended merges");
 	cr_assert_eq(ah_close(h), 0);
-	tu_rmdir(dir);
+	tl_rmdir(&d);
 }

@@ -11,74 +11,57 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
+
+#include "tl_dir.h"
+#include "tl_run.h"
 
 Test(cases, run_sh, .timeout = 120)
 {
-	const char *src = getenv("AH_SRC") ? getenv("AH_SRC") : ".";
-	const char *build = getenv("AH_BUILD") ? getenv("AH_BUILD") : "build";
-	char cmd[4096];
-	static char out[1 << 16];
-	size_t n = 0, got;
-	FILE *p;
-	int st;
+	char cmd[4096], *out;
+	int rc;
 
 	snprintf(cmd, sizeof(cmd), "bash '%s/tests/cases/run.sh' '%s/tests/cases' "
-	         "'%s' 2>&1", src, src, build);
-	p = popen(cmd, "r");
-	cr_assert_not_null(p, "popen %s", cmd);
-	while ((got = fread(out + n, 1, sizeof(out) - 1 - n, p)) > 0)
-		n += got;
-	out[n] = '\0';
-	st = pclose(p);
-	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
-	          "%s\nexited %d:\n%s", cmd, WIFEXITED(st) ? WEXITSTATUS(st) : -1,
-	          out);
+	         "'%s'", tl_src(), tl_src(), tl_build());
+	rc = tl_sh(cmd, true, &out);
+	cr_assert(rc == 0, "%s\nexited %d:\n%s", cmd, rc, out);
 	cr_assert(strstr(out, " 0 failed") != NULL, "%s", out);
+	free(out);
 }
 
-/* Runs CMD (stdout+stderr captured), returns its exit status. */
+/* Runs CMD (stdout+stderr captured, at most cap - 1 bytes kept), returns
+ * its exit status. */
 static int run_capture(const char *cmd, char *out, size_t cap)
 {
-	char full[4096];
-	size_t n = 0, got;
-	FILE *p;
-	int st;
+	char full[4096], *text;
+	int rc;
 
-	snprintf(full, sizeof(full), "(%s) 2>&1", cmd);
-	p = popen(full, "r");
-	cr_assert_not_null(p);
-	while (n + 1 < cap && (got = fread(out + n, 1, cap - 1 - n, p)) > 0)
-		n += got;
-	out[n] = '\0';
-	st = pclose(p);
-	cr_assert(WIFEXITED(st), "%s died", cmd);
-	return WEXITSTATUS(st);
+	snprintf(full, sizeof(full), "(%s)", cmd);
+	rc = tl_sh(full, true, &text);
+	snprintf(out, cap, "%s", text);
+	free(text);
+	cr_assert(rc >= 0, "%s died", cmd);
+	return rc;
 }
 
-static char bad_dir[] = "/tmp/ah-dump-bad-XXXXXX";
+static tl_dir bad;
 
 static void bad_setup(void)
 {
-	cr_assert_not_null(mkdtemp(bad_dir));
+	bad = tl_tmpdir("dump-bad");
 }
 
 /* .fini: runs after a failed assertion too. */
 static void bad_teardown(void)
 {
-	char cmd[128];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", bad_dir);
-	if (system(cmd) != 0)
-		cr_log_warn("could not remove %s", bad_dir);
+	tl_dir_cleanup(&bad);
 }
 
 /* ah-dump on things that are no heap: one line on stderr, exit 1, no crash,
  * and no lock file left beside a file it refused. */
 Test(cases, dump_bad_input, .init = bad_setup, .fini = bad_teardown)
 {
-	const char *build = getenv("AH_BUILD") ? getenv("AH_BUILD") : "build";
-	const char *dir = bad_dir;
+	const char *build = tl_build();
+	const char *dir = bad.dir;
 	char cmd[1024], out[4096];
 	const char *setup = "cd '%s' && : > empty && head -c 65536 /dev/zero > zeros "
 	                    "&& printf 'hello\\n' > text && mkdir sub";

@@ -20,7 +20,10 @@
 #include <sys/wait.h>
 #include <time.h>
 
-#include "../fault/rel.h"
+#include "tl_dir.h"
+#include "tl_heap.h"
+#include "tl_rand.h"
+#include "tl_run.h"
 
 #define NARR 4
 #define STEPS 160
@@ -42,7 +45,7 @@ static int step(ah_heap *h, uint64_t k)
 
 	for (int a = 0; rc == 0 && a < NARR; a++) {
 		ah_arrangement_info in;
-		uint64_t r = rel_rand(&s), n, dt;
+		uint64_t r = tl_rand(&s), n, dt;
 
 		if (k == 1 && (rc = ah_arrangement_create(t, arr[a])) != 0)
 			break;
@@ -74,7 +77,7 @@ static int step(ah_heap *h, uint64_t k)
 			if (!ups || !keys || !vals)
 				return AH_ENOMEM;
 			for (uint64_t i = 0; i < n; i++) {
-				uint64_t x = rel_rand(&s);
+				uint64_t x = tl_rand(&s);
 
 				snprintf(keys[i], sizeof keys[i], "k%05u",
 				         (unsigned)(x % 700 + (uint64_t)a * 7));
@@ -103,7 +106,7 @@ static int step(ah_heap *h, uint64_t k)
 
 static ah_open_opts work_opts(unsigned flags)
 {
-	return rel_opts(AH_OPEN_CREATE | flags, 256 * REL_MiB, QUANTUM);
+	return tl_opts(AH_OPEN_CREATE | flags, 256 * TL_MiB, QUANTUM);
 }
 
 /* The model id the heap holds (0 when none yet). */
@@ -166,17 +169,17 @@ static void reference(const char *path)
 {
 	ah_open_opts o = work_opts(AH_OPEN_NOSYNC);
 	ah_heap *h;
-	rel_state st;
+	tl_state st;
 
 	cr_assert_eq(ah_open(path, &o, &h), 0);
-	cr_assert_eq(rel_state_get(h, 1, &st), 0);
+	cr_assert_eq(tl_state_hash(h, 1, &st), 0);
 	ref_hash[0] = st.hash;
 	for (uint64_t k = 1; k <= STEPS; k++) {
 		int rc = step(h, k);
 
 		cr_assert_eq(rc, 0, "reference step %" PRIu64 ": %s", k,
 		             ah_err_name(rc));
-		cr_assert_eq(rel_state_get(h, 1, &st), 0);
+		cr_assert_eq(tl_state_hash(h, 1, &st), 0);
 		cr_assert_eq(st.model, k);
 		ref_hash[k] = st.hash;
 	}
@@ -224,16 +227,16 @@ static uint64_t check_after(const char *path, uint64_t last_ack, uint64_t kill)
 {
 	ah_open_opts o = work_opts(0);
 	ah_heap *h;
-	rel_state st;
+	tl_state st;
 	int rc = ah_open(path, &o, &h);
 
 
 	cr_assert_eq(rc, 0, "kill %" PRIu64 ": open: %s", kill,
 	             ah_err_name(rc));
-	rc = rel_verify(h, NULL);
+	rc = tl_verify(h, NULL);
 	cr_assert_eq(rc, 0, "kill %" PRIu64 ": verify: %s", kill,
 	             ah_err_name(rc));
-	cr_assert_eq(rel_state_get(h, 1, &st), 0);
+	cr_assert_eq(tl_state_hash(h, 1, &st), 0);
 	cr_assert(st.model == last_ack || st.model == last_ack + 1,
 	          "kill %" PRIu64 ": heap at model %" PRIu64
 	          ", last acknowledged %" PRIu64, kill, st.model, last_ack);
@@ -247,21 +250,21 @@ static uint64_t check_after(const char *path, uint64_t last_ack, uint64_t kill)
 
 Test(crash, kill_random, .timeout = 600)
 {
-	rel_dir d;
-	uint64_t seed = SEED, nkills = rel_torture() ? 1000 : 25;
+	tl_dir d;
+	uint64_t seed = tl_seed("crash/kill_random", SEED);
+	uint64_t nkills = tl_torture() ? 1000 : 25;
 	uint64_t known = 0; /* model id the heap is known to hold */
 	kill_stats ks = { 0 };
 	char ref[160];
 
-	cr_log_info("seed %u", SEED);
-	cr_assert_eq(rel_mkdir(&d), 0);
+	d = tl_tmpdir("crash");
 	snprintf(ref, sizeof ref, "%s/ref", d.dir);
 	reference(ref);
 	unlink(ref);
 	while (ks.kills < nkills) {
-		int fds[2], status, mode = (int)(rel_rand(&seed) % 4);
+		int fds[2], status, mode = (int)(tl_rand(&seed) % 4);
 		unsigned flags = (ks.kills % 3 == 2) ? 0 : AH_OPEN_NOSYNC;
-		uint64_t last = known, first = known, r = rel_rand(&seed);
+		uint64_t last = known, first = known, r = tl_rand(&seed);
 		pid_t pid;
 
 		cr_assert_eq(pipe(fds), 0);
@@ -315,5 +318,5 @@ Test(crash, kill_random, .timeout = 600)
 	       " with the commit in flight done, %" PRIu64
 	       " before the child's first commit), %" PRIu64 " workloads finished\n",
 	       ks.kills, ks.in_flight_done, ks.early_kills, ks.finished_rounds);
-	rel_rmdir(&d);
+	tl_rmdir(&d);
 }

@@ -14,14 +14,18 @@
 #include <sys/wait.h>
 #include <time.h>
 
-#include "../fault/rel.h"
+#include "tl_dir.h"
+#include "tl_file.h"
+#include "tl_heap.h"
+#include "tl_rand.h"
+#include "tl_run.h"
 
 #define BATCH 500000u
 #define SEED 424242u
 
 static ah_open_opts opts(void)
 {
-	return rel_opts(AH_OPEN_NOSYNC, 1024 * REL_MiB, 0);
+	return tl_opts(AH_OPEN_NOSYNC, 1024 * TL_MiB, 0);
 }
 
 static void put_model(ah_txn *t, uint64_t m)
@@ -48,7 +52,7 @@ static void make_template(const char *path)
 			cr_assert_eq(ah_arrangement_create(t, "side"), 0);
 		}
 		for (uint64_t i = 0; i < BATCH; i++) {
-			keys[i] = rel_rand(&s) % (4 * BATCH);
+			keys[i] = tl_rand(&s) % (4 * BATCH);
 			ups[i] = (ah_update){ &keys[i], 8, "v", 1, c,
 			                      (i % 7) ? 1 : -1 };
 		}
@@ -103,29 +107,29 @@ static uint64_t now_us(void)
 
 Test(crash, kill_during_big_merge, .timeout = 600)
 {
-	rel_dir d;
+	tl_dir d;
 	char tmpl[160];
 	ah_open_opts o = opts();
 	ah_heap *h;
-	rel_state pre, post, st;
+	tl_state pre, post, st;
 	ah_arrangement_info in;
 	ah_txn *t;
-	uint64_t t0, span, s = SEED, rounds = rel_torture() ? 25 : 4;
+	uint64_t s = tl_seed("crash/kill_during_big_merge", SEED);
+	uint64_t t0, span, rounds = tl_torture() ? 25 : 4;
 	uint64_t kept_pre = 0, kept_post = 0;
 
-	cr_log_info("seed %u", SEED);
-	cr_assert_eq(rel_mkdir(&d), 0);
+	d = tl_tmpdir("crash");
 	snprintf(tmpl, sizeof tmpl, "%s/template", d.dir);
 	make_template(tmpl);
-	cr_assert_eq(rel_copy(tmpl, d.path), 0);
+	cr_assert_eq(tl_copy(tmpl, d.path), 0);
 	cr_assert_eq(ah_open(d.path, &o, &h), 0);
-	cr_assert_eq(rel_state_get(h, 1, &pre), 0);
+	cr_assert_eq(tl_state_hash(h, 1, &pre), 0);
 	cr_assert_eq(ah_close(h), 0);
 	t0 = now_us();
 	cr_assert_eq(merge_all(d.path, -1), 0);
 	span = now_us() - t0;
 	cr_assert_eq(ah_open(d.path, &o, &h), 0);
-	cr_assert_eq(rel_state_get(h, 1, &post), 0);
+	cr_assert_eq(tl_state_hash(h, 1, &post), 0);
 	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
 	cr_assert_eq(ah_arrangement_info_get(t, "big", &in), 0);
 	cr_assert_eq(in.merging, 0);
@@ -138,11 +142,11 @@ Test(crash, kill_during_big_merge, .timeout = 600)
 
 	for (uint64_t r = 0; r < rounds; r++) {
 		int fds[2], status, rc;
-		uint64_t delay = rel_rand(&s) % (span + span / 5 + 1);
+		uint64_t delay = tl_rand(&s) % (span + span / 5 + 1);
 		char c;
 		pid_t pid;
 
-		cr_assert_eq(rel_copy(tmpl, d.path), 0);
+		cr_assert_eq(tl_copy(tmpl, d.path), 0);
 		cr_assert_eq(pipe(fds), 0);
 		pid = fork();
 		cr_assert_geq(pid, 0);
@@ -160,10 +164,10 @@ Test(crash, kill_during_big_merge, .timeout = 600)
 		cr_assert(WIFSIGNALED(status) ||
 		          (WIFEXITED(status) && WEXITSTATUS(status) == 0));
 		cr_assert_eq(ah_open(d.path, &o, &h), 0, "round %" PRIu64, r);
-		rc = rel_verify(h, NULL);
+		rc = tl_verify(h, NULL);
 		cr_assert_eq(rc, 0, "round %" PRIu64 ": verify %s", r,
 		             ah_err_name(rc));
-		cr_assert_eq(rel_state_get(h, 1, &st), 0);
+		cr_assert_eq(tl_state_hash(h, 1, &st), 0);
 		cr_assert_eq(ah_close(h), 0);
 		if (st.model == 2) {
 			cr_assert_eq(st.hash, pre.hash,
@@ -179,5 +183,5 @@ Test(crash, kill_during_big_merge, .timeout = 600)
 	printf("crash/kill_during_big_merge: %" PRIu64 " kills (merge %" PRIu64
 	       " ms): %" PRIu64 " pre-merge spines intact, %" PRIu64
 	       " merges done\n", rounds, span / 1000, kept_pre, kept_post);
-	rel_rmdir(&d);
+	tl_rmdir(&d);
 }

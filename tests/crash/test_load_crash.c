@@ -14,8 +14,10 @@
  * present data.  Finally it loads to completion and compares with the model
  * and with an uninterrupted load (ah-dump output byte for byte).
  *
- * Public header and tools/common only.  AH_TORTURE=1 raises the kills from
- * 20 to 1,000; AH_CRASH_SEED replays a seed.  Needs AH_BUILD (the tools).
+ * Public header only (tests/lib): the changelog is written in its text
+ * form (tools/common/parse.h documents it) by the escaping below, not by
+ * the tools' own code.  AH_TORTURE=1 raises the kills from 20 to 1,000;
+ * AH_CRASH_SEED replays a seed.  Needs AH_BUILD (the tools).
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -30,8 +32,10 @@
 #include <unistd.h>
 
 #include "arrheap.h"
-#include "tools/common/escape.h"
-#include "tools/common/parse.h"
+#include "tl_dir.h"
+#include "tl_file.h"
+#include "tl_rand.h"
+#include "tl_run.h"
 
 #define NARR 3
 #define NKEY 3000
@@ -79,18 +83,9 @@ static char replay[160];
 		}                                                            \
 	} while (0)
 
-static uint64_t rnd(void)
-{
-	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull); /* splitmix64 */
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 static uint64_t rnd_below(uint64_t n)
 {
-	return rnd() % n;
+	return tl_below(&rng_state, n);
 }
 
 static uint64_t seed_from_env(const char *var, uint64_t dflt)
@@ -98,6 +93,51 @@ static uint64_t seed_from_env(const char *var, uint64_t dflt)
 	const char *s = getenv(var);
 
 	return s ? strtoull(s, NULL, 0) : dflt;
+}
+
+/* The changelog's escape of a byte string (the canonical form ah-dump
+ * prints): \\, \t, \n, bytes 0x20..0x7e as themselves, \xHH (lowercase)
+ * for every other byte.  At most 4 * len bytes, not NUL-terminated;
+ * returns the bytes written. */
+static size_t escape(const uint8_t *in, size_t len, char *out)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t o = 0;
+
+	for (size_t i = 0; i < len; i++) {
+		uint8_t c = in[i];
+
+		if (c == '\\' || c == '\t' || c == '\n') {
+			out[o++] = '\\';
+			out[o++] = c == '\\' ? '\\' : c == '\t' ? 't' : 'n';
+		} else if (c >= 0x20 && c <= 0x7e) {
+			out[o++] = (char)c;
+		} else {
+			out[o++] = '\\';
+			out[o++] = 'x';
+			out[o++] = hex[c >> 4];
+			out[o++] = hex[c & 15];
+		}
+	}
+	return o;
+}
+
+/* A stored source position: decimal digits only, not empty, in range. */
+static int parse_u64(const char *s, size_t len, uint64_t *out)
+{
+	uint64_t v = 0;
+
+	if (len == 0)
+		return -1;
+	for (size_t i = 0; i < len; i++) {
+		unsigned d = (unsigned)((unsigned char)s[i] - '0');
+
+		if (d > 9 || v > (UINT64_MAX - d) / 10)
+			return -1;
+		v = v * 10 + d;
+	}
+	*out = v;
+	return 0;
 }
 
 static void key_bytes(unsigned key, uint8_t out[3])
@@ -110,7 +150,7 @@ static void key_bytes(unsigned key, uint8_t out[3])
 static void put_update(FILE *f, model *m, unsigned arr, uint64_t time)
 {
 	uint8_t kb[3], vb[2];
-	char ke[TOOL_ESCAPE_MAX(3)], ve[TOOL_ESCAPE_MAX(2)];
+	char ke[4 * 3], ve[4 * 2];
 	mupdate u = { .arr = (uint8_t)arr, .key = (uint16_t)rnd_below(NKEY),
 	              .val = (uint8_t)rnd_below(NVAL) };
 	int64_t d = (int64_t)rnd_below(7) - 3;
@@ -120,7 +160,7 @@ static void put_update(FILE *f, model *m, unsigned arr, uint64_t time)
 	vb[0] = 'v';
 	vb[1] = (uint8_t)(u.val * 37 + 5); /* includes \t \n \\ and high bytes */
 	fprintf(f, "update\t%s\t%" PRIu64 "\t%.*s\t%.*s\t%+d\n", arr_names[arr], time,
-	        (int)tool_escape(kb, 3, ke), ke, (int)tool_escape(vb, 2, ve), ve,
+	        (int)escape(kb, 3, ke), ke, (int)escape(vb, 2, ve), ve,
 	        u.diff);
 	if (m->nups == m->ups_cap) {
 		m->ups_cap = m->ups_cap ? m->ups_cap * 2 : 1024;
@@ -302,7 +342,7 @@ static long check_heap(const char *heap_path, model *m)
 		      "arrangement %s without a source position", name);
 	} else {
 		CHECK(rc == 0, "source_get: %s", ah_strerror(rc));
-		CHECK(tool_parse_u64(pos, len, &off) == 0, "position %.*s", (int)len,
+		CHECK(parse_u64(pos, len, &off) == 0, "position %.*s", (int)len,
 		      (const char *)pos);
 		idx = find_commit(m, off);
 		CHECK(idx >= 0, "position %" PRIu64 " is no commit end", off);
@@ -317,7 +357,7 @@ static long check_heap(const char *heap_path, model *m)
 
 static pid_t spawn_load(const char *heap, const char *log, const char *out)
 {
-	const char *build = getenv("AH_BUILD") ? getenv("AH_BUILD") : "build";
+	const char *build = tl_build();
 	char tool[4096];
 	pid_t pid;
 
@@ -348,41 +388,17 @@ static int run_load(const char *heap, const char *log, const char *out)
 	return WEXITSTATUS(st);
 }
 
-static char *slurp(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	char *buf;
-	long n;
-
-	cr_assert_not_null(f, "%s", path);
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	rewind(f);
-	buf = calloc(1, (size_t)n + 1);
-	cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-	fclose(f);
-	return buf;
-}
-
-static char tmpdir[64];
+static tl_dir tmp;
 
 static void make_tmpdir(void)
 {
-	strcpy(tmpdir, "/tmp/ah-crash-load-XXXXXX");
-	cr_assert_not_null(mkdtemp(tmpdir));
+	tmp = tl_tmpdir("crash-load");
 }
 
 /* .fini: runs after a failed assertion too, so no test leaves its dir. */
 static void remove_tmpdir(void)
 {
-	char cmd[128];
-
-	if (!tmpdir[0])
-		return;
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
-	if (system(cmd) != 0)
-		cr_log_warn("could not remove %s", tmpdir);
-	tmpdir[0] = '\0';
+	tl_dir_cleanup(&tmp);
 }
 
 static void remove_heap(const char *heap)
@@ -396,20 +412,20 @@ static void remove_heap(const char *heap)
 
 static void dump_equal(const char *h1, const char *h2)
 {
-	const char *build = getenv("AH_BUILD") ? getenv("AH_BUILD") : "build";
+	const char *build = tl_build();
 
 	for (int a = 0; a < NARR; a++) {
 		char cmd[8192], o1[256], o2[256];
 		char *s1, *s2;
 
-		snprintf(o1, sizeof(o1), "%s/dump1", tmpdir);
-		snprintf(o2, sizeof(o2), "%s/dump2", tmpdir);
+		snprintf(o1, sizeof(o1), "%s/dump1", tmp.dir);
+		snprintf(o2, sizeof(o2), "%s/dump2", tmp.dir);
 		snprintf(cmd, sizeof(cmd), "'%s/ah-dump' '%s' read '%s' > '%s' && "
 		         "'%s/ah-dump' '%s' read '%s' > '%s'", build, h1, arr_names[a],
 		         o1, build, h2, arr_names[a], o2);
 		cr_assert_eq(system(cmd), 0, "%s", cmd);
-		s1 = slurp(o1);
-		s2 = slurp(o2);
+		s1 = tl_slurp(o1);
+		s2 = tl_slurp(o2);
 		cr_assert(s1[0] != '\0', "%s dump is empty", arr_names[a]);
 		cr_assert(strcmp(s1, s2) == 0, "%s: resumed and uninterrupted loads "
 		          "differ", arr_names[a]);
@@ -429,10 +445,10 @@ Test(crash_load, sigkill_resume_matches_model, .init = make_tmpdir, .fini = remo
 	char log[128], heap[128], heap2[128], out[128];
 	long idx = -1;
 
-	snprintf(log, sizeof(log), "%s/changelog", tmpdir);
-	snprintf(heap, sizeof(heap), "%s/heap", tmpdir);
-	snprintf(heap2, sizeof(heap2), "%s/heap2", tmpdir);
-	snprintf(out, sizeof(out), "%s/load.out", tmpdir);
+	snprintf(log, sizeof(log), "%s/changelog", tmp.dir);
+	snprintf(heap, sizeof(heap), "%s/heap", tmp.dir);
+	snprintf(heap2, sizeof(heap2), "%s/heap2", tmp.dir);
+	snprintf(out, sizeof(out), "%s/load.out", tmp.dir);
 	rng_state = seed;
 	gen_changelog(log, &m, MIN_UPDATES);
 	cr_log_info("crash_load: seed 0x%" PRIx64 ", kill seed 0x%" PRIx64 ", %zu "
@@ -473,7 +489,7 @@ Test(crash_load, sigkill_resume_matches_model, .init = make_tmpdir, .fini = remo
 	cr_assert_eq(check_heap(heap, &m), (long)m.ncommits - 1);
 	cr_assert_eq(run_load(heap2, log, out), 0);
 	{
-		char *o = slurp(out);
+		char *o = tl_slurp(out);
 
 		cr_assert(strstr(o, "2 records after the last commit not applied"),
 		          "no warning about the uncommitted tail: %s", o);
@@ -484,19 +500,15 @@ Test(crash_load, sigkill_resume_matches_model, .init = make_tmpdir, .fini = remo
 	free(m.commits);
 }
 
-/* Runs a shell command with stdout+stderr to a file; returns its exit code
- * and the output in *text (caller frees). */
+/* Runs a shell command (a list: all its stdout and stderr are caught);
+ * returns its exit code (-1: killed by a signal) and the output in *text
+ * (caller frees). */
 static int sh(const char *cmd, char **text)
 {
-	char full[8192], outp[256];
-	int st;
+	char full[8192];
 
-	snprintf(outp, sizeof(outp), "%s/sh.out", tmpdir);
-	snprintf(full, sizeof(full), "(%s) > '%s' 2>&1", cmd, outp);
-	st = system(full);
-	*text = slurp(outp);
-	cr_assert(WIFEXITED(st), "%s", cmd);
-	return WEXITSTATUS(st);
+	snprintf(full, sizeof(full), "(%s)", cmd);
+	return tl_sh(full, true, text);
 }
 
 static const char err_log[] =
@@ -548,18 +560,15 @@ static void expect_state(const char *heap, uint64_t pos)
 Test(crash_load, error_keeps_committed_state, .init = make_tmpdir, .fini = remove_tmpdir,
      .timeout = 60)
 {
-	const char *build = getenv("AH_BUILD") ? getenv("AH_BUILD") : "build";
+	const char *build = tl_build();
 	char log[128], heap[128], cmd[1024];
 	char *text;
 	uint64_t pos = (uint64_t)(strstr(err_log, "commit\nupdate\ta\t3") - err_log) + 7;
 	FILE *f;
 
-	snprintf(log, sizeof(log), "%s/changelog", tmpdir);
-	snprintf(heap, sizeof(heap), "%s/heap", tmpdir);
-	f = fopen(log, "w");
-	cr_assert_not_null(f);
-	fputs(err_log, f);
-	fclose(f);
+	snprintf(log, sizeof(log), "%s/changelog", tmp.dir);
+	snprintf(heap, sizeof(heap), "%s/heap", tmp.dir);
+	tl_write_file(log, err_log);
 	snprintf(cmd, sizeof(cmd), "'%s/ah-load' '%s' '%s'", build, heap, log);
 	for (int run = 0; run < 2; run++) { /* the rerun resumes at line 15 */
 		cr_assert_eq(sh(cmd, &text), 1, "run %d: %s", run, text);
@@ -602,20 +611,20 @@ Test(crash_load, error_keeps_committed_state, .init = make_tmpdir, .fini = remov
 
 Test(crash_load, usage_errors_exit_2, .init = make_tmpdir, .fini = remove_tmpdir)
 {
-	const char *build = getenv("AH_BUILD") ? getenv("AH_BUILD") : "build";
+	const char *build = tl_build();
 	const char *args[] = { "", "onlyheap", "h l --bogus", "h l --source 'a b'",
 	                       "h l extra" };
 	char cmd[1024], heap[128];
 	char *text;
 
-	snprintf(heap, sizeof(heap), "%s/heap", tmpdir);
+	snprintf(heap, sizeof(heap), "%s/heap", tmp.dir);
 	for (size_t i = 0; i < sizeof(args) / sizeof(args[0]); i++) {
-		snprintf(cmd, sizeof(cmd), "cd '%s' && '%s/ah-load' %s", tmpdir, build,
+		snprintf(cmd, sizeof(cmd), "cd '%s' && '%s/ah-load' %s", tmp.dir, build,
 		         args[i]);
 		cr_assert_eq(sh(cmd, &text), 2, "%s: %s", cmd, text);
 		free(text);
 	}
-	snprintf(cmd, sizeof(cmd), "cd '%s' && '%s/ah-load' heap missing-file", tmpdir,
+	snprintf(cmd, sizeof(cmd), "cd '%s' && '%s/ah-load' heap missing-file", tmp.dir,
 	         build);
 	cr_assert_eq(sh(cmd, &text), 1, "%s", text);
 	cr_assert_eq(access(heap, F_OK), -1, "a failed load created the heap");
@@ -626,17 +635,14 @@ Test(crash_load, usage_errors_exit_2, .init = make_tmpdir, .fini = remove_tmpdir
  * newline) resumes where the previous load stopped. */
 Test(crash_load, growing_changelog_resumes, .init = make_tmpdir, .fini = remove_tmpdir)
 {
-	const char *build = getenv("AH_BUILD") ? getenv("AH_BUILD") : "build";
+	const char *build = tl_build();
 	char log[128], cmd[1024];
 	char *text;
 	FILE *f;
 
-	snprintf(log, sizeof(log), "%s/changelog", tmpdir);
-	f = fopen(log, "w");
-	cr_assert_not_null(f);
-	fputs("arrange\ta\nupdate\ta\t0\tk\tv\t1\nadvance\ta\t1\ncommit", f);
-	fclose(f);
-	snprintf(cmd, sizeof(cmd), "'%s/ah-load' '%s/heap' '%s'", build, tmpdir, log);
+	snprintf(log, sizeof(log), "%s/changelog", tmp.dir);
+	tl_write_file(log, "arrange\ta\nupdate\ta\t0\tk\tv\t1\nadvance\ta\t1\ncommit");
+	snprintf(cmd, sizeof(cmd), "'%s/ah-load' '%s/heap' '%s'", build, tmp.dir, log);
 	cr_assert_eq(sh(cmd, &text), 0, "%s", text);
 	free(text);
 	f = fopen(log, "a");
@@ -647,7 +653,7 @@ Test(crash_load, growing_changelog_resumes, .init = make_tmpdir, .fini = remove_
 	cr_assert(strstr(text, "changelog:8: unknown record \"bogus\""), "%s", text);
 	free(text);
 	snprintf(cmd, sizeof(cmd), "'%s/ah-dump' '%s/heap' read a && '%s/ah-dump' "
-	         "'%s/heap'", build, tmpdir, build, tmpdir);
+	         "'%s/heap'", build, tmp.dir, build, tmp.dir);
 	cr_assert_eq(sh(cmd, &text), 0, "%s", text);
 	/* Batch counts depend on the spine's merge policy: not asserted. */
 	{

@@ -12,13 +12,14 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include "tests/dump/dump_util.h"
+#include "dump_util.h"
+#include "tl_file.h"
 
 /* Three arrangements with chunks of several size classes. */
 static void damage_heap(const char *path)
 {
 	static char val[3000];
-	ah_heap *h = du_open(path);
+	ah_heap *h = tl_open_path(path, 0, 0);
 	ah_txn *t;
 	char key[32];
 
@@ -41,18 +42,6 @@ static void damage_heap(const char *path)
 	}
 	du_ok(ah_txn_commit(t), "commit");
 	du_ok(ah_close(h), "close");
-}
-
-static void flip(const char *path, uint64_t off, uint8_t mask)
-{
-	int fd = open(path, O_RDWR);
-	uint8_t b;
-
-	cr_assert_geq(fd, 0);
-	cr_assert_eq(pread(fd, &b, 1, (off_t)off), 1);
-	b ^= mask;
-	cr_assert_eq(pwrite(fd, &b, 1, (off_t)off), 1);
-	close(fd);
 }
 
 typedef struct span {
@@ -91,7 +80,7 @@ Test(damage, chunk_flips, .init = du_setup, .fini = du_teardown, .timeout = 60)
 	int n, classes = 0;
 	uint32_t r = seed;
 
-	snprintf(heap, sizeof heap, "%s/h", du_dir);
+	snprintf(heap, sizeof heap, "%s/h", du_tmp.dir);
 	damage_heap(heap);
 	n = spans_of(heap, s, 64);
 	cr_assert_geq(n, 3, "chunks: %d", n);
@@ -107,7 +96,7 @@ Test(damage, chunk_flips, .init = du_setup, .fini = du_teardown, .timeout = 60)
 		uint64_t at = k == 0 ? 0 : k == 1 ? c->len - 1 : (r >> 4) % c->len;
 		uint8_t mask = (uint8_t)(1u << (k % 8));
 
-		flip(heap, c->off + at, mask);
+		tl_flip(heap, c->off + at, mask);
 		cr_assert_eq(du_dump(heap, "verify", true, &out), 1,
 		             "seed %u flip %d: chunk %" PRIu64 " +%" PRIu64 ": %s", seed,
 		             k, c->id, at, out);
@@ -115,7 +104,7 @@ Test(damage, chunk_flips, .init = du_setup, .fini = du_teardown, .timeout = 60)
 		cr_assert(strstr(out, want), "seed %u flip %d at +%" PRIu64 ": %s",
 		          seed, k, at, out);
 		free(out);
-		flip(heap, c->off + at, mask);
+		tl_flip(heap, c->off + at, mask);
 	}
 	cr_assert_eq(du_dump(heap, "verify", true, &out), 0, "%s", out);
 	free(out);
@@ -154,7 +143,7 @@ Test(damage, meta_flips, .init = du_setup, .fini = du_teardown)
 	const uint64_t fields[] = { 16, 20, 40, 128 + 5, 136 + 5 };
 	const uint8_t masks[] = { 0x01, 0x02, 0x10, 0x40, 0x40 };
 
-	snprintf(heap, sizeof heap, "%s/h", du_dir);
+	snprintf(heap, sizeof heap, "%s/h", du_tmp.dir);
 	damage_heap(heap);
 	snprintf(cmd, sizeof cmd, "cp '%s' '%s.orig'", heap, heap);
 	cr_assert_eq(system(cmd), 0);
@@ -164,10 +153,10 @@ Test(damage, meta_flips, .init = du_setup, .fini = du_teardown)
 		uint64_t base = page == 0 ? cur : 4096 - cur;
 
 		for (size_t i = 0; i < sizeof fields / sizeof *fields; i++) {
-			flip(heap, base + fields[i], masks[i]);
+			tl_flip(heap, base + fields[i], masks[i]);
 			if (page == 0 || i < 3) /* the older meta's roots are unused */
 				expect_caught(heap, "meta flip");
-			flip(heap, base + fields[i], masks[i]);
+			tl_flip(heap, base + fields[i], masks[i]);
 		}
 	}
 	cr_assert_eq(du_dump(heap, "verify", false, NULL), 0, "restored");
@@ -222,8 +211,8 @@ Test(damage, branch_flips, .init = du_setup, .fini = du_teardown)
 	uint8_t page[4096];
 	int fd;
 
-	snprintf(heap, sizeof heap, "%s/h", du_dir);
-	h = du_open(heap);
+	snprintf(heap, sizeof heap, "%s/h", du_tmp.dir);
+	h = tl_open_path(heap, 0, 0);
 	du_ok(ah_txn_begin(h, 0, &t), "begin");
 	for (int a = 0; a < 300; a++) {
 		char name[8];
@@ -244,15 +233,15 @@ Test(damage, branch_flips, .init = du_setup, .fini = du_teardown)
 	cr_assert_eq(get16(page + 10), 0x01, "root is a branch page");
 	cr_assert_eq(get64(heap, root * 4096), root, "page number");
 	/* the flags (neither branch nor leaf: MDB_CORRUPTED) */
-	flip(heap, root * 4096 + 10, 0x01);
+	tl_flip(heap, root * 4096 + 10, 0x01);
 	expect_caught(heap, "branch flags");
-	flip(heap, root * 4096 + 10, 0x01);
+	tl_flip(heap, root * 4096 + 10, 0x01);
 	/* each child pointer, high bits (beyond the file: MDB_PAGE_NOTFOUND) */
 	for (int i = 0; i < (get16(page + 12) - 16) / 2; i++) {
 		off = root * 4096 + get16(page + 16 + 2 * i) + 3; /* hi's top byte */
-		flip(heap, off, 0x40);
+		tl_flip(heap, off, 0x40);
 		expect_caught(heap, "branch child");
-		flip(heap, off, 0x40);
+		tl_flip(heap, off, 0x40);
 	}
 	cr_assert_eq(du_dump(heap, "verify", false, NULL), 0, "restored");
 }
@@ -265,7 +254,7 @@ Test(damage, truncated_and_lmdb_faults, .init = du_setup, .fini = du_teardown)
 	char heap[256], cmd[1024], *out;
 	const char *cmds[] = { "", "verify", "space", "read a0", "chunks a0" };
 
-	snprintf(heap, sizeof heap, "%s/h", du_dir);
+	snprintf(heap, sizeof heap, "%s/h", du_tmp.dir);
 	damage_heap(heap);
 	cr_assert_eq(truncate(heap, 8192 + 4096), 0);
 	for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
@@ -276,9 +265,9 @@ Test(damage, truncated_and_lmdb_faults, .init = du_setup, .fini = du_teardown)
 	}
 	snprintf(cmd, sizeof cmd, "for f in '%s'/tests/fuzz/lmdb/*; do cp \"$f\" "
 	         "'%s/x' && rm -f '%s/x-lock' && '%s/ah-dump' '%s/x' verify; "
-	         "[ $? = 1 ] || exit 9; done", du_src(), du_dir, du_dir, du_build(),
-	         du_dir);
-	cr_assert_eq(du_sh(cmd, true, &out), 0, "%s", out);
+	         "[ $? = 1 ] || exit 9; done", tl_src(), du_tmp.dir, du_tmp.dir, tl_build(),
+	         du_tmp.dir);
+	cr_assert_eq(tl_sh(cmd, true, &out), 0, "%s", out);
 	free(out);
 }
 
@@ -292,33 +281,25 @@ Test(damage, verify_escapes_damaged_names, .init = du_setup,
 	ah_heap *h;
 	ah_txn *t;
 	uint8_t *buf, *at = NULL;
-	long len;
+	size_t len;
 	int hits = 0;
-	FILE *f;
 
 	ah_open_opts o = { .size = sizeof o, .flags = AH_OPEN_CREATE,
 	                   .max_bytes = 4 << 20 }; /* the file's size */
 
-	snprintf(heap, sizeof heap, "%s/h", du_dir);
+	snprintf(heap, sizeof heap, "%s/h", du_tmp.dir);
 	du_ok(ah_open(heap, &o, &h), "open");
 	du_ok(ah_txn_begin(h, 0, &t), "begin");
 	du_ok(ah_arrangement_create(t, "a1"), "create");
 	du_ok(ah_arrangement_create(t, "zz-escape"), "create");
 	du_ok(ah_txn_commit(t), "commit");
 	du_ok(ah_close(h), "close");
-	f = fopen(heap, "rb");
-	cr_assert_not_null(f);
-	fseek(f, 0, SEEK_END);
-	len = ftell(f);
-	buf = malloc((size_t)len);
-	fseek(f, 0, SEEK_SET);
-	cr_assert_eq(fread(buf, 1, (size_t)len, f), (size_t)len);
-	fclose(f);
+	buf = (uint8_t *)tl_read(heap, &len);
 	for (uint8_t *p = buf; (p = memmem(p, (size_t)(buf + len - p), "zz-escape",
 	                                   9)); p++, hits++)
 		at = p;
 	cr_assert_eq(hits, 1, "the name is stored %d times", hits);
-	flip(heap, (uint64_t)(at - buf) + 8, 'e' ^ 0xfa); /* "zz-escap\xfa" */
+	tl_flip(heap, (uint64_t)(at - buf) + 8, 'e' ^ 0xfa); /* "zz-escap\xfa" */
 	free(buf);
 	cr_assert_eq(du_dump(heap, "verify", true, &out), 1, "%s", out);
 	/* Its record's check names it (the name is part of the check), and
@@ -350,9 +331,9 @@ Test(damage, abort_is_reported, .init = du_setup, .fini = du_teardown)
 	pid_t pid;
 	FILE *f;
 
-	snprintf(heap, sizeof heap, "%s/h", du_dir);
-	snprintf(errf, sizeof errf, "%s/err", du_dir);
-	h = du_open(heap);
+	snprintf(heap, sizeof heap, "%s/h", du_tmp.dir);
+	snprintf(errf, sizeof errf, "%s/err", du_tmp.dir);
+	h = tl_open_path(heap, 0, 0);
 	du_ok(ah_txn_begin(h, 0, &t), "begin");
 	du_ok(ah_arrangement_create(t, "big"), "create");
 	for (int i = 0; i < 8000; i++) { /* 200 KB of rows: the pipe fills */
@@ -362,7 +343,7 @@ Test(damage, abort_is_reported, .init = du_setup, .fini = du_teardown)
 	du_ok(ah_append(t, "big", 0, 1, u, 8000), "append");
 	du_ok(ah_txn_commit(t), "commit");
 	du_ok(ah_close(h), "close");
-	snprintf(tool, sizeof tool, "%s/ah-dump", du_build());
+	snprintf(tool, sizeof tool, "%s/ah-dump", tl_build());
 	cr_assert_eq(pipe(out), 0);
 	pid = fork();
 	cr_assert_geq(pid, 0);
@@ -400,10 +381,10 @@ Test(damage, read_fails_on_a_damaged_chunk, .init = du_setup,
 	const char *cmds[] = { "read a0", "keys a0", "read a0 --json",
 	                       "keys a0 --limit 100" };
 
-	snprintf(heap, sizeof heap, "%s/h", du_dir);
+	snprintf(heap, sizeof heap, "%s/h", du_tmp.dir);
 	damage_heap(heap);
 	cr_assert_geq(spans_of(heap, s, 64), 1);
-	flip(heap, s[0].off + 8, 0x01); /* chunk magic of a0's first chunk */
+	tl_flip(heap, s[0].off + 8, 0x01); /* chunk magic of a0's first chunk */
 	for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
 		cr_assert_eq(du_dump(heap, cmds[i], true, &out), 1, "%s: %s",
 		             cmds[i], out);

@@ -7,7 +7,7 @@
 #include <inttypes.h>
 #include <dirent.h>
 
-#include "tests/dump/dump_util.h"
+#include "dump_util.h"
 
 static const char *const every[] = {
 	"", "arrangements", "verify", "space",
@@ -25,10 +25,10 @@ static void both_forms(const char *heap, const char *args, char *files,
 	cr_assert_eq(du_dump(heap, args, true, &out), 0, "%s %s: %s", heap, args,
 	             out);
 	free(out);
-	snprintf(js, sizeof js, "%s/j%d.json", du_dir, seq++);
-	snprintf(cmd, sizeof cmd, "'%s/ah-dump' '%s' %s --json > '%s'", du_build(),
+	snprintf(js, sizeof js, "%s/j%d.json", du_tmp.dir, seq++);
+	snprintf(cmd, sizeof cmd, "'%s/ah-dump' '%s' %s --json > '%s'", tl_build(),
 	         heap, args, js);
-	rc = du_sh(cmd, true, &out);
+	rc = tl_sh(cmd, true, &out);
 	cr_assert_eq(rc, 0, "%s: %s", cmd, out);
 	free(out);
 	cr_assert_lt(strlen(files) + strlen(js) + 4, cap);
@@ -56,7 +56,7 @@ static void every_command(const char *heap, const char *arr)
 	}
 	snprintf(cmd, sizeof cmd, "python3 -S -E -c 'import json, sys\n"
 	         "for f in sys.argv[1:]: json.load(open(f))'%s", files);
-	cr_assert_eq(du_sh(cmd, true, &out), 0, "%s: %s", heap, out);
+	cr_assert_eq(tl_sh(cmd, true, &out), 0, "%s: %s", heap, out);
 	free(out);
 }
 
@@ -64,8 +64,8 @@ Test(dump, empty_heap, .init = du_setup, .fini = du_teardown)
 {
 	char heap[256], args[300], *out;
 
-	snprintf(heap, sizeof heap, "%s/h", du_dir);
-	du_ok(ah_close(du_open(heap)), "close");
+	snprintf(heap, sizeof heap, "%s/h", du_tmp.dir);
+	du_ok(ah_close(tl_open_path(heap, 0, 0)), "close");
 	every_command(heap, NULL);
 	du_json_eq(heap, "", "d['arrangements'], d['sources'], d['format_version'], "
 	           "d['page_size'], d['readers_used'], len(d['uuid'])",
@@ -84,13 +84,13 @@ Test(dump, empty_heap, .init = du_setup, .fini = du_teardown)
 		          strchr(out, '\n') == out + strlen(out) - 1, "%s: %s", c[i], out);
 		free(out);
 	}
-	snprintf(args, sizeof args, "backup '%s/b'", du_dir);
+	snprintf(args, sizeof args, "backup '%s/b'", du_tmp.dir);
 	cr_assert_eq(du_dump(heap, args, true, &out), 0, "%s", out);
 	free(out);
 	cr_assert_eq(du_dump(heap, args, true, &out), 1, "again: %s", out);
 	cr_assert(strstr(out, "file exists"), "%s", out);
 	free(out);
-	snprintf(heap, sizeof heap, "%s/b", du_dir);
+	snprintf(heap, sizeof heap, "%s/b", du_tmp.dir);
 	du_json_eq(heap, "verify", "d['ok']", "True");
 }
 
@@ -102,7 +102,7 @@ Test(dump, cases_heaps, .init = du_setup, .fini = du_teardown, .timeout = 120)
 	int ncases = 0;
 	DIR *d;
 
-	snprintf(path, sizeof path, "%s/tests/cases", du_src());
+	snprintf(path, sizeof path, "%s/tests/cases", tl_src());
 	d = opendir(path);
 	cr_assert_not_null(d, "%s", path);
 	while ((e = readdir(d))) {
@@ -116,10 +116,10 @@ Test(dump, cases_heaps, .init = du_setup, .fini = du_teardown, .timeout = 120)
 		fclose(f);
 		if (strncmp(want, "ok", 2) != 0)
 			continue;
-		snprintf(heap, sizeof heap, "%s/%s.heap", du_dir, e->d_name);
+		snprintf(heap, sizeof heap, "%s/%s.heap", du_tmp.dir, e->d_name);
 		snprintf(cmd, sizeof cmd, "'%s/ah-load' '%s' '%s/%s/changelog'",
-		         du_build(), heap, path, e->d_name);
-		cr_assert_eq(du_sh(cmd, true, &out), 0, "%s: %s", cmd, out);
+		         tl_build(), heap, path, e->d_name);
+		cr_assert_eq(tl_sh(cmd, true, &out), 0, "%s: %s", cmd, out);
 		free(out);
 		cr_assert_eq(du_dump(heap, "arrangements", false, &names), 0);
 		for (char *n = strtok(names, "\n"); n; n = strtok(NULL, "\n"))
@@ -136,7 +136,7 @@ Test(dump, cases_heaps, .init = du_setup, .fini = du_teardown, .timeout = 120)
  * b: one update with a binary key.  Source s at "pos-7", t at 00 ff. */
 static void known_heap(const char *path)
 {
-	ah_heap *h = du_open(path);
+	ah_heap *h = tl_open_path(path, 0, 0);
 	ah_txn *t;
 	ah_update a[] = {
 		{ "k1", 2, "x", 1, 0, 2 }, { "k1", 2, "y", 1, 1, -1 },
@@ -160,7 +160,7 @@ Test(dump, known_heap_fields, .init = du_setup, .fini = du_teardown)
 {
 	char heap[256], *out;
 
-	snprintf(heap, sizeof heap, "%s/h", du_dir);
+	snprintf(heap, sizeof heap, "%s/h", du_tmp.dir);
 	known_heap(heap);
 	every_command(heap, "a");
 	du_json_eq(heap, "", "[(x['name'], x['upper'], x['since'], x['batches'], "
@@ -214,7 +214,7 @@ Test(dump, human_layout, .init = du_setup, .fini = du_teardown)
 	                       "keys a", "get a k1", "verify", "space", "--help" };
 	char heap[256], *out;
 
-	snprintf(heap, sizeof heap, "%s/h", du_dir);
+	snprintf(heap, sizeof heap, "%s/h", du_tmp.dir);
 	known_heap(heap);
 	for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
 		cr_assert_eq(du_dump(heap, cmds[i], true, &out), 0, "%s", cmds[i]);
@@ -239,8 +239,8 @@ Test(dump, backup_equals_source, .init = du_setup, .fini = du_teardown)
 	                   "x['xxh3']) for x in d['chunks']]";
 	const char *cmds[] = { "read a", "read b", "batches a", "arrangements" };
 
-	snprintf(heap, sizeof heap, "%s/h", du_dir);
-	snprintf(copy, sizeof copy, "%s/copy", du_dir);
+	snprintf(heap, sizeof heap, "%s/h", du_tmp.dir);
+	snprintf(copy, sizeof copy, "%s/copy", du_tmp.dir);
 	known_heap(heap);
 	snprintf(args, sizeof args, "backup '%s'", copy);
 	cr_assert_eq(du_dump(heap, args, true, &a), 0, "%s", a);

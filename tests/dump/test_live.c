@@ -9,7 +9,8 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include "tests/dump/dump_util.h"
+#include "dump_util.h"
+#include "tl_file.h"
 #include "tests/fuzz/fuzz_path.h"
 
 /* The writer child: appends one update per commit to "live" until killed,
@@ -79,9 +80,9 @@ Test(live, every_command_while_writing, .init = du_setup, .fini = live_teardown,
 	pid_t pid;
 	int st;
 
-	snprintf(heap, sizeof heap, "%s/h", du_dir);
-	snprintf(count, sizeof count, "%s/count", du_dir);
-	h = du_open(heap);
+	snprintf(heap, sizeof heap, "%s/h", du_tmp.dir);
+	snprintf(count, sizeof count, "%s/count", du_tmp.dir);
+	h = tl_open_path(heap, 0, 0);
 	du_ok(ah_txn_begin(h, 0, &t), "begin");
 	du_ok(ah_arrangement_create(t, "live"), "create");
 	du_ok(ah_advance(t, "live", 0, 1), "advance");
@@ -98,7 +99,7 @@ Test(live, every_command_while_writing, .init = du_setup, .fini = live_teardown,
 		for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
 			uint64_t before = commits(count);
 
-			snprintf(args, sizeof args, cmds[i], du_dir);
+			snprintf(args, sizeof args, cmds[i], du_tmp.dir);
 			if (round == 1 && i + 1 == sizeof cmds / sizeof *cmds)
 				break; /* the backup exists */
 			cr_assert_eq(du_dump(heap, args, true, &out), 0, "%s: %s", args, out);
@@ -119,7 +120,7 @@ Test(live, every_command_while_writing, .init = du_setup, .fini = live_teardown,
 	cr_assert_eq(waitpid(pid, &st, 0), pid);
 	writer_pid = 0;
 	cr_assert(WIFSIGNALED(st), "writer exited early: %d", WEXITSTATUS(st));
-	snprintf(args, sizeof args, "%s/backup", du_dir);
+	snprintf(args, sizeof args, "%s/backup", du_tmp.dir);
 	du_json_eq(args, "verify", "d['ok']", "True");
 	du_json_eq(heap, "verify", "d['ok']", "True");
 }
@@ -131,35 +132,27 @@ Test(live, fuzz_regressions, .init = du_setup, .fini = du_teardown, .timeout = 1
 	char path[512], work[512], lock[520];
 	int n = 0;
 
-	snprintf(path, sizeof path, "%s/tests/fuzz/seeds", du_src());
-	snprintf(work, sizeof work, "%s/heap", du_dir);
+	snprintf(path, sizeof path, "%s/tests/fuzz/seeds", tl_src());
+	snprintf(work, sizeof work, "%s/heap", du_tmp.dir);
 	snprintf(lock, sizeof lock, "%s-lock", work);
 	cr_assert_geq(fz_load_seeds(path, work), 1, "seeds in %s", path);
 	for (size_t i = 0; i < 2; i++) {
 		DIR *d;
 		struct dirent *e;
 
-		snprintf(path, sizeof path, "%s/tests/fuzz/%s", du_src(), dirs[i]);
+		snprintf(path, sizeof path, "%s/tests/fuzz/%s", tl_src(), dirs[i]);
 		if (!(d = opendir(path)))
 			continue;
 		while ((e = readdir(d))) {
 			char file[1024];
 			uint8_t *buf;
-			long len;
-			FILE *f;
+			size_t len;
 
 			if (e->d_name[0] == '.')
 				continue;
 			snprintf(file, sizeof file, "%s/%s", path, e->d_name);
-			f = fopen(file, "rb");
-			cr_assert_not_null(f, "%s", file);
-			fseek(f, 0, SEEK_END);
-			len = ftell(f);
-			fseek(f, 0, SEEK_SET);
-			buf = malloc((size_t)len + 1);
-			cr_assert_eq(fread(buf, 1, (size_t)len, f), (size_t)len);
-			fclose(f);
-			cr_assert_eq(fz_run(buf, (size_t)len, work), 0, "%s", file);
+			buf = (uint8_t *)tl_read(file, &len);
+			cr_assert_eq(fz_run(buf, len, work), 0, "%s", file);
 			free(buf);
 			unlink(work);
 			unlink(lock);

@@ -17,7 +17,10 @@
 #include <sys/wait.h>
 
 #include "lmdb_pages.h"
-#include "rel.h"
+#include "tl_dir.h"
+#include "tl_file.h"
+#include "tl_heap.h"
+#include "tl_run.h"
 
 /* Runs fn(arg) in a forked child under alarm(secs); returns its exit
  * status, or 128 + signal. */
@@ -40,7 +43,7 @@ static int in_child(int (*fn)(const char *path), const char *path,
  * and chunks trees get a branch root. */
 static void many_arrangements(const char *path, int n)
 {
-	ah_open_opts o = rel_opts(AH_OPEN_CREATE, 64 * REL_MiB, 0);
+	ah_open_opts o = tl_opts(AH_OPEN_CREATE, 64 * TL_MiB, 0);
 	ah_heap *h;
 	ah_txn *t;
 
@@ -79,7 +82,7 @@ static void repoint(const char *path, enum lp_tree tree, bool to_root)
  * (3: child 1's keys were never listed). */
 static int list_names(const char *path)
 {
-	ah_open_opts o = rel_opts(AH_OPEN_RDONLY, 0, 0);
+	ah_open_opts o = tl_opts(AH_OPEN_RDONLY, 0, 0);
 	char name[AH_NAME_MAX + 1], prev[AH_NAME_MAX + 1] = "";
 	ah_heap *h;
 	ah_txn *t;
@@ -105,31 +108,31 @@ static int list_names(const char *path)
  * answer is not after `after` and say AH_ECORRUPT. */
 Test(corrupt_pages, next_never_goes_back, .timeout = 60)
 {
-	rel_dir d;
+	tl_dir d;
 	int st;
 
-	cr_assert_eq(rel_mkdir(&d), 0);
+	d = tl_tmpdir("fault");
 	many_arrangements(d.path, 300);
 	repoint(d.path, LP_ARR, false);
 	st = in_child(list_names, d.path, 20);
 	cr_assert_eq(st, 0, "listing names: exit %d (2: went back, 3: ended "
 	             "early, 128+: signal)", st);
-	rel_rmdir(&d);
+	tl_rmdir(&d);
 }
 
 /* A key byte of the last arrangement set to NUL: the name comes back cut
  * short, is fed back as `after`, and LMDB answers the same key again. */
 Test(corrupt_pages, name_with_nul_ends_listing, .timeout = 60)
 {
-	ah_open_opts o = rel_opts(AH_OPEN_CREATE, 64 * REL_MiB, 0);
-	rel_dir d;
+	ah_open_opts o = tl_opts(AH_OPEN_CREATE, 64 * TL_MiB, 0);
+	tl_dir d;
 	lp_file f;
 	ah_heap *h;
 	ah_txn *t;
 	uint8_t *at = NULL;
 	int st, hits = 0;
 
-	cr_assert_eq(rel_mkdir(&d), 0);
+	d = tl_tmpdir("fault");
 	cr_assert_eq(ah_open(d.path, &o, &h), 0);
 	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
 	for (int a = 0; a < 11; a++) {
@@ -151,7 +154,7 @@ Test(corrupt_pages, name_with_nul_ends_listing, .timeout = 60)
 	lp_unload(&f);
 	st = in_child(list_names, d.path, 20);
 	cr_assert_eq(st, 0, "listing names: exit %d (2: went back)", st);
-	rel_rmdir(&d);
+	tl_rmdir(&d);
 }
 
 static int count_problem(const ah_problem *p, void *user)
@@ -165,7 +168,7 @@ static int count_problem(const ah_problem *p, void *user)
  * fails without a signal. */
 static int verify_then_read(const char *path)
 {
-	ah_open_opts o = rel_opts(AH_OPEN_RDONLY, 0, 0);
+	ah_open_opts o = tl_opts(AH_OPEN_RDONLY, 0, 0);
 	char name[AH_NAME_MAX + 1];
 	const char *after = NULL;
 	ah_arrangement_info in;
@@ -173,7 +176,7 @@ static int verify_then_read(const char *path)
 	uint64_t problems = 0;
 	ah_heap *h;
 	ah_txn *t;
-	rel_state s;
+	tl_state s;
 	int rc;
 
 	if ((rc = ah_open(path, &o, &h)) != 0)
@@ -188,7 +191,7 @@ static int verify_then_read(const char *path)
 		(void)ah_arrangement_info_get(t, name, &in);
 		after = name;
 	}
-	(void)rel_state_txn(t, 1, &s);
+	(void)tl_state_hash_txn(t, 1, &s);
 	ah_txn_abort(t);
 	return ah_close(h) ? 7 : 0;
 }
@@ -198,21 +201,21 @@ static int verify_then_read(const char *path)
  * of the chunks table.  Verify must report the damaged tree and skip it. */
 Test(corrupt_pages, verify_survives_lmdb_assert, .timeout = 60)
 {
-	rel_dir d;
+	tl_dir d;
 	char cmd[512];
 	int st;
 
-	cr_assert_eq(rel_mkdir(&d), 0);
+	d = tl_tmpdir("fault");
 	many_arrangements(d.path, 300);
 	repoint(d.path, LP_CHUNKS, true);
 	st = in_child(verify_then_read, d.path, 20);
 	cr_assert_eq(st, 0, "verify then read: exit %d (128+: signal)", st);
 	snprintf(cmd, sizeof cmd, "'%s/ah-dump' '%s' verify >/dev/null 2>&1",
-	         getenv("AH_BUILD") ? getenv("AH_BUILD") : "build", d.path);
+	         tl_build(), d.path);
 	st = system(cmd);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "ah-dump verify: %d",
 	          st);
-	rel_rmdir(&d);
+	tl_rmdir(&d);
 }
 
 /* The fuzzer's raw-file input whose damaged main-DB page made liblmdb
@@ -220,17 +223,16 @@ Test(corrupt_pages, verify_survives_lmdb_assert, .timeout = 60)
  * refuse it (or verify report it), never fault. */
 Test(corrupt_pages, fuzz_sigbus_input_in_process, .timeout = 60)
 {
-	const char *src = getenv("AH_SRC") ? getenv("AH_SRC") : ".";
-	char from[512], cmd[1200];
-	rel_dir d;
+	const char *src = tl_src();
+	char from[512];
+	tl_dir d;
 	int st;
 
-	cr_assert_eq(rel_mkdir(&d), 0);
+	d = tl_tmpdir("fault");
 	snprintf(from, sizeof from, "%s/tests/fuzz/lmdb/"
 	         "crash-b785d507a55dae8312d6c06f4bb8afc603252e6b", src);
-	snprintf(cmd, sizeof cmd, "cp '%s' '%s'", from, d.path);
-	cr_assert_eq(system(cmd), 0);
+	cr_assert_eq(tl_copy(from, d.path), 0, "copy %s", from);
 	st = in_child(verify_then_read, d.path, 20);
 	cr_assert_eq(st, 0, "open/verify of the SIGBUS input: exit %d", st);
-	rel_rmdir(&d);
+	tl_rmdir(&d);
 }

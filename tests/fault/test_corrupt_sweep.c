@@ -13,7 +13,10 @@
 #include <time.h>
 
 #include "lmdb_pages.h"
-#include "rel.h"
+#include "tl_dir.h"
+#include "tl_file.h"
+#include "tl_heap.h"
+#include "tl_run.h"
 
 /* A heap of NARR arrangements (long names, so the arr tree has branch
  * pages; every 20th with 2500-byte keys, so its batch records and fences
@@ -121,14 +124,14 @@ static void sweep_commit(ah_heap *h, int c)
 /* base: NCOMMITS commits; prev: a copy of it after NCOMMITS - 1. */
 static void sweep_heaps(const char *base, const char *prev)
 {
-	ah_open_opts o = rel_opts(AH_OPEN_CREATE, 16 * REL_MiB, 16);
+	ah_open_opts o = tl_opts(AH_OPEN_CREATE, 16 * TL_MiB, 16);
 	ah_heap *h;
 
 	cr_assert_eq(ah_open(base, &o, &h), 0);
 	for (int c = 0; c < NCOMMITS - 1; c++)
 		sweep_commit(h, c);
 	cr_assert_eq(ah_close(h), 0);
-	cr_assert_eq(rel_copy(base, prev), 0);
+	cr_assert_eq(tl_copy(base, prev), 0);
 	cr_assert_eq(ah_open(base, &o, &h), 0);
 	sweep_commit(h, NCOMMITS - 1);
 	cr_assert_eq(ah_close(h), 0);
@@ -205,7 +208,7 @@ static int collect_batch(const ah_batch_info *b, void *user)
 /* The undamaged answers of heap path, in-process and through ah-dump. */
 static void answers_of(const char *path, answers *a)
 {
-	ah_open_opts o = rel_opts(AH_OPEN_RDONLY, 0, 0);
+	ah_open_opts o = tl_opts(AH_OPEN_RDONLY, 0, 0);
 	char name[AH_NAME_MAX + 1];
 	ah_heap *h;
 	ah_txn *t;
@@ -252,7 +255,7 @@ static int run_dump(const char *path, const char *args, char **out)
 	int st;
 
 	snprintf(cmd, sizeof cmd, "timeout -s KILL 20 '%s/ah-dump' '%s' %s 2>&1",
-	         getenv("AH_BUILD") ? getenv("AH_BUILD") : "build", path, args);
+	         tl_build(), path, args);
 	if (buf == NULL || (p = popen(cmd, "r")) == NULL)
 		return -2;
 	while ((got = fread(buf + n, 1, cap - 1 - n, p)) > 0)
@@ -300,7 +303,7 @@ static void dump_answers(const char *from, const char *work, answers *a)
 	char args[200], lock[200];
 
 	snprintf(lock, sizeof lock, "%s-lock", work);
-	cr_assert_eq(rel_copy(from, work), 0);
+	cr_assert_eq(tl_copy(from, work), 0);
 	unlink(lock);
 	for (size_t c = 0; c < NCMD; c++) {
 		dump_args(c, args, sizeof args);
@@ -479,7 +482,7 @@ static int child_problem(const ah_problem *p, void *user)
 /* The forked child: every call in order; the outcome to fd. */
 static void child_run(const char *path, int fd)
 {
-	ah_open_opts oo = rel_opts(AH_OPEN_RDONLY, 0, 0);
+	ah_open_opts oo = tl_opts(AH_OPEN_RDONLY, 0, 0);
 	outcome o = { .mask = M_CUR | M_PREV };
 	ah_verify_stats vs;
 	ah_heap *h = NULL;
@@ -765,24 +768,12 @@ static int lmdb_classes(const lp_file *f, sclass *cs)
 /* ------------------------------------------------------------- driver */
 
 typedef struct sweep {
-	rel_dir d;
+	tl_dir d;
 	char base[160], prev[160], work[160], lock[170];
 	lp_file f;
 	answers cur, old;
 	double secs;
 } sweep;
-
-static int file_flip(const char *path, uint64_t off, uint8_t mask)
-{
-	int fd = open(path, O_RDWR);
-	uint8_t b;
-	int rc = fd >= 0 && pread(fd, &b, 1, (off_t)off) == 1 &&
-	         (b ^= mask, pwrite(fd, &b, 1, (off_t)off) == 1) ? 0 : -1;
-
-	if (fd >= 0)
-		close(fd);
-	return rc;
-}
 
 /* The answers of one damaged copy: the child's outcome, ah-dump's. */
 static void damaged_answers(sweep *s, outcome *o, int rc[NCMD], char *out[NCMD])
@@ -853,9 +844,9 @@ static bool run_flip(sweep *s, sclass *c, const flip *fl, char *why,
 	unsigned mask;
 	outcome o;
 
-	cr_assert_eq(file_flip(s->work, off, fl->mask), 0);
+	cr_assert_eq(tl_try_flip(s->work, off, fl->mask), 0);
 	damaged_answers(s, &o, rc, out);
-	cr_assert_eq(file_flip(s->work, off, fl->mask), 0);
+	cr_assert_eq(tl_try_flip(s->work, off, fl->mask), 0);
 	FAIL_IF(o.open_rc == INT32_MIN || o.verify_rc == INT32_MIN,
 	        "%s (a hang is SIGALRM)", o.what);
 	FAIL_IF(o.wrong, "wrong answer from %s (%d wrong)", o.what, o.wrong);
@@ -904,7 +895,7 @@ out:
 
 static void sweep_setup(sweep *s)
 {
-	cr_assert_eq(rel_mkdir(&s->d), 0);
+	s->d = tl_tmpdir("fault");
 	snprintf(s->base, sizeof s->base, "%s/base", s->d.dir);
 	snprintf(s->prev, sizeof s->prev, "%s/prev", s->d.dir);
 	snprintf(s->work, sizeof s->work, "%s/work", s->d.dir);
@@ -917,7 +908,7 @@ static void sweep_setup(sweep *s)
 	exp_cur = &s->cur;
 	exp_prev = &s->old;
 	cr_assert_eq(lp_load(s->base, &s->f), 0);
-	cr_assert_eq(rel_copy(s->base, s->work), 0);
+	cr_assert_eq(tl_copy(s->base, s->work), 0);
 }
 
 static void sweep_run(sweep *s, sclass *cs, int nc)
@@ -927,7 +918,7 @@ static void sweep_run(sweep *s, sclass *cs, int nc)
 	int flips = 0, fails = 0;
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	h0 = rel_file_hash(s->work, &size);
+	h0 = tl_file_hash(s->work, &size);
 	for (int i = 0; i < nc; i++)
 		for (int k = 0; k < cs[i].n; k++, flips++) {
 			const flip *fl = &cs[i].f[k];
@@ -941,7 +932,7 @@ static void sweep_run(sweep *s, sclass *cs, int nc)
 			       fl->mask, fl->field, why);
 			fails++;
 		}
-	h1 = rel_file_hash(s->work, &size);
+	h1 = tl_file_hash(s->work, &size);
 	cr_assert_eq(h0, h1, "the damaged copy was not restored");
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	s->secs = (double)(t1.tv_sec - t0.tv_sec) +
@@ -974,7 +965,7 @@ static void sweep_teardown(sweep *s)
 		free(s->old.dump[c]);
 	}
 	lp_unload(&s->f);
-	rel_rmdir(&s->d);
+	tl_rmdir(&s->d);
 }
 
 /* The heap must have what the classes need. */

@@ -7,9 +7,14 @@
  * with exactly the last commit; after space is freed writing continues.
  */
 #include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <sys/mount.h>
+#include <unistd.h>
 
-#include "rel.h"
+#include "tl_dir.h"
+#include "tl_heap.h"
+#include "tl_rand.h"
 
 #define NUPD 4000
 
@@ -45,7 +50,7 @@ static int commit_step(ah_heap *h, uint64_t k, int *stage, ah_txn **left)
 	memset(val, 'x', sizeof val);
 	for (int i = 0; i < NUPD; i++) {
 		snprintf(keys[i], sizeof keys[i], "%012" PRIu64,
-		         rel_rand(&s) % 1000000);
+		         tl_rand(&s) % 1000000);
 		ups[i] = (ah_update){ keys[i], 12, val, sizeof val, k - 1, 1 };
 	}
 	if (k == 1 && ((rc = ah_arrangement_create(t, "a0")) != 0 ||
@@ -65,32 +70,32 @@ fail:
 
 static void full_disk(unsigned flags)
 {
-	rel_dir d;
+	tl_dir d;
 	char filler[160];
-	ah_open_opts o = rel_opts(AH_OPEN_CREATE | flags, 0, 4096);
+	ah_open_opts o = tl_opts(AH_OPEN_CREATE | flags, 0, 4096);
 	ah_heap *h;
 	ah_txn *left;
-	rel_state last = { 0 }, st;
+	tl_state last = { 0 }, st;
 	uint64_t k;
 	int rc = 0, stage = 0;
 
 	if (geteuid() != 0)
 		cr_skip_test("needs root to mount a tmpfs");
-	cr_assert_eq(rel_mkdir(&d), 0);
+	d = tl_tmpdir("fault");
 	if (mount("tmpfs", d.dir, "tmpfs", 0, "size=24m") != 0) {
 		int e = errno;
 
-		rel_rmdir(&d);
+		tl_rmdir(&d);
 		cr_skip_test("cannot mount a tmpfs: %s", strerror(e));
 	}
 	snprintf(filler, sizeof filler, "%s/filler", d.dir);
-	cr_assert_eq(write_filler(filler, 6 * REL_MiB), 0);
+	cr_assert_eq(write_filler(filler, 6 * TL_MiB), 0);
 	cr_assert_eq(ah_open(d.path, &o, &h), 0);
 	for (k = 1; k < 1000; k++) {
 		rc = commit_step(h, k, &stage, &left);
 		if (rc != 0)
 			break;
-		cr_assert_eq(rel_state_get(h, 1, &last), 0);
+		cr_assert_eq(tl_state_hash(h, 1, &last), 0);
 		cr_assert_eq(last.model, k);
 	}
 	cr_assert_eq(rc, AH_EFULL, "commit %" PRIu64 ": %s", k,
@@ -107,8 +112,8 @@ static void full_disk(unsigned flags)
 	cr_assert_eq(ah_close(h), 0);
 
 	cr_assert_eq(ah_open(d.path, &o, &h), 0, "reopen on a full disk");
-	cr_assert_eq(rel_verify(h, NULL), 0);
-	cr_assert_eq(rel_state_get(h, 1, &st), 0);
+	cr_assert_eq(tl_verify(h, NULL), 0);
+	cr_assert_eq(tl_state_hash(h, 1, &st), 0);
 	cr_assert_eq(st.model, k - 1);
 	cr_assert_eq(st.hash, last.hash, "the last commit changed");
 
@@ -119,15 +124,15 @@ static void full_disk(unsigned flags)
 		             ": %s", k, ah_err_name(rc));
 	}
 	cr_assert_eq(ah_sync(h), 0);
-	cr_assert_eq(rel_verify(h, NULL), 0);
-	cr_assert_eq(rel_state_get(h, 1, &st), 0);
+	cr_assert_eq(tl_verify(h, NULL), 0);
+	cr_assert_eq(tl_state_hash(h, 1, &st), 0);
 	cr_assert_eq(st.model, k - 1);
 	cr_assert_eq(ah_close(h), 0);
 	printf("fault/full_tmpfs(%s): AH_EFULL at commit %" PRIu64
 	       ", last commit intact, 3 more commits after freeing 6 MiB\n",
 	       flags ? "relaxed" : "durable", k - 3);
 	cr_assert_eq(umount2(d.dir, MNT_DETACH), 0);
-	rel_rmdir(&d);
+	tl_rmdir(&d);
 }
 
 Test(fault, full_tmpfs_durable, .timeout = 120)

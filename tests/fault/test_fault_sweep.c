@@ -15,9 +15,14 @@
 #include <errno.h>
 
 #include "heap/fault.h"
+#include "heap/heap.h"
 #include "heap/pool.h"
 #include "interpose.h"
-#include "rel.h"
+#include "txn/txn.h" /* ah_heap->h: the pool behind a public handle */
+#include "tl_dir.h"
+#include "tl_file.h"
+#include "tl_heap.h"
+#include "tl_run.h"
 
 #define QUANTUM 16
 #define NARR 3
@@ -27,7 +32,7 @@ static const char *const arr[NARR] = { "a0", "a1", "a2" };
 /* The base heap: three arrangements with a few batches each. */
 static void make_base(const char *path)
 {
-	ah_open_opts o = rel_opts(AH_OPEN_CREATE, 4 * REL_MiB, QUANTUM);
+	ah_open_opts o = tl_opts(AH_OPEN_CREATE, 4 * TL_MiB, QUANTUM);
 	ah_heap *h;
 	ah_txn *t;
 	ah_update ups[30];
@@ -98,32 +103,32 @@ fail:
 }
 
 typedef struct sweep {
-	rel_dir d;
+	tl_dir d;
 	char base[160];
-	rel_state s0, s1;   /* before and after the sequence */
+	tl_state s0, s1;   /* before and after the sequence */
 	uint64_t faults, at_commit_new, pool_live_max;
 } sweep;
 
 static void sweep_setup(sweep *s)
 {
-	ah_open_opts o = rel_opts(0, 4 * REL_MiB, QUANTUM);
+	ah_open_opts o = tl_opts(0, 4 * TL_MiB, QUANTUM);
 	ah_heap *h;
 	ah_txn *left;
 	int stage;
 
-	cr_assert_eq(rel_mkdir(&s->d), 0);
+	s->d = tl_tmpdir("fault");
 	snprintf(s->base, sizeof s->base, "%s/base", s->d.dir);
 	make_base(s->base);
-	cr_assert_eq(rel_copy(s->base, s->d.path), 0);
+	cr_assert_eq(tl_copy(s->base, s->d.path), 0);
 	cr_assert_eq(ah_open(s->d.path, &o, &h), 0);
-	cr_assert_eq(rel_state_get(h, 1, &s->s0), 0);
+	cr_assert_eq(tl_state_hash(h, 1, &s->s0), 0);
 	cr_assert_eq(sequence(h, &stage, &left), 0);
-	cr_assert_eq(rel_state_get(h, 1, &s->s1), 0);
-	cr_assert_eq(rel_verify(h, NULL), 0);
+	cr_assert_eq(tl_state_hash(h, 1, &s->s1), 0);
+	cr_assert_eq(tl_verify(h, NULL), 0);
 	cr_assert_eq(ah_close(h), 0);
 	cr_assert_neq(s->s0.hash, s->s1.hash);
 	cr_assert_eq(s->s1.model, 2);
-	cr_assert_eq(rel_copy(s->base, s->d.path), 0);
+	cr_assert_eq(tl_copy(s->base, s->d.path), 0);
 }
 
 /* Checks after a failed run: clean code, poisoning, pool, reopen, state.
@@ -131,8 +136,8 @@ static void sweep_setup(sweep *s)
 static void after_failure(sweep *s, ah_heap *h, uint64_t n, int rc, int stage,
                           ah_txn *left, bool new_ok)
 {
-	ah_open_opts o = rel_opts(0, 4 * REL_MiB, QUANTUM);
-	rel_state st;
+	ah_open_opts o = tl_opts(0, 4 * TL_MiB, QUANTUM);
+	tl_state st;
 	uint64_t live = 0;
 	int vrc;
 
@@ -161,9 +166,9 @@ static void after_failure(sweep *s, ah_heap *h, uint64_t n, int rc, int stage,
 	}
 	cr_assert_eq(ah_open(s->d.path, &o, &h), 0,
 	             "N=%" PRIu64 ": reopen after %s", n, ah_err_name(rc));
-	vrc = rel_verify(h, NULL);
+	vrc = tl_verify(h, NULL);
 	cr_assert_eq(vrc, 0, "N=%" PRIu64 ": verify: %s", n, ah_err_name(vrc));
-	cr_assert_eq(rel_state_get(h, 1, &st), 0);
+	cr_assert_eq(tl_state_hash(h, 1, &st), 0);
 	if (new_ok && st.hash == s->s1.hash)
 		s->at_commit_new++;
 	else
@@ -172,18 +177,18 @@ static void after_failure(sweep *s, ah_heap *h, uint64_t n, int rc, int stage,
 		             "the previous commit%s", n, ah_err_name(rc), stage,
 		             new_ok ? " nor the new one" : "");
 	cr_assert_eq(ah_close(h), 0);
-	cr_assert_eq(rel_copy(s->base, s->d.path), 0);
+	cr_assert_eq(tl_copy(s->base, s->d.path), 0);
 }
 
 static uint64_t sweep_limit(void)
 {
-	return rel_torture() ? 200000 : 20000;
+	return tl_torture() ? 200000 : 20000;
 }
 
 Test(fault, pool_alloc_sweep, .timeout = 120)
 {
 	sweep s = { 0 };
-	ah_open_opts o = rel_opts(0, 4 * REL_MiB, QUANTUM);
+	ah_open_opts o = tl_opts(0, 4 * TL_MiB, QUANTUM);
 	uint64_t n;
 
 	sweep_setup(&s);
@@ -197,9 +202,9 @@ Test(fault, pool_alloc_sweep, .timeout = 120)
 		rc = sequence(h, &stage, &left);
 		pool_inject_failure(heap_pool(h->h), 0);
 		if (rc == 0) {
-			rel_state st;
+			tl_state st;
 
-			cr_assert_eq(rel_state_get(h, 1, &st), 0);
+			cr_assert_eq(tl_state_hash(h, 1, &st), 0);
 			cr_assert_eq(st.hash, s.s1.hash);
 			cr_assert_eq(ah_close(h), 0);
 			break;
@@ -214,7 +219,7 @@ Test(fault, pool_alloc_sweep, .timeout = 120)
 	cr_log_info("fault/pool_alloc_sweep: %" PRIu64 " allocation faults "
 	            "injected, all clean", s.faults);
 	printf("fault/pool_alloc_sweep: %" PRIu64 " faults\n", s.faults);
-	rel_rmdir(&s.d);
+	tl_rmdir(&s.d);
 }
 
 static const int mdb_codes[] = { EIO, MDB_MAP_FULL, MDB_PANIC, ENOMEM,
@@ -224,7 +229,7 @@ static const int mdb_codes[] = { EIO, MDB_MAP_FULL, MDB_PANIC, ENOMEM,
 Test(fault, lmdb_call_sweep, .timeout = 120)
 {
 	sweep s = { 0 };
-	ah_open_opts o = rel_opts(0, 4 * REL_MiB, QUANTUM);
+	ah_open_opts o = tl_opts(0, 4 * TL_MiB, QUANTUM);
 	uint64_t n, open_faults = 0;
 
 	sweep_setup(&s);
@@ -233,14 +238,14 @@ Test(fault, lmdb_call_sweep, .timeout = 120)
 		ah_txn *left = NULL;
 		int stage = ST_BEGIN, rc;
 		int code = mdb_codes[n % (sizeof mdb_codes / sizeof *mdb_codes)];
-		uint64_t size, before = rel_file_hash(s.d.path, &size), after;
+		uint64_t size, before = tl_file_hash(s.d.path, &size), after;
 
 		heap_fault_mdb_arm(n, code);
 		rc = ah_open(s.d.path, &o, &h);
 		if (rc != 0) {
 			heap_fault_mdb_arm(0, 0);
 			cr_assert_not_null(ah_err_name(rc));
-			after = rel_file_hash(s.d.path, &size);
+			after = tl_file_hash(s.d.path, &size);
 			cr_assert_eq(after, before,
 			             "N=%" PRIu64 ": a failed open changed the file",
 			             n);
@@ -252,9 +257,9 @@ Test(fault, lmdb_call_sweep, .timeout = 120)
 		rc = sequence(h, &stage, &left);
 		heap_fault_mdb_arm(0, 0);
 		if (rc == 0) {
-			rel_state st;
+			tl_state st;
 
-			cr_assert_eq(rel_state_get(h, 1, &st), 0);
+			cr_assert_eq(tl_state_hash(h, 1, &st), 0);
 			cr_assert_eq(st.hash, s.s1.hash);
 			cr_assert_eq(ah_close(h), 0);
 			break;
@@ -268,7 +273,7 @@ Test(fault, lmdb_call_sweep, .timeout = 120)
 	       " in open), %" PRIu64 " injected\n", s.faults, open_faults,
 	       heap_fault_mdb_injected());
 	cr_assert_eq(heap_fault_mdb_injected(), s.faults);
-	rel_rmdir(&s.d);
+	tl_rmdir(&s.d);
 }
 
 #define IO_ALL                                                                 \
@@ -278,13 +283,13 @@ Test(fault, lmdb_call_sweep, .timeout = 120)
 /* Proves that the interposition really sees LMDB's and space.c's calls. */
 Test(fault, interposition_counts)
 {
-	rel_dir d;
-	ah_open_opts o = rel_opts(AH_OPEN_CREATE, 4 * REL_MiB, QUANTUM);
+	tl_dir d;
+	ah_open_opts o = tl_opts(AH_OPEN_CREATE, 4 * TL_MiB, QUANTUM);
 	ah_heap *h;
 	ah_txn *t;
 	uint64_t ms, pw, fa, fd;
 
-	cr_assert_eq(rel_mkdir(&d), 0);
+	d = tl_tmpdir("fault");
 	ms = io_calls(IO_MSYNC);
 	fd = io_calls(IO_FDATASYNC) + io_calls(IO_FSYNC);
 	pw = io_calls(IO_PWRITE);
@@ -326,13 +331,13 @@ Test(fault, interposition_counts)
 	}
 	ah_txn_abort(t);
 	cr_assert_eq(ah_close(h), 0);
-	rel_rmdir(&d);
+	tl_rmdir(&d);
 }
 
 Test(fault, io_sweep, .timeout = 120)
 {
 	sweep s = { 0 };
-	ah_open_opts o = rel_opts(0, 4 * REL_MiB, QUANTUM);
+	ah_open_opts o = tl_opts(0, 4 * TL_MiB, QUANTUM);
 	uint64_t n, open_faults = 0, inj0 = io_fault_injected();
 
 	sweep_setup(&s);
@@ -340,14 +345,14 @@ Test(fault, io_sweep, .timeout = 120)
 		ah_heap *h = NULL;
 		ah_txn *left = NULL;
 		int stage = ST_BEGIN, rc, err = (n % 2) ? EIO : ENOSPC;
-		uint64_t size, before = rel_file_hash(s.d.path, &size);
+		uint64_t size, before = tl_file_hash(s.d.path, &size);
 
 		io_fault_arm(n, IO_ALL, err);
 		rc = ah_open(s.d.path, &o, &h);
 		if (rc != 0) {
 			io_fault_arm(0, 0, 0);
 			cr_assert_not_null(ah_err_name(rc));
-			cr_assert_eq(rel_file_hash(s.d.path, &size), before);
+			cr_assert_eq(tl_file_hash(s.d.path, &size), before);
 			open_faults++;
 			s.faults++;
 			after_failure(&s, NULL, n, rc, ST_BEGIN, NULL, false);
@@ -356,9 +361,9 @@ Test(fault, io_sweep, .timeout = 120)
 		rc = sequence(h, &stage, &left);
 		io_fault_arm(0, 0, 0);
 		if (rc == 0 && io_fault_injected() - inj0 == s.faults) {
-			rel_state st;
+			tl_state st;
 
-			cr_assert_eq(rel_state_get(h, 1, &st), 0);
+			cr_assert_eq(tl_state_hash(h, 1, &st), 0);
 			cr_assert_eq(st.hash, s.s1.hash);
 			cr_assert_eq(ah_close(h), 0);
 			break;
@@ -367,7 +372,7 @@ Test(fault, io_sweep, .timeout = 120)
 		if (rc == 0) {
 			/* The fault hit a call whose failure LMDB ignores. */
 			cr_assert_eq(ah_close(h), 0);
-			cr_assert_eq(rel_copy(s.base, s.d.path), 0);
+			cr_assert_eq(tl_copy(s.base, s.d.path), 0);
 			continue;
 		}
 		cr_assert(rc == AH_EIO || rc == AH_EFULL,
@@ -379,21 +384,21 @@ Test(fault, io_sweep, .timeout = 120)
 	printf("fault/io_sweep: %" PRIu64 " faults (%" PRIu64 " in open, %"
 	       PRIu64 " commits found done after a failed meta sync)\n",
 	       s.faults, open_faults, s.at_commit_new);
-	rel_rmdir(&s.d);
+	tl_rmdir(&s.d);
 }
 
 /* Creating a heap under LMDB-call faults: every failure leaves nothing (or
  * an unborn file that AH_OPEN_CREATE finishes), never a half heap. */
 Test(fault, create_sweep, .timeout = 60)
 {
-	rel_dir d;
-	ah_open_opts o = rel_opts(AH_OPEN_CREATE, 4 * REL_MiB, QUANTUM);
+	tl_dir d;
+	ah_open_opts o = tl_opts(AH_OPEN_CREATE, 4 * TL_MiB, QUANTUM);
 	uint64_t n, faults = 0;
 
-	cr_assert_eq(rel_mkdir(&d), 0);
+	d = tl_tmpdir("fault");
 	for (n = 1; n < 1000; n++) {
 		ah_heap *h = NULL;
-		rel_state st;
+		tl_state st;
 		int rc;
 
 		heap_fault_mdb_arm(n, mdb_codes[n % 3]);
@@ -407,7 +412,7 @@ Test(fault, create_sweep, .timeout = 60)
 		cr_assert_not_null(ah_err_name(rc));
 		cr_assert_eq(ah_open(d.path, &o, &h), 0,
 		             "N=%" PRIu64 ": create after a failed create", n);
-		cr_assert_eq(rel_state_get(h, 1, &st), 0);
+		cr_assert_eq(tl_state_hash(h, 1, &st), 0);
 		cr_assert_eq(st.narr, 0);
 		cr_assert_eq(ah_close(h), 0);
 		unlink(d.path);
@@ -435,5 +440,5 @@ Test(fault, create_sweep, .timeout = 60)
 		unlink(d.path);
 	}
 	printf("fault/create_sweep: %" PRIu64 " faults\n", faults);
-	rel_rmdir(&d);
+	tl_rmdir(&d);
 }

@@ -16,11 +16,14 @@
 #include <criterion/criterion.h>
 #include <stdarg.h>
 
-#include "../fault/rel.h"
+#include "tl_dir.h"
+#include "tl_file.h"
+#include "tl_heap.h"
+#include "tl_rand.h"
 
 #define FIXTURE "tests/fixtures/heap-v1"      /* frozen: arrheap 0.1.0 */
 #define FIXTURE_V2 "tests/fixtures/heap-v2"   /* `make fixture` */
-#define FIXTURE_MAP REL_MiB
+#define FIXTURE_MAP TL_MiB
 
 static const char *src_dir(void)
 {
@@ -33,7 +36,7 @@ static const char *src_dir(void)
 
 static void gen(const char *path)
 {
-	ah_open_opts o = rel_opts(AH_OPEN_CREATE, FIXTURE_MAP, 16);
+	ah_open_opts o = tl_opts(AH_OPEN_CREATE, FIXTURE_MAP, 16);
 	const char *names[3] = { "orders", "lines", "bin/raw" };
 	uint64_t s = 1234567;
 	ah_heap *h;
@@ -47,7 +50,7 @@ static void gen(const char *path)
 		for (int a = 0; a < 3; a++) {
 			ah_update ups[40];
 			uint8_t keys[40][9], vals[40][3];
-			size_t n = 5 + (size_t)(rel_rand(&s) % 30);
+			size_t n = 5 + (size_t)(tl_rand(&s) % 30);
 
 			if (c == 0)
 				cr_assert_eq(ah_arrangement_create(t, names[a]),
@@ -58,7 +61,7 @@ static void gen(const char *path)
 				continue;
 			}
 			for (size_t i = 0; i < n; i++) {
-				uint64_t x = rel_rand(&s);
+				uint64_t x = tl_rand(&s);
 
 				memcpy(keys[i], &x, 8); /* binary keys */
 				keys[i][0] = (uint8_t)(x % 13);
@@ -147,7 +150,7 @@ static char *text_of(ah_heap *h)
 			cr_assert_eq(ah_cursor_key(c, &p, &n), 0);
 			for (; ah_cursor_val_valid(c);
 			     step_ok(ah_cursor_step_val(c))) {
-				rel_td td[256];
+				tl_td td[256];
 				size_t m = 0, k = 0;
 				uint64_t tm;
 				int64_t d;
@@ -161,9 +164,9 @@ static char *text_of(ah_heap *h)
 				cr_assert_eq(ah_cursor_key(c, &p, &n), 0);
 				while ((rc = ah_cursor_time_next(c, &tm, &d)) == 1 &&
 				       m < 256)
-					td[m++] = (rel_td){ tm, d };
+					td[m++] = (tl_td){ tm, d };
 				cr_assert_eq(rc, 0);
-				qsort(td, m, sizeof *td, rel_td_cmp);
+				qsort(td, m, sizeof *td, tl_td_cmp);
 				for (size_t i = 0; i < m; i++) {
 					if (k && td[k - 1].t == td[i].t)
 						td[k - 1].d += td[i].d;
@@ -197,22 +200,6 @@ static char *text_of(ah_heap *h)
 	return b;
 }
 
-static char *read_text(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	char *b;
-	long n;
-
-	cr_assert_not_null(f, "%s missing", path);
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	rewind(f);
-	b = calloc(1, (size_t)n + 1);
-	cr_assert_eq(fread(b, 1, (size_t)n, f), (size_t)n);
-	fclose(f);
-	return b;
-}
-
 static void need_native_fixture(void)
 {
 	uint32_t one = 1;
@@ -221,13 +208,13 @@ static void need_native_fixture(void)
 		cr_skip_test("the v1 fixture has 4 KiB pages, little endian");
 }
 
-static void fixture_copy(rel_dir *d)
+static void fixture_copy(tl_dir *d)
 {
 	char src[512];
 
-	cr_assert_eq(rel_mkdir(d), 0);
+	*d = tl_tmpdir("format");
 	snprintf(src, sizeof src, "%s/%s", src_dir(), FIXTURE);
-	cr_assert_eq(rel_copy(src, d->path), 0, "copy %s", src);
+	cr_assert_eq(tl_copy(src, d->path), 0, "copy %s", src);
 }
 
 /* ---------------------------------------------------------------- tests */
@@ -236,18 +223,18 @@ Test(format, fixture_generator)
 {
 	const char *regen = getenv("AH_FIXTURE_REGEN");
 	char path[512], expect[512], *text;
-	rel_dir d;
-	ah_open_opts o = rel_opts(0, 0, 0);
+	tl_dir d;
+	ah_open_opts o = tl_opts(0, 0, 0);
 	ah_heap *h;
 
 	need_native_fixture();
 	snprintf(expect, sizeof expect, "%s/%s.expect", src_dir(), FIXTURE);
-	cr_assert_eq(rel_mkdir(&d), 0);
+	d = tl_tmpdir("format");
 	gen(d.path);
 	cr_assert_eq(ah_open(d.path, &o, &h), 0);
 	text = text_of(h);
 	cr_assert_eq(ah_close(h), 0);
-	char *want = read_text(expect);
+	char *want = tl_slurp(expect);
 	cr_assert_str_eq(text, want, "the generator no longer writes "
 	                 "what the fixtures hold");
 	free(want);
@@ -259,21 +246,21 @@ Test(format, fixture_generator)
 		printf("rewrote %s\n", FIXTURE_V2);
 	}
 	free(text);
-	rel_rmdir(&d);
+	tl_rmdir(&d);
 }
 
-static void fixture_copy_of(rel_dir *d, const char *which)
+static void fixture_copy_of(tl_dir *d, const char *which)
 {
 	char src[512];
 
-	cr_assert_eq(rel_mkdir(d), 0);
+	*d = tl_tmpdir("format");
 	snprintf(src, sizeof src, "%s/%s", src_dir(), which);
-	cr_assert_eq(rel_copy(src, d->path), 0, "copy %s", src);
+	cr_assert_eq(tl_copy(src, d->path), 0, "copy %s", src);
 }
 
 static uint32_t format_of(const char *path, unsigned flags)
 {
-	ah_open_opts o = rel_opts(flags, 0, 0);
+	ah_open_opts o = tl_opts(flags, 0, 0);
 	ah_heap_stat st;
 	ah_heap *h;
 
@@ -286,9 +273,9 @@ static uint32_t format_of(const char *path, unsigned flags)
 /* Opens a copy of the fixture: verify, text, a write, verify again. */
 static void fixture_opens_as(const char *which, uint32_t format_after)
 {
-	rel_dir d;
+	tl_dir d;
 	char expect[512], *text, *want;
-	ah_open_opts o = rel_opts(0, 0, 0);
+	ah_open_opts o = tl_opts(0, 0, 0);
 	ah_heap_stat st;
 	ah_heap *h;
 	ah_txn *t;
@@ -298,10 +285,10 @@ static void fixture_opens_as(const char *which, uint32_t format_after)
 	need_native_fixture();
 	fixture_copy_of(&d, which);
 	snprintf(expect, sizeof expect, "%s/%s.expect", src_dir(), FIXTURE);
-	want = read_text(expect);
+	want = tl_slurp(expect);
 	cr_assert_eq(ah_open(d.path, &o, &h), 0, "this version must open %s",
 	             which);
-	cr_assert_eq(rel_verify(h, &chunks), 0);
+	cr_assert_eq(tl_verify(h, &chunks), 0);
 	cr_assert_gt(chunks, 0);
 	text = text_of(h);
 	cr_assert_str_eq(text, want);
@@ -315,10 +302,10 @@ static void fixture_opens_as(const char *which, uint32_t format_after)
 	cr_assert_eq(ah_txn_commit(t), 0);
 	cr_assert_eq(ah_close(h), 0);
 	cr_assert_eq(ah_open(d.path, &o, &h), 0);
-	cr_assert_eq(rel_verify(h, NULL), 0);
+	cr_assert_eq(tl_verify(h, NULL), 0);
 	cr_assert_eq(ah_close(h), 0);
 	free(want);
-	rel_rmdir(&d);
+	tl_rmdir(&d);
 }
 
 Test(format, fixture_opens)
@@ -337,24 +324,24 @@ Test(format, fixture_v2_opens)
  * record of "orders" is AH_ECORRUPT, where in version 1 it went unseen. */
 Test(format, v1_upgrade_at_writable_open)
 {
-	rel_dir d;
+	tl_dir d;
 	char expect[512], *want, *text;
 	uint64_t size0, size1, h0;
-	ah_open_opts o = rel_opts(0, 0, 0);
+	ah_open_opts o = tl_opts(0, 0, 0);
 	ah_heap *h;
 	ah_txn *t;
 	ah_arrangement_info in;
 
 	need_native_fixture();
 	fixture_copy_of(&d, FIXTURE);
-	h0 = rel_file_hash(d.path, &size0);
+	h0 = tl_file_hash(d.path, &size0);
 	cr_assert_eq(format_of(d.path, AH_OPEN_RDONLY), 1);
-	cr_assert_eq(rel_file_hash(d.path, &size1), h0, "a read-only open "
+	cr_assert_eq(tl_file_hash(d.path, &size1), h0, "a read-only open "
 	             "changed the file");
 	cr_assert_eq(format_of(d.path, 0), 2);
 	cr_assert_eq(format_of(d.path, AH_OPEN_RDONLY), 2);
 	snprintf(expect, sizeof expect, "%s/%s.expect", src_dir(), FIXTURE);
-	want = read_text(expect);
+	want = tl_slurp(expect);
 	cr_assert_eq(ah_open(d.path, &o, &h), 0);
 	text = text_of(h);
 	cr_assert_str_eq(text, want);
@@ -392,7 +379,7 @@ Test(format, v1_upgrade_at_writable_open)
 	close(fd);
 	free(buf);
 	cr_assert_eq(found, 3, "each of the 3 live arrangement records");
-	rel_rmdir(&d);
+	tl_rmdir(&d);
 }
 
 static void patch32(const char *path, off_t off, uint32_t v)
@@ -418,9 +405,9 @@ static uint32_t read32(const char *path, off_t off)
 /* Both open modes refuse the file with AH_EFORMAT and leave it as it was. */
 static void expect_refused(const char *path, const char *what)
 {
-	ah_open_opts o = rel_opts(0, 0, 0);
+	ah_open_opts o = tl_opts(0, 0, 0);
 	ah_heap *h = NULL;
-	uint64_t size0, size1, h0 = rel_file_hash(path, &size0);
+	uint64_t size0, size1, h0 = tl_file_hash(path, &size0);
 
 	cr_assert_eq(ah_open(path, &o, &h), AH_EFORMAT, "%s", what);
 	o.flags = AH_OPEN_RDONLY;
@@ -428,14 +415,14 @@ static void expect_refused(const char *path, const char *what)
 	o.flags = AH_OPEN_CREATE;
 	cr_assert_eq(ah_open(path, &o, &h), AH_EFORMAT, "%s (create)", what);
 	cr_assert_null(h);
-	cr_assert_eq(rel_file_hash(path, &size1), h0, "%s: file changed", what);
+	cr_assert_eq(tl_file_hash(path, &size1), h0, "%s: file changed", what);
 	cr_assert_eq(size1, size0);
 }
 
 /* LMDB meta page fields (heap/format.c): magic at 16, page size at 40. */
 Test(format, foreign_page_size)
 {
-	rel_dir d;
+	tl_dir d;
 	uint32_t sizes[] = { 512, 8192, 16384, 65536 };
 
 	need_native_fixture();
@@ -447,12 +434,12 @@ Test(format, foreign_page_size)
 		patch32(d.path, 4096 + 40, sizes[i]);
 		expect_refused(d.path, "other page size");
 	}
-	rel_rmdir(&d);
+	tl_rmdir(&d);
 }
 
 Test(format, foreign_byte_order)
 {
-	rel_dir d;
+	tl_dir d;
 	uint32_t magic;
 
 	need_native_fixture();
@@ -466,14 +453,14 @@ Test(format, foreign_byte_order)
 	patch32(d.path, 40, __builtin_bswap32(4096));
 	patch32(d.path, 4096 + 40, __builtin_bswap32(4096));
 	expect_refused(d.path, "other byte order (magic and page size)");
-	rel_rmdir(&d);
+	tl_rmdir(&d);
 }
 
 /* The arrheap meta record's byte-order marker (heap/format.c, offset 16 of
  * the record that starts with "ARRHEAP\0"). */
 Test(format, foreign_byte_order_marker)
 {
-	rel_dir d;
+	tl_dir d;
 	uint64_t size;
 	char *buf;
 	int fd;
@@ -481,7 +468,7 @@ Test(format, foreign_byte_order_marker)
 
 	need_native_fixture();
 	fixture_copy(&d);
-	rel_file_hash(d.path, &size);
+	tl_file_hash(d.path, &size);
 	buf = malloc(size);
 	fd = open(d.path, O_RDONLY);
 	cr_assert_eq(pread(fd, buf, size, 0), (ssize_t)size);
@@ -497,5 +484,5 @@ Test(format, foreign_byte_order_marker)
 	cr_assert_eq(read32(d.path, at + 16), 0x01020304u);
 	patch32(d.path, at + 16, 0x04030201u);
 	expect_refused(d.path, "other byte order (arrheap meta record)");
-	rel_rmdir(&d);
+	tl_rmdir(&d);
 }

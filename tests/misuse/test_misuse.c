@@ -21,11 +21,12 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 
-#include "../fault/rel.h"
+#include "tl_dir.h"
+#include "tl_heap.h"
 
 static ah_open_opts opts(void)
 {
-	return rel_opts(AH_OPEN_CREATE, 64 * REL_MiB, 0);
+	return tl_opts(AH_OPEN_CREATE, 64 * TL_MiB, 0);
 }
 
 static void append_one(ah_txn *t, const char *name, uint64_t upper,
@@ -76,7 +77,7 @@ static void second_writer(const char *path, int out)
 
 Test(misuse, second_writer_waits, .timeout = 60)
 {
-	rel_dir d;
+	tl_dir d;
 	ah_heap *h;
 	ah_txn *t;
 	ah_arrangement_info in;
@@ -85,7 +86,7 @@ Test(misuse, second_writer_waits, .timeout = 60)
 	char c;
 	pid_t pid;
 
-	cr_assert_eq(rel_mkdir(&d), 0);
+	d = tl_tmpdir("misuse");
 	h = make_heap(d.path);
 	cr_assert_eq(ah_txn_begin(h, 0, &t), 0); /* hold the writer lock */
 	cr_assert_eq(pipe(fds), 0);
@@ -114,18 +115,18 @@ Test(misuse, second_writer_waits, .timeout = 60)
 	cr_assert_eq(in.upper, 3, "both writers' commits are there");
 	ah_txn_abort(t);
 	cr_assert_eq(ah_close(h), 0);
-	rel_rmdir(&d);
+	tl_rmdir(&d);
 }
 
 Test(misuse, open_twice_in_process)
 {
-	rel_dir d;
+	tl_dir d;
 	ah_open_opts o = opts();
 	ah_heap *h, *h2 = NULL;
 	ah_txn *t, *t2;
 	char link_path[192];
 
-	cr_assert_eq(rel_mkdir(&d), 0);
+	d = tl_tmpdir("misuse");
 	h = make_heap(d.path);
 	cr_assert_eq(ah_open(d.path, &o, &h2), AH_EBUSY);
 	cr_assert_null(h2);
@@ -146,7 +147,7 @@ Test(misuse, open_twice_in_process)
 	o = opts();
 	cr_assert_eq(ah_open(link_path, &o, &h), 0);
 	cr_assert_eq(ah_close(h), 0);
-	rel_rmdir(&d);
+	tl_rmdir(&d);
 }
 
 /* Child of fork_child_handle: every call on the inherited handle fails
@@ -183,14 +184,14 @@ static int forked_checks(const char *path, ah_heap *h, ah_txn *t)
 
 Test(misuse, fork_child_handle, .timeout = 60)
 {
-	rel_dir d;
+	tl_dir d;
 	ah_heap *h;
 	ah_txn *t;
 	ah_arrangement_info in;
 	int status;
 	pid_t pid;
 
-	cr_assert_eq(rel_mkdir(&d), 0);
+	d = tl_tmpdir("misuse");
 	h = make_heap(d.path);
 	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
 	append_one(t, "a", 1, "k1");
@@ -208,9 +209,9 @@ Test(misuse, fork_child_handle, .timeout = 60)
 	cr_assert_eq(ah_arrangement_info_get(t, "a", &in), 0);
 	cr_assert_eq(in.upper, 3);
 	ah_txn_abort(t);
-	cr_assert_eq(rel_verify(h, NULL), 0);
+	cr_assert_eq(tl_verify(h, NULL), 0);
 	cr_assert_eq(ah_close(h), 0);
-	rel_rmdir(&d);
+	tl_rmdir(&d);
 }
 
 static void expect_detached(ah_cursor *c)
@@ -238,12 +239,12 @@ static void expect_detached(ah_cursor *c)
 
 Test(misuse, cursor_after_txn_end)
 {
-	rel_dir d;
+	tl_dir d;
 	ah_heap *h;
 	ah_txn *t;
 	ah_cursor *c;
 
-	cr_assert_eq(rel_mkdir(&d), 0);
+	d = tl_tmpdir("misuse");
 	h = make_heap(d.path);
 	/* After abort of a read txn. */
 	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
@@ -270,5 +271,5 @@ Test(misuse, cursor_after_txn_end)
 	ah_txn_abort(t);
 	expect_detached(c);
 	cr_assert_eq(ah_close(h), 0);
-	rel_rmdir(&d);
+	tl_rmdir(&d);
 }

@@ -4,7 +4,10 @@
  * root), a free loopback port, wal_level=logical; psql for SQL (the suite
  * does not link libpq); build/ah-pgsync run as a child process; and the
  * heap read back through the public API in a canonical text form.
- * Tests are skipped when PostgreSQL or AH_BUILD is missing.
+ * Tests are skipped when PostgreSQL or AH_BUILD is missing.  The private
+ * directory comes from tests/lib (tl_dir.h); everything here asserts
+ * through Criterion (the test's own process only; the engine is a child
+ * that only execs).
  */
 #ifndef TESTS_PG_PGTEST_H
 #define TESTS_PG_PGTEST_H
@@ -23,6 +26,7 @@
 #include <unistd.h>
 
 #include "arrheap.h"
+#include "tl_dir.h"
 
 #define PGT_BIN "/usr/lib/postgresql/15/bin"
 
@@ -85,8 +89,8 @@ static inline void pgt_start_opts(pgt *c, const char *opts)
 	if (!b || access(PGT_BIN "/initdb", X_OK) != 0)
 		cr_skip_test("needs AH_BUILD and PostgreSQL 15 (make deps)");
 	snprintf(c->sync, sizeof c->sync, "%s/ah-pgsync", b);
-	snprintf(c->dir, sizeof c->dir, "/tmp/ahpg.XXXXXX");
-	cr_assert(mkdtemp(c->dir));
+	tl_dir tmp = tl_tmpdir("pg");
+	snprintf(c->dir, sizeof c->dir, "%s", tmp.dir);
 	memcpy(pgt_cur_dir, c->dir, sizeof pgt_cur_dir);
 	chmod(c->dir, 0755);
 	if (geteuid() == 0)
@@ -117,7 +121,7 @@ static inline void pgt_start(pgt *c)
 static inline void pgt_stop_dir(const char *dir)
 {
 	pgt_sh("%s" PGT_BIN "/pg_ctl -D %s/data -m immediate stop >/dev/null 2>&1", pgt_as_pg(), dir);
-	if (!strncmp(dir, "/tmp/ahpg.", 10))
+	if (!strncmp(dir, "/tmp/ah-pg-", 11)) /* only a dir tl_tmpdir("pg") made */
 		pgt_sh("rm -rf '%s'", dir);
 	pgt_cur_dir[0] = 0;
 }

@@ -4,7 +4,7 @@
  * slot passes it, whatever stops the stream.  Each test has its own cluster
  * (tests/pg/pgtest.h).
  */
-#include "tests/pg/pgtest.h"
+#include "pgtest.h"
 
 static const char *SETUP =
 	"CREATE TABLE t (id int PRIMARY KEY, v text);\n"

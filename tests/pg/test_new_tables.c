@@ -9,7 +9,7 @@
  */
 #include <regex.h>
 
-#include "tests/pg/pgtest.h"
+#include "pgtest.h"
 
 /* The uppers of every arrangement in `ah-pgsync status`, all equal to the
  * stored LSN + 1 (ARCHITECTURE.md section 12). */

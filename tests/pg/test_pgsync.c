@@ -8,7 +8,7 @@
  * reporting every differing table.
  * Each test has its own cluster (tests/pg/pgtest.h).
  */
-#include "tests/pg/pgtest.h"
+#include "pgtest.h"
 
 static const char *SETUP_EDGE =
 	"CREATE TABLE t_pk (id int PRIMARY KEY, a text, b bytea, n int);\n"

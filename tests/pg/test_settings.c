@@ -7,7 +7,7 @@
  * heap whose recorded settings differ is refused.  Each test has its own
  * cluster (tests/pg/pgtest.h).
  */
-#include "tests/pg/pgtest.h"
+#include "pgtest.h"
 
 static const char *SETUP =
 	"CREATE TABLE s (id int PRIMARY KEY, ts timestamptz, d date, iv interval, f float8,\n"

@@ -19,7 +19,9 @@
 #include <sys/wait.h>
 #include <time.h>
 
-#include "../fault/rel.h"
+#include "tl_dir.h"
+#include "tl_heap.h"
+#include "tl_run.h"
 
 #define NTHREADS 2
 #define NPROCS 2
@@ -32,7 +34,7 @@ static uint64_t m_of(uint64_t k)
 
 static ah_open_opts opts(void)
 {
-	return rel_opts(AH_OPEN_NOSYNC, 512 * REL_MiB, 32);
+	return tl_opts(AH_OPEN_NOSYNC, 512 * TL_MiB, 32);
 }
 
 static int writer_commit(ah_heap *h, uint64_t k)
@@ -245,15 +247,15 @@ static uint64_t now_ms(void)
 
 Test(stress, readers_vs_writer, .timeout = 300)
 {
-	rel_dir d;
+	tl_dir d;
 	ah_open_opts o = opts();
 	shared s = { 0 };
 	pthread_t th[NTHREADS];
 	pid_t pids[NPROCS];
 	int go[2], back[2], status;
-	uint64_t k = 0, end, proc_checks = 0, secs = rel_torture() ? 60 : 10;
+	uint64_t k = 0, end, proc_checks = 0, secs = tl_torture() ? 60 : 10;
 
-	cr_assert_eq(rel_mkdir(&d), 0);
+	d = tl_tmpdir("stress");
 	o.flags |= AH_OPEN_CREATE;
 	cr_assert_eq(ah_open(d.path, &o, &s.h), 0);
 	pthread_mutex_init(&s.mu, NULL);
@@ -299,12 +301,12 @@ Test(stress, readers_vs_writer, .timeout = 300)
 	cr_assert_eq(atomic_load(&s.failed), 0, "reader thread: %s", s.msg);
 	cr_assert_gt(atomic_load(&s.checks), 0);
 	cr_assert_gt(proc_checks, 0);
-	cr_assert_eq(rel_verify(s.h, NULL), 0);
+	cr_assert_eq(tl_verify(s.h, NULL), 0);
 	cr_assert_eq(ah_close(s.h), 0);
 	printf("stress/readers_vs_writer: %" PRIu64 " s, %" PRIu64
 	       " commits, %" PRIu64 " thread snapshot checks, %" PRIu64
 	       " process snapshot checks\n", secs, k,
 	       (uint64_t)atomic_load(&s.checks), proc_checks);
 	pthread_mutex_destroy(&s.mu);
-	rel_rmdir(&d);
+	tl_rmdir(&d);
 }

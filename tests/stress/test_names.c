@@ -26,10 +26,12 @@
 #include <unistd.h>
 
 #include "arrheap.h"
+#include "tl_dir.h"
+#include "tl_run.h"
 
 typedef struct names {
-	char dir[64];
-	char real[160];  /* dir/real/heap */
+	tl_dir tmp;
+	char real[160];  /* tmp.dir/real/heap */
 } names;
 
 static void names_init(names *n)
@@ -40,9 +42,8 @@ static void names_init(names *n)
 	ah_open_opts o = { .size = sizeof o, .flags = AH_OPEN_CREATE,
 	                   .max_bytes = 64u << 20 };
 
-	snprintf(n->dir, sizeof n->dir, "/tmp/ah-names-XXXXXX");
-	cr_assert(mkdtemp(n->dir) != NULL);
-	snprintf(sub, sizeof sub, "%s/real", n->dir);
+	n->tmp = tl_tmpdir("names");
+	snprintf(sub, sizeof sub, "%s/real", n->tmp.dir);
 	cr_assert_eq(mkdir(sub, 0755), 0);
 	snprintf(n->real, sizeof n->real, "%s/heap", sub);
 	cr_assert_eq(ah_open(n->real, &o, &h), 0);
@@ -54,10 +55,7 @@ static void names_init(names *n)
 
 static void names_fini(names *n)
 {
-	char cmd[128];
-
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", n->dir);
-	cr_assert_eq(system(cmd), 0);
+	tl_rmdir(&n->tmp);
 }
 
 static ah_heap *open_or(const char *path, int *rc)
@@ -143,7 +141,7 @@ Test(names, symlink_shares_the_lock)
 	char s[160];
 
 	names_init(&n);
-	snprintf(s, sizeof s, "%s/s", n.dir);
+	snprintf(s, sizeof s, "%s/s", n.tmp.dir);
 	cr_assert_eq(symlink(n.real, s), 0);
 	cr_assert_eq(second_opener(n.real, NULL, s, NULL, &n), 'r');
 	cr_assert_eq(second_opener(s, NULL, n.real, NULL, &n), 'r');
@@ -156,13 +154,13 @@ Test(names, symlinked_dir_and_relative_paths_share_the_lock)
 	char dl[160], via[192], cwd[160];
 
 	names_init(&n);
-	snprintf(dl, sizeof dl, "%s/dl", n.dir);
-	snprintf(cwd, sizeof cwd, "%s/real", n.dir);
+	snprintf(dl, sizeof dl, "%s/dl", n.tmp.dir);
+	snprintf(cwd, sizeof cwd, "%s/real", n.tmp.dir);
 	cr_assert_eq(symlink(cwd, dl), 0);
 	snprintf(via, sizeof via, "%s/heap", dl);
 	cr_assert_eq(second_opener(n.real, NULL, via, NULL, &n), 'r');
 	cr_assert_eq(second_opener(n.real, cwd, "heap", NULL, &n), 'r');
-	cr_assert_eq(second_opener(n.real, n.dir, "dl/../real/./heap", NULL, &n),
+	cr_assert_eq(second_opener(n.real, n.tmp.dir, "dl/../real/./heap", NULL, &n),
 	             'r');
 	names_fini(&n);
 }
@@ -174,7 +172,7 @@ Test(names, hard_link_is_refused_while_open)
 	int rc;
 
 	names_init(&n);
-	snprintf(hl, sizeof hl, "%s/hard", n.dir);
+	snprintf(hl, sizeof hl, "%s/hard", n.tmp.dir);
 	cr_assert_eq(link(n.real, hl), 0);
 	cr_assert_eq(second_opener(n.real, NULL, hl, NULL, &n), 'b');
 	cr_assert_eq(second_opener(hl, NULL, n.real, NULL, &n), 'b');
@@ -189,7 +187,7 @@ static void rename_heap(const names *n)
 {
 	char to[160];
 
-	snprintf(to, sizeof to, "%s/real/moved", n->dir);
+	snprintf(to, sizeof to, "%s/real/moved", n->tmp.dir);
 	cr_assert_eq(rename(n->real, to), 0);
 }
 
@@ -207,7 +205,7 @@ Test(names, renamed_while_open_is_refused)
 	char to[160];
 
 	names_init(&n);
-	snprintf(to, sizeof to, "%s/real/moved", n.dir);
+	snprintf(to, sizeof to, "%s/real/moved", n.tmp.dir);
 	cr_assert_eq(second_opener(n.real, NULL, to, rename_heap, &n), 'b');
 	names_fini(&n);
 }
@@ -295,7 +293,7 @@ Test(names, two_writers_through_two_names, .timeout = 120)
 	int status, rc, problems = 0;
 
 	names_init(&n);
-	snprintf(s, sizeof s, "%s/s", n.dir);
+	snprintf(s, sizeof s, "%s/s", n.tmp.dir);
 	cr_assert_eq(symlink(n.real, s), 0);
 	for (int i = 0; i < 2; i++) {
 		pid[i] = fork();
@@ -340,7 +338,7 @@ Test(names, concurrent_create, .timeout = 120)
 		pid_t pid[NCREATORS];
 		int go[2], status, rc;
 
-		snprintf(path, sizeof path, "%s/new%d", n.dir, round);
+		snprintf(path, sizeof path, "%s/new%d", n.tmp.dir, round);
 		cr_assert_eq(pipe(go), 0);
 		for (int i = 0; i < NCREATORS; i++) {
 			pid[i] = fork();
@@ -390,12 +388,11 @@ Test(names, concurrent_create, .timeout = 120)
 	}
 	/* No temporary file is left behind. */
 	char cmd[256];
-	snprintf(cmd, sizeof cmd, "ls '%s' | grep -c creating", n.dir);
-	FILE *f = popen(cmd, "r");
-	char out[16] = "";
-	cr_assert(fgets(out, sizeof out, f) != NULL);
-	pclose(f);
+	snprintf(cmd, sizeof cmd, "ls '%s' | grep -c creating", n.tmp.dir);
+	char *out;
+	(void)tl_sh(cmd, false, &out); /* grep -c exits 1 when it counts 0 */
 	cr_assert_str_eq(out, "0\n");
+	free(out);
 	names_fini(&n);
 }
 
@@ -427,7 +424,7 @@ Test(names, backup_killed_leaves_no_partial_copy, .timeout = 120)
 	cr_assert_eq(ah_append(t, "a", 0, 1, ups, 20000), 0);
 	cr_assert_eq(ah_txn_commit(t), 0);
 	cr_assert_eq(ah_close(h), 0);
-	snprintf(out, sizeof out, "%s/copy", n.dir);
+	snprintf(out, sizeof out, "%s/copy", n.tmp.dir);
 	pid_t pid = fork();
 	cr_assert_geq(pid, 0);
 	if (pid == 0) {

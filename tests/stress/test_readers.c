@@ -11,14 +11,15 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 
-#include "../fault/rel.h"
+#include "tl_dir.h"
+#include "tl_heap.h"
 
 #define NREADERS 200
 
 static ah_open_opts opts(void)
 {
-	ah_open_opts o = rel_opts(AH_OPEN_CREATE | AH_OPEN_NOSYNC,
-	                          256 * REL_MiB, 512);
+	ah_open_opts o = tl_opts(AH_OPEN_CREATE | AH_OPEN_NOSYNC,
+	                          256 * TL_MiB, 512);
 
 	o.max_readers = NREADERS + 16;
 	return o;
@@ -93,7 +94,7 @@ static void reader_child(const char *path, int out, int in)
 
 Test(stress, readers_killed, .timeout = 120)
 {
-	rel_dir d;
+	tl_dir d;
 	ah_open_opts o = opts();
 	ah_heap *h;
 	ah_heap_stat st;
@@ -102,7 +103,7 @@ Test(stress, readers_killed, .timeout = 120)
 	uint64_t r = 0, p0;
 	char c;
 
-	cr_assert_eq(rel_mkdir(&d), 0);
+	d = tl_tmpdir("stress");
 	cr_assert_eq(ah_open(d.path, &o, &h), 0);
 	for (; r < 10; r++)
 		round_(h, r);
@@ -143,12 +144,12 @@ Test(stress, readers_killed, .timeout = 120)
 	for (int i = 0; i < 10; i++)
 		round_(h, r++);
 	cr_assert_eq(pages_used(h), p0, "freed pages are not reused");
-	cr_assert_eq(rel_verify(h, NULL), 0);
+	cr_assert_eq(tl_verify(h, NULL), 0);
 	cr_assert_eq(ah_close(h), 0);
 	printf("stress/readers_killed: %d readers killed holding snapshots; "
 	       "open cleared their slots, writer steady at %" PRIu64
 	       " pages\n", NREADERS, p0);
-	rel_rmdir(&d);
+	tl_rmdir(&d);
 }
 
 /* The reader that holds pages back is named: by ah_space_get, and by
@@ -186,7 +187,7 @@ static void names_reader(ah_heap *h, const char *path, pid_t pid)
 
 Test(stress, pinned_reader_growth, .timeout = 120)
 {
-	rel_dir d;
+	tl_dir d;
 	ah_open_opts o = opts();
 	ah_heap *h;
 	int up[2], down[2], status;
@@ -194,7 +195,7 @@ Test(stress, pinned_reader_growth, .timeout = 120)
 	pid_t pid;
 	char c;
 
-	cr_assert_eq(rel_mkdir(&d), 0);
+	d = tl_tmpdir("stress");
 	cr_assert_eq(ah_open(d.path, &o, &h), 0);
 	for (; r < 30; r++)
 		round_(h, r);
@@ -238,7 +239,7 @@ Test(stress, pinned_reader_growth, .timeout = 120)
 	printf("stress/pinned_reader_growth: %" PRIu64 " pages steady, %"
 	       PRIu64 " while a reader pinned a snapshot for 20 rounds, %"
 	       PRIu64 " 40 rounds after it ended\n", p1, p2, p4);
-	rel_rmdir(&d);
+	tl_rmdir(&d);
 }
 
 /* A reader killed while it holds a snapshot stops pinning pages at the
@@ -248,7 +249,7 @@ Test(stress, pinned_reader_growth, .timeout = 120)
  * reader pinned space for as long as the writer lived.) */
 Test(stress, dead_reader_released_without_reopen, .timeout = 120)
 {
-	rel_dir d;
+	tl_dir d;
 	ah_open_opts o = opts();
 	ah_heap *h;
 	ah_heap_stat st;
@@ -259,7 +260,7 @@ Test(stress, dead_reader_released_without_reopen, .timeout = 120)
 	pid_t pid;
 	char c;
 
-	cr_assert_eq(rel_mkdir(&d), 0);
+	d = tl_tmpdir("stress");
 	cr_assert_eq(ah_open(d.path, &o, &h), 0);
 	for (; r < 30; r++)
 		round_(h, r);
@@ -298,7 +299,7 @@ Test(stress, dead_reader_released_without_reopen, .timeout = 120)
 	cr_assert_eq(p3, p2, "the dead reader still pins pages (%" PRIu64
 	             " -> %" PRIu64 ")", p2, p3);
 	cr_assert_eq(p4, p3);
-	cr_assert_eq(rel_verify(h, NULL), 0);
+	cr_assert_eq(tl_verify(h, NULL), 0);
 	cr_assert_eq(ah_close(h), 0);
-	rel_rmdir(&d);
+	tl_rmdir(&d);
 }

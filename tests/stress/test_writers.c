@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "arrheap.h"
+#include "tl_dir.h"
 
 #define NWRITERS 3
 #define NUPD 40
@@ -158,7 +159,7 @@ static int count_problem(const ah_problem *p, void *user)
 
 Test(stress, writer_threads, .timeout = 240)
 {
-	char dir[] = "/tmp/ah-writers-XXXXXX", path[64], cmd[96];
+	tl_dir d = tl_tmpdir("writers");
 	ah_open_opts o = { .size = sizeof o,
 	                   .flags = AH_OPEN_CREATE | AH_OPEN_NOSYNC,
 	                   .max_bytes = 1u << 30, .merge_quantum = 64 };
@@ -168,9 +169,7 @@ Test(stress, writer_threads, .timeout = 240)
 	ah_txn *t;
 	int problems = 0;
 
-	cr_assert(mkdtemp(dir) != NULL);
-	snprintf(path, sizeof path, "%s/heap", dir);
-	cr_assert_eq(ah_open(path, &o, &s.h), 0);
+	cr_assert_eq(ah_open(d.path, &o, &s.h), 0);
 	pthread_mutex_init(&s.mu, NULL);
 	cr_assert_eq(ah_txn_begin(s.h, 0, &t), 0);
 	cr_assert_eq(ah_arrangement_create(t, "shared"), 0);
@@ -197,6 +196,5 @@ Test(stress, writer_threads, .timeout = 240)
 	cr_assert_eq(problems, 0);
 	cr_assert_eq(ah_close(s.h), 0);
 	pthread_mutex_destroy(&s.mu);
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-	cr_assert_eq(system(cmd), 0);
+	tl_rmdir(&d);
 }

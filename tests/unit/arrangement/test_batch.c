@@ -9,10 +9,10 @@
 
 #include <criterion/criterion.h>
 
-#include "test_batch_util.h"
+#include "arr_test.h"
 
 /* key = 8-byte big-endian i / 4, val = 16 bytes of i % 4, time i. */
-static void gen_small(uint64_t i, bt_item *it, void *arg)
+static void gen_small(uint64_t i, at_item *it, void *arg)
 {
 	static uint8_t k[8], v[16];
 	(void)arg;
@@ -29,19 +29,19 @@ static void gen_small(uint64_t i, bt_item *it, void *arg)
 
 Test(batch_basic, round_trip)
 {
-	bt_env e;
+	at_env e;
 	batch_desc d = { { 0 }, { 1000 }, { 0 } };
-	bt_open(&e);
-	uint64_t id = bt_write(&e, gen_small, NULL, 1000, &d);
+	at_open(&e);
+	uint64_t id = at_write(&e, gen_small, NULL, 1000, &d);
 	cr_assert_neq(id, 0);
-	bt_commit(&e, true);
-	bt_scan_equal(&e, id, gen_small, NULL, 1000);
-	bt_check_ok(&e, id);
-	batch *b = bt_load(&e, id);
+	at_commit(&e, true);
+	at_scan_equal(&e, id, gen_small, NULL, 1000);
+	at_check_ok(&e, id);
+	batch *b = at_load(&e, id);
 	cr_assert_eq(b->keys, 250);
 	cr_assert_eq(b->vals, 1000);
 	cr_assert_eq(b->nchunks, 1);
 	cr_assert_eq(frontier_time(b->desc.upper), 1000);
 	batch_free(b);
-	bt_close(&e);
+	at_close(&e);
 }

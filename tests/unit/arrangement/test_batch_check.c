@@ -12,10 +12,10 @@
 #include <criterion/criterion.h>
 
 #include "arrangement/cursor.h"
-#include "test_batch_util.h"
+#include "arr_test.h"
 
 /* keys "a".."j", vals "v0".."v2", time 1, diff 3 */
-static void gen10(uint64_t i, bt_item *it, void *arg)
+static void gen10(uint64_t i, at_item *it, void *arg)
 {
 	static char k[2], v[3];
 	(void)arg;
@@ -31,13 +31,13 @@ static void gen10(uint64_t i, bt_item *it, void *arg)
 }
 
 /* Writes the 30-update batch; returns its id and its one chunk's body. */
-static uint64_t write10(bt_env *e, uint8_t **body, size_t *used,
+static uint64_t write10(at_env *e, uint8_t **body, size_t *used,
                         uint64_t *cid)
 {
 	batch_desc d = { { 0 }, { 2 }, { 0 } };
 	const void *bp;
-	uint64_t id = bt_write(e, gen10, NULL, 30, &d);
-	batch *b = bt_load(e, id);
+	uint64_t id = at_write(e, gen10, NULL, 30, &d);
+	batch *b = at_load(e, id);
 	cr_assert_eq(b->nchunks, 1);
 	*cid = b->chunk_ids[0];
 	cr_assert_eq(heap_chunk_get(e->t, *cid, &bp, used), 0);
@@ -46,18 +46,18 @@ static uint64_t write10(bt_env *e, uint8_t **body, size_t *used,
 	return id;
 }
 
-static int check(bt_env *e, uint64_t id, bool sums, char *msg, size_t len)
+static int check(at_env *e, uint64_t id, bool sums, char *msg, size_t len)
 {
-	batch *b = bt_load(e, id);
+	batch *b = at_load(e, id);
 	int rc = batch_check(e->t, b, sums, msg, len);
 	batch_free(b);
 	return rc;
 }
 
 /* Scans everything through a trace cursor; returns the first error. */
-static int scan(bt_env *e, uint64_t id)
+static int scan(at_env *e, uint64_t id)
 {
-	batch *b = bt_load(e, id);
+	batch *b = at_load(e, id);
 	trace_cursor *c;
 	uint64_t t;
 	int64_t d;
@@ -81,29 +81,29 @@ static int scan(bt_env *e, uint64_t id)
 
 Test(batch_check, clean_batch_passes)
 {
-	bt_env e;
+	at_env e;
 	uint8_t *body;
 	size_t used;
 	uint64_t cid;
 	char msg[200];
-	bt_open(&e);
+	at_open(&e);
 	uint64_t id = write10(&e, &body, &used, &cid);
-	bt_commit(&e, true);
+	at_commit(&e, true);
 	cr_assert_eq(check(&e, id, true, msg, sizeof msg), 0, "%s", msg);
 	cr_assert_str_eq(msg, "");
 	cr_assert_eq(scan(&e, id), 0);
-	bt_close(&e);
+	at_close(&e);
 }
 
 Test(batch_check, out_of_order_keys_resealed)
 {
-	bt_env e;
+	at_env e;
 	uint8_t *body;
 	size_t used;
 	uint64_t cid;
 	char msg[200], want[64];
 	uint32_t off;
-	bt_open(&e);
+	at_open(&e);
 	uint64_t id = write10(&e, &body, &used, &cid);
 	/* key 4 ("e") becomes "A": before "d" */
 	memcpy(&off, body + 24, 4);
@@ -112,117 +112,117 @@ Test(batch_check, out_of_order_keys_resealed)
 	cr_assert_eq(body[k4], 'e');
 	body[k4] = 'A';
 	cr_assert_eq(heap_chunk_seal(e.t, cid, body, used), 0);
-	bt_commit(&e, true);
+	at_commit(&e, true);
 	cr_assert_eq(check(&e, id, true, msg, sizeof msg), AH_ECORRUPT);
 	snprintf(want, sizeof want, "batch %llu chunk %llu (#0): keys out of order",
 	         (unsigned long long)id, (unsigned long long)cid);
 	cr_assert_str_eq(msg, want);
-	bt_close(&e);
+	at_close(&e);
 }
 
 Test(batch_check, offset_out_of_bounds_resealed)
 {
-	bt_env e;
+	at_env e;
 	uint8_t *body;
 	size_t used;
 	uint64_t cid;
 	char msg[200];
 	uint32_t off, bad = 0x7ffffff0;
-	bt_open(&e);
+	at_open(&e);
 	uint64_t id = write10(&e, &body, &used, &cid);
 	memcpy(&off, body + 24, 4);
 	memcpy(body + off + 4 * 2, &bad, 4); /* key 2's start offset */
 	cr_assert_eq(heap_chunk_seal(e.t, cid, body, used), 0);
-	bt_commit(&e, true);
+	at_commit(&e, true);
 	cr_assert_eq(check(&e, id, true, msg, sizeof msg), AH_ECORRUPT);
 	cr_assert(strstr(msg, "not monotone (B4)"), "%s", msg);
 	cr_assert_eq(scan(&e, id), AH_ECORRUPT);
 	/* a seek binary-searches over the bad offset: an error, no crash */
-	batch *b = bt_load(&e, id);
+	batch *b = at_load(&e, id);
 	batch_cursor *c;
 	cr_assert_eq(bcur_open(e.t, b, frontier_of(0), &c), 0);
 	cr_assert_eq(bcur_seek_key(c, "c", 1), AH_ECORRUPT);
 	bcur_close(c);
 	batch_free(b);
-	bt_close(&e);
+	at_close(&e);
 }
 
 Test(batch_check, bad_header_resealed)
 {
-	bt_env e;
+	at_env e;
 	uint8_t *body;
 	size_t used;
 	uint64_t cid;
 	char msg[200];
 	uint32_t huge = 1u << 30;
-	bt_open(&e);
+	at_open(&e);
 	uint64_t id = write10(&e, &body, &used, &cid);
 	memcpy(body + 16, &huge, 4); /* nupds */
 	cr_assert_eq(heap_chunk_seal(e.t, cid, body, used), 0);
-	bt_commit(&e, true);
+	at_commit(&e, true);
 	cr_assert_eq(check(&e, id, false, msg, sizeof msg), AH_ECORRUPT);
 	cr_assert(strstr(msg, "bad batch chunk header"), "%s", msg);
-	batch *b = bt_load(&e, id);
+	batch *b = at_load(&e, id);
 	batch_cursor *c;
 	cr_assert_eq(bcur_open(e.t, b, frontier_of(0), &c), AH_ECORRUPT);
 	batch_free(b);
-	bt_close(&e);
+	at_close(&e);
 }
 
 Test(batch_check, flipped_byte_caught_by_checksum)
 {
-	bt_env e;
+	at_env e;
 	uint8_t *body;
 	size_t used;
 	uint64_t cid;
 	char msg[200], want[64];
 	uint32_t off;
-	bt_open(&e);
+	at_open(&e);
 	uint64_t id = write10(&e, &body, &used, &cid);
 	memcpy(&off, body + 52, 4); /* diffs column */
 	body[off] ^= 0x04;          /* diff 3 -> 7: still well formed */
-	bt_commit(&e, true);
+	at_commit(&e, true);
 	/* Every read of a chunk checks it: also a check without checksums. */
 	cr_assert_eq(check(&e, id, false, msg, sizeof msg), AH_ECORRUPT);
 	cr_assert_eq(check(&e, id, true, msg, sizeof msg), AH_ECORRUPT);
 	snprintf(want, sizeof want, "batch %llu chunk %llu (#0): checksum mismatch",
 	         (unsigned long long)id, (unsigned long long)cid);
 	cr_assert_str_eq(msg, want);
-	bt_close(&e);
+	at_close(&e);
 }
 
 Test(batch_check, record_counts_differ)
 {
-	bt_env e;
+	at_env e;
 	uint8_t *body;
 	size_t used;
 	uint64_t cid;
 	char msg[300];
-	bt_open(&e);
+	at_open(&e);
 	uint64_t id = write10(&e, &body, &used, &cid);
-	batch *b = bt_load(&e, id);
+	batch *b = at_load(&e, id);
 	b->keys = 11;
 	cr_assert_eq(batch_record_put(e.t, b), 0);
 	batch_free(b);
-	bt_commit(&e, true);
+	at_commit(&e, true);
 	cr_assert_eq(check(&e, id, true, msg, sizeof msg), AH_ECORRUPT);
 	cr_assert(strstr(msg, "(B5)") && strstr(msg, "keys 11/10"), "%s", msg);
-	bt_close(&e);
+	at_close(&e);
 }
 
 Test(batch_check, record_ids_and_drop)
 {
-	bt_env e;
+	at_env e;
 	uint8_t *body;
 	size_t used;
 	uint64_t cid, a, b2;
 	batch_desc d = { { 0 }, { 2 }, { 0 } }, d2 = { { 0 }, { 2 }, { 1 } };
-	bt_open(&e);
+	at_open(&e);
 	a = write10(&e, &body, &used, &cid);
-	b2 = bt_write(&e, gen10, NULL, 30, &d);
+	b2 = at_write(&e, gen10, NULL, 30, &d);
 	cr_assert_eq(b2, a + 1);
 	cr_assert_eq(batch_set_desc(e.t, a, &d2), 0);
-	batch *b = bt_load(&e, a);
+	batch *b = at_load(&e, a);
 	cr_assert_eq(frontier_time(b->desc.since), 1);
 	cr_assert_eq(b->updates, 30);
 	batch_free(b);
@@ -235,5 +235,5 @@ Test(batch_check, record_ids_and_drop)
 	cr_assert_eq(next, b2 + 1);
 	cr_assert_eq(batch_writer_finish(NULL, &d, &next), AH_EINVAL);
 	(void)d;
-	bt_close(&e);
+	at_close(&e);
 }

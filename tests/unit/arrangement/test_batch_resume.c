@@ -11,14 +11,14 @@
 
 #include <criterion/criterion.h>
 
-#include "test_batch_util.h"
+#include "arr_test.h"
 
 /* 3 keys x 30,000 vals x 3 times: about 3 chunks per key. */
 #define NV 30000u
 #define NT 3u
 #define N (3u * NV * NT)
 
-static void gen(uint64_t i, bt_item *it, void *arg)
+static void gen(uint64_t i, at_item *it, void *arg)
 {
 	static char k[8], v[12];
 	(void)arg;
@@ -33,7 +33,7 @@ static void gen(uint64_t i, bt_item *it, void *arg)
 
 static void push_range(batch_writer *w, uint64_t from, uint64_t to)
 {
-	bt_item it;
+	at_item it;
 	for (uint64_t i = from; i < to; i++) {
 		gen(i, &it, NULL);
 		cr_assert_eq(batch_writer_push(w, it.key, it.klen, it.val, it.vlen,
@@ -41,9 +41,9 @@ static void push_range(batch_writer *w, uint64_t from, uint64_t to)
 	}
 }
 
-static void assert_identical(bt_env *e, uint64_t a, uint64_t b)
+static void assert_identical(at_env *e, uint64_t a, uint64_t b)
 {
-	batch *x = bt_load(e, a), *y = bt_load(e, b);
+	batch *x = at_load(e, a), *y = at_load(e, b);
 	cr_assert_eq(x->updates, y->updates);
 	cr_assert_eq(x->keys, y->keys);
 	cr_assert_eq(x->vals, y->vals);
@@ -70,17 +70,17 @@ static void assert_identical(bt_env *e, uint64_t a, uint64_t b)
  * compares with the one-go batch. */
 static void resume_case(uint64_t half, bool twice)
 {
-	bt_env e;
+	at_env e;
 	batch_desc d = { { 100 }, { 103 }, { 0 } };
 	batch_writer *w;
 	uint64_t part, id, whole;
 	const void *k, *v;
 	size_t kl, vl;
-	bt_item it;
+	at_item it;
 
-	bt_open(&e);
-	whole = bt_write(&e, gen, NULL, N, &d);
-	bt_commit(&e, false);
+	at_open(&e);
+	whole = at_write(&e, gen, NULL, N, &d);
+	at_commit(&e, false);
 
 	cr_assert_eq(batch_writer_new(e.t, e.p, &w), 0);
 	cr_assert(!batch_writer_last(w, &k, &kl, &v, &vl));
@@ -90,11 +90,11 @@ static void resume_case(uint64_t half, bool twice)
 	cr_assert(kl == it.klen && memcmp(k, it.key, kl) == 0);
 	cr_assert(vl == it.vlen && memcmp(v, it.val, vl) == 0);
 	cr_assert_eq(batch_writer_suspend(w, &d, &part), 0);
-	batch *p = bt_load(&e, part);
+	batch *p = at_load(&e, part);
 	cr_assert_eq(p->rec_flags, BREC_PARTIAL);
 	cr_assert_eq(p->updates, half);
 	batch_free(p);
-	bt_commit(&e, false);
+	at_commit(&e, false);
 
 	uint64_t mid = twice ? half + (N - half) / 2 : N;
 	cr_assert_eq(batch_writer_resume(e.t, e.p, part, &w), 0);
@@ -107,7 +107,7 @@ static void resume_case(uint64_t half, bool twice)
 	if (twice) {
 		uint64_t part2;
 		cr_assert_eq(batch_writer_suspend(w, &d, &part2), 0);
-		bt_commit(&e, false);
+		at_commit(&e, false);
 		cr_assert_eq(batch_writer_resume(e.t, e.p, part2, &w), 0);
 		push_range(w, mid, N);
 		part = part2;
@@ -115,15 +115,15 @@ static void resume_case(uint64_t half, bool twice)
 	cr_assert_eq(batch_writer_finish(w, &d, &id), 0);
 	batch *gone;
 	cr_assert_eq(batch_load(e.t, part, &gone), AH_ENOTFOUND);
-	bt_commit(&e, true);
+	at_commit(&e, true);
 
 	assert_identical(&e, whole, id);
-	bt_scan_equal(&e, id, gen, NULL, N);
-	bt_check_ok(&e, id);
-	batch *r = bt_load(&e, id);
+	at_scan_equal(&e, id, gen, NULL, N);
+	at_check_ok(&e, id);
+	batch *r = at_load(&e, id);
 	cr_log_info("half %llu: %u chunks", (unsigned long long)half, r->nchunks);
 	batch_free(r);
-	bt_close(&e);
+	at_close(&e);
 }
 
 Test(batch_resume, boundary_between_keys)
@@ -148,11 +148,11 @@ Test(batch_resume, twice_inside_vals)
 
 Test(batch_resume, nothing_pushed)
 {
-	bt_env e;
+	at_env e;
 	batch_desc d = { { 0 }, { 1 }, { 0 } };
 	batch_writer *w;
 	uint64_t id = 7;
-	bt_open(&e);
+	at_open(&e);
 	cr_assert_eq(batch_writer_new(e.t, e.p, &w), 0);
 	cr_assert_eq(batch_writer_finish(w, &d, &id), 0);
 	cr_assert_eq(id, 0);
@@ -163,5 +163,5 @@ Test(batch_resume, nothing_pushed)
 	cr_assert_eq(batch_writer_push(w, "b", 1, "a", 1, 5, 1), AH_EINVAL);
 	cr_assert_eq(batch_writer_push(w, "b", 1, "b", 1, 0, 1), AH_EINVAL);
 	batch_writer_free(w);
-	bt_close(&e);
+	at_close(&e);
 }

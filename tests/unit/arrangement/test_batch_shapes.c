@@ -12,7 +12,7 @@
 
 #include <criterion/criterion.h>
 
-#include "test_batch_util.h"
+#include "arr_test.h"
 
 static void be64(uint8_t *p, uint64_t x)
 {
@@ -30,7 +30,7 @@ static uint64_t rd_be64(const void *p)
 }
 
 /* Counts chunks whose body carries flag f. */
-static uint32_t count_flag(bt_env *e, const batch *b, uint32_t f)
+static uint32_t count_flag(at_env *e, const batch *b, uint32_t f)
 {
 	uint32_t n = 0;
 	for (uint32_t i = 0; i < b->nchunks; i++) {
@@ -42,7 +42,7 @@ static uint32_t count_flag(bt_env *e, const batch *b, uint32_t f)
 }
 
 /* ("", ""), ("", "a"), ("a", ""), ("a", "a") */
-static void gen_empty(uint64_t i, bt_item *it, void *arg)
+static void gen_empty(uint64_t i, at_item *it, void *arg)
 {
 	(void)arg;
 	it->key = "a";
@@ -55,19 +55,19 @@ static void gen_empty(uint64_t i, bt_item *it, void *arg)
 
 Test(batch_shapes, empty_key_and_val)
 {
-	bt_env e;
+	at_env e;
 	batch_desc d = { { 0 }, { 10 }, { 0 } };
-	bt_open(&e);
-	uint64_t id = bt_write(&e, gen_empty, NULL, 4, &d);
-	bt_commit(&e, true);
-	bt_scan_equal(&e, id, gen_empty, NULL, 4);
-	bt_check_ok(&e, id);
-	batch *b = bt_load(&e, id);
+	at_open(&e);
+	uint64_t id = at_write(&e, gen_empty, NULL, 4, &d);
+	at_commit(&e, true);
+	at_scan_equal(&e, id, gen_empty, NULL, 4);
+	at_check_ok(&e, id);
+	batch *b = at_load(&e, id);
 	cr_assert_eq(b->keys, 2);
 	cr_assert_eq(b->vals, 4);
 	cr_assert_eq(b->fence_len[0], 0);
 	batch_free(b);
-	bt_close(&e);
+	at_close(&e);
 }
 
 /* Three keys "a", big (klen bytes of 'k'), "z"; two vals each. */
@@ -77,7 +77,7 @@ struct big {
 	bool big_val; /* the big buffer is the middle val, not key */
 };
 
-static void gen_big(uint64_t i, bt_item *it, void *arg)
+static void gen_big(uint64_t i, at_item *it, void *arg)
 {
 	struct big *g = arg;
 	static const char *small[] = {"a", "z"};
@@ -99,18 +99,18 @@ static void gen_big(uint64_t i, bt_item *it, void *arg)
 
 static void big_case(size_t len, bool big_val, uint64_t n)
 {
-	bt_env e;
+	at_env e;
 	batch_desc d = { { 0 }, { 100 }, { 0 } };
 	struct big g = {malloc(len), len, big_val};
 	cr_assert_not_null(g.buf);
 	for (size_t i = 0; i < len; i++)
 		g.buf[i] = (uint8_t)('k' + (i % 7 == 0));
-	bt_open(&e);
-	uint64_t id = bt_write(&e, gen_big, &g, n, &d);
-	bt_commit(&e, true);
-	bt_scan_equal(&e, id, gen_big, &g, n);
-	bt_check_ok(&e, id);
-	batch *b = bt_load(&e, id);
+	at_open(&e);
+	uint64_t id = at_write(&e, gen_big, &g, n, &d);
+	at_commit(&e, true);
+	at_scan_equal(&e, id, gen_big, &g, n);
+	at_check_ok(&e, id);
+	batch *b = at_load(&e, id);
 	cr_log_info("len %zu: %u chunks, %llu bytes, %llu chunk bytes", len,
 	            b->nchunks, (unsigned long long)b->bytes,
 	            (unsigned long long)b->chunk_bytes);
@@ -136,7 +136,7 @@ static void big_case(size_t len, bool big_val, uint64_t n)
 	bcur_close(c);
 	batch_free(b);
 	free(g.buf);
-	bt_close(&e);
+	at_close(&e);
 }
 
 Test(batch_shapes, key_70k)
@@ -160,7 +160,7 @@ Test(batch_shapes, key_3mib_jumbo)
 }
 
 /* One hot key with 1,000,000 vals (8-byte big-endian 2 * i). */
-static void gen_hot(uint64_t i, bt_item *it, void *arg)
+static void gen_hot(uint64_t i, at_item *it, void *arg)
 {
 	static uint8_t v[8];
 	(void)arg;
@@ -175,18 +175,18 @@ static void gen_hot(uint64_t i, bt_item *it, void *arg)
 
 Test(batch_shapes, hot_key_million_vals, .timeout = 60)
 {
-	bt_env e;
+	at_env e;
 	batch_desc d = { { 0 }, { 3 }, { 0 } };
 	const uint64_t n = 1000000;
 	uint8_t t8[8];
 	const void *v;
 	size_t vl;
-	bt_open(&e);
-	uint64_t id = bt_write(&e, gen_hot, NULL, n, &d);
-	bt_commit(&e, true);
-	bt_scan_equal(&e, id, gen_hot, NULL, n);
-	bt_check_ok(&e, id);
-	batch *b = bt_load(&e, id);
+	at_open(&e);
+	uint64_t id = at_write(&e, gen_hot, NULL, n, &d);
+	at_commit(&e, true);
+	at_scan_equal(&e, id, gen_hot, NULL, n);
+	at_check_ok(&e, id);
+	batch *b = at_load(&e, id);
 	cr_assert_eq(b->keys, 1);
 	cr_assert_eq(b->vals, n);
 	cr_assert_gt(b->nchunks, 10);
@@ -227,11 +227,11 @@ Test(batch_shapes, hot_key_million_vals, .timeout = 60)
 	cr_assert(!bcur_key_valid(c));
 	bcur_close(c);
 	batch_free(b);
-	bt_close(&e);
+	at_close(&e);
 }
 
 /* One (key, val) with 300,000 times. */
-static void gen_times(uint64_t i, bt_item *it, void *arg)
+static void gen_times(uint64_t i, at_item *it, void *arg)
 {
 	(void)arg;
 	it->key = i < 300000 ? "k" : "l";
@@ -245,15 +245,15 @@ static void gen_times(uint64_t i, bt_item *it, void *arg)
 
 Test(batch_shapes, val_times_span_chunks)
 {
-	bt_env e;
+	at_env e;
 	batch_desc d = { { 0 }, { 1000000 }, { 0 } };
 	const uint64_t n = 300002;
-	bt_open(&e);
-	uint64_t id = bt_write(&e, gen_times, NULL, n, &d);
-	bt_commit(&e, true);
-	bt_scan_equal(&e, id, gen_times, NULL, n);
-	bt_check_ok(&e, id);
-	batch *b = bt_load(&e, id);
+	at_open(&e);
+	uint64_t id = at_write(&e, gen_times, NULL, n, &d);
+	at_commit(&e, true);
+	at_scan_equal(&e, id, gen_times, NULL, n);
+	at_check_ok(&e, id);
+	batch *b = at_load(&e, id);
 	cr_assert_eq(b->keys, 2);
 	cr_assert_eq(b->vals, 2);
 	cr_assert_gt(b->nchunks, 2);
@@ -278,11 +278,11 @@ Test(batch_shapes, val_times_span_chunks)
 	cr_assert_eq(*(const char *)k, 'l');
 	bcur_close(c);
 	batch_free(b);
-	bt_close(&e);
+	at_close(&e);
 }
 
 /* 1,000,000 distinct keys 8-byte big-endian 2 * i, 16-byte vals. */
-static void gen_keys(uint64_t i, bt_item *it, void *arg)
+static void gen_keys(uint64_t i, at_item *it, void *arg)
 {
 	static uint8_t k[8], v[16];
 	(void)arg;
@@ -298,16 +298,16 @@ static void gen_keys(uint64_t i, bt_item *it, void *arg)
 
 Test(batch_shapes, million_keys, .timeout = 60)
 {
-	bt_env e;
+	at_env e;
 	batch_desc d = { { 0 }, { 5 }, { 0 } };
 	const uint64_t n = 1000000;
 	uint8_t t8[8];
-	bt_open(&e);
-	uint64_t id = bt_write(&e, gen_keys, NULL, n, &d);
-	bt_commit(&e, true);
-	bt_scan_equal(&e, id, gen_keys, NULL, n);
-	bt_check_ok(&e, id);
-	batch *b = bt_load(&e, id);
+	at_open(&e);
+	uint64_t id = at_write(&e, gen_keys, NULL, n, &d);
+	at_commit(&e, true);
+	at_scan_equal(&e, id, gen_keys, NULL, n);
+	at_check_ok(&e, id);
+	batch *b = at_load(&e, id);
 	cr_assert_eq(b->keys, n);
 	cr_assert_eq(b->vals, n);
 	cr_assert_eq(b->updates, n);
@@ -336,7 +336,7 @@ Test(batch_shapes, million_keys, .timeout = 60)
 	cr_assert(bcur_key_valid(c));
 	bcur_close(c);
 	batch_free(b);
-	bt_close(&e);
+	at_close(&e);
 }
 
 /* Binary keys: every single byte, and 2-3 byte keys over {0x00, 0x01,
@@ -380,7 +380,7 @@ static struct bin *bin_keys(void)
 	return g;
 }
 
-static void gen_bin(uint64_t i, bt_item *it, void *arg)
+static void gen_bin(uint64_t i, at_item *it, void *arg)
 {
 	struct bin *g = arg;
 	it->key = g->k[i];
@@ -393,7 +393,7 @@ static void gen_bin(uint64_t i, bt_item *it, void *arg)
 
 Test(batch_shapes, binary_keys)
 {
-	bt_env e;
+	at_env e;
 	batch_desc d = { { 0 }, { 1 }, { 0 } };
 	struct bin *g = bin_keys();
 	cr_assert_eq(g->n, 256 + 72);
@@ -402,12 +402,12 @@ Test(batch_shapes, binary_keys)
 	cr_assert_lt(bytes_cmp("\x7f\xff", 2, "\x80", 1), 0);
 	cr_assert_lt(bytes_cmp("", 0, "\x00", 1), 0);
 	cr_assert_gt(bytes_cmp("\xff", 1, "\xfe\xff\xff", 3), 0);
-	bt_open(&e);
-	uint64_t id = bt_write(&e, gen_bin, g, g->n, &d);
-	bt_commit(&e, true);
-	bt_scan_equal(&e, id, gen_bin, g, g->n);
-	bt_check_ok(&e, id);
-	batch *b = bt_load(&e, id);
+	at_open(&e);
+	uint64_t id = at_write(&e, gen_bin, g, g->n, &d);
+	at_commit(&e, true);
+	at_scan_equal(&e, id, gen_bin, g, g->n);
+	at_check_ok(&e, id);
+	batch *b = at_load(&e, id);
 	batch_cursor *c;
 	cr_assert_eq(bcur_open(e.t, b, frontier_of(0), &c), 0);
 	for (size_t i = 0; i < g->n; i += 5) {
@@ -421,5 +421,5 @@ Test(batch_shapes, binary_keys)
 	bcur_close(c);
 	batch_free(b);
 	free(g);
-	bt_close(&e);
+	at_close(&e);
 }

@@ -9,15 +9,15 @@
 
 #include <criterion/criterion.h>
 
-#include "arrangement/batch_int.h"
+#include "arrangement/batch.h"
 #include "arrangement/builder.h"
-#include "test_builder_util.h"
+#include "arr_test.h"
 
 static const batch_desc D100 = { { 0 }, { 100 }, { 0 } };
 
-static tb_up up(const char *k, const char *v, uint64_t t, int64_t d)
+static at_up up(const char *k, const char *v, uint64_t t, int64_t d)
 {
-	tb_up u;
+	at_up u;
 	memset(&u, 0, sizeof u);
 	u.klen = (uint8_t)strlen(k);
 	memcpy(u.key, k, u.klen);
@@ -35,38 +35,38 @@ static const size_t budgets[] = { 0, 1 };
 Test(builder_consolidate, zero_and_cancelling_sums_disappear)
 {
 	for (size_t bi = 0; bi < 2; bi++) {
-		tb_env e;
-		tb_up u[6];
-		tb_open(&e);
+		at_env e;
+		at_up u[6];
+		at_open(&e);
 		u[0] = up("x", "a", 5, 0);
-		cr_assert_eq(tb_build(&e, u, 1, budgets[bi], &D100), 0);
+		cr_assert_eq(at_build(&e, u, 1, budgets[bi], &D100), 0);
 		u[0] = up("x", "a", 5, 1);
 		u[1] = up("x", "a", 5, -1);
-		cr_assert_eq(tb_build(&e, u, 2, budgets[bi], &D100), 0);
+		cr_assert_eq(at_build(&e, u, 2, budgets[bi], &D100), 0);
 		u[0] = up("x", "a", 5, 2);
 		u[1] = up("x", "a", 5, -1);
 		u[2] = up("x", "a", 5, -1);
-		cr_assert_eq(tb_build(&e, u, 3, budgets[bi], &D100), 0);
+		cr_assert_eq(at_build(&e, u, 3, budgets[bi], &D100), 0);
 		/* Nothing written at all: no chunk survives. */
-		cr_assert_eq(tb_count_chunks(&e), 0, "budget %zu", budgets[bi]);
-		tb_close(&e);
+		cr_assert_eq(at_count_chunks(&e), 0, "budget %zu", budgets[bi]);
+		at_close(&e);
 	}
 }
 
 Test(builder_consolidate, retraction_of_absent_stays_minus_one)
 {
 	for (size_t bi = 0; bi < 2; bi++) {
-		tb_env e;
-		tb_up u[4], got[8];
+		at_env e;
+		at_up u[4], got[8];
 		uint64_t id;
-		tb_open(&e);
+		at_open(&e);
 		u[0] = up("y", "b", 7, -1);
 		u[1] = up("x", "a", 5, 3);
 		u[2] = up("x", "a", 6, 0);
 		u[3] = up("x", "a", 5, -1);
-		id = tb_build(&e, u, 4, budgets[bi], &D100);
+		id = at_build(&e, u, 4, budgets[bi], &D100);
 		cr_assert_neq(id, 0);
-		cr_assert_eq(tb_scan(&e, id, 0, got, 8), 2);
+		cr_assert_eq(at_scan(&e, id, 0, got, 8), 2);
 		cr_assert_eq(got[0].klen, 1);
 		cr_assert_eq(got[0].key[0], 'x');
 		cr_assert_eq(got[0].time, 5);
@@ -75,34 +75,34 @@ Test(builder_consolidate, retraction_of_absent_stays_minus_one)
 		cr_assert_eq(got[1].val[0], 'b');
 		cr_assert_eq(got[1].time, 7);
 		cr_assert_eq(got[1].diff, -1);
-		tb_close(&e);
+		at_close(&e);
 	}
 }
 
 Test(builder_consolidate, overflowing_sum_is_elimit)
 {
 	for (size_t bi = 0; bi < 2; bi++) {
-		tb_env e;
-		tb_up u[3];
+		at_env e;
+		at_up u[3];
 		uint64_t id = 77;
-		tb_open(&e);
+		at_open(&e);
 		u[0] = up("x", "a", 5, INT64_MAX);
 		u[1] = up("x", "a", 5, 1);
-		cr_assert_eq(tb_build_rc(&e, u, 2, budgets[bi], &D100, &id,
+		cr_assert_eq(at_build_rc(&e, u, 2, budgets[bi], &D100, &id,
 		                         NULL), AH_ELIMIT, "budget %zu",
 		             budgets[bi]);
 		heap_txn_abort(e.t);
 		e.t = NULL;
-		tb_close(&e);
+		at_close(&e);
 
-		tb_open(&e);
+		at_open(&e);
 		u[0] = up("x", "a", 5, INT64_MIN);
 		u[1] = up("x", "a", 5, -1);
-		cr_assert_eq(tb_build_rc(&e, u, 2, budgets[bi], &D100, &id,
+		cr_assert_eq(at_build_rc(&e, u, 2, budgets[bi], &D100, &id,
 		                         NULL), AH_ELIMIT);
 		heap_txn_abort(e.t);
 		e.t = NULL;
-		tb_close(&e);
+		at_close(&e);
 	}
 }
 
@@ -110,47 +110,47 @@ Test(builder_consolidate, overflowing_sum_is_elimit)
  * sort order could expose does not fail: MAX + 1 - 1 = MAX. */
 Test(builder_consolidate, exact_sum_within_range_is_kept)
 {
-	tb_env e;
-	tb_up u[3], got[2];
+	at_env e;
+	at_up u[3], got[2];
 	uint64_t id;
-	tb_open(&e);
+	at_open(&e);
 	u[0] = up("x", "a", 5, INT64_MAX);
 	u[1] = up("x", "a", 5, 1);
 	u[2] = up("x", "a", 5, -1);
-	id = tb_build(&e, u, 3, 0, &D100);
-	cr_assert_eq(tb_scan(&e, id, 0, got, 2), 1);
+	id = at_build(&e, u, 3, 0, &D100);
+	cr_assert_eq(at_scan(&e, id, 0, got, 2), 1);
 	cr_assert_eq(got[0].diff, INT64_MAX);
-	tb_close(&e);
+	at_close(&e);
 }
 
 Test(builder_runs, tiny_budget_equals_reference, .timeout = 60)
 {
 	const uint64_t seed = 42;
 	const size_t n = 200000;
-	const tb_shape s = { .kmax = 10, .vmax = 6, .alpha = 4, .times = 8,
+	const at_shape s = { .kmax = 10, .vmax = 6, .alpha = 4, .times = 8,
 	                     .dmax = 2 };
-	tb_up *u = malloc(n * sizeof *u), *got = malloc(n * sizeof *got);
-	tb_env e;
+	at_up *u = malloc(n * sizeof *u), *got = malloc(n * sizeof *got);
+	at_env e;
 	uint64_t id, peak = 0;
 	size_t nw;
 	batch *b;
 
 	cr_log_info("builder_runs/tiny_budget seed %llu", (unsigned long long)seed);
-	tb_gen(u, n, seed, &s);
-	tb_open(&e);
-	cr_assert_eq(tb_build_rc(&e, u, n, 64 << 10, &D100, &id, &peak), 0);
+	at_gen(u, n, seed, &s);
+	at_open(&e);
+	cr_assert_eq(at_build_rc(&e, u, n, 64 << 10, &D100, &id, &peak), 0);
 	cr_assert_leq(peak, 64 << 10, "seed %llu: run peak %llu",
 	              (unsigned long long)seed, (unsigned long long)peak);
-	nw = tb_consolidate(u, n, 0);
+	nw = at_consolidate(u, n, 0);
 	cr_assert_neq(id, 0);
-	tb_assert_equal(got, tb_scan(&e, id, 0, got, n), u, nw, seed);
+	at_assert_equal(got, at_scan(&e, id, 0, got, n), u, nw, seed);
 	/* Every temporary run was dropped: only the output's chunks remain. */
 	cr_assert_eq(batch_load(e.t, id, &b), 0);
-	cr_assert_eq(tb_count_chunks(&e), b->nchunks);
+	cr_assert_eq(at_count_chunks(&e), b->nchunks);
 	cr_assert_eq(frontier_time(b->desc.lower), 0);
 	cr_assert_eq(frontier_time(b->desc.upper), 100);
 	batch_free(b);
-	tb_close(&e);
+	at_close(&e);
 	free(u);
 	free(got);
 }
@@ -160,29 +160,29 @@ Test(builder_runs, output_bytes_independent_of_budget_and_order,
 {
 	const uint64_t seed = 4242;
 	const size_t n = 60000;
-	const tb_shape s = { .kmax = 12, .vmax = 10, .alpha = 3, .times = 20,
+	const at_shape s = { .kmax = 12, .vmax = 10, .alpha = 3, .times = 20,
 	                     .dmax = 3 };
 	const size_t bud[] = { 0, 64 << 10, 4 << 10, 700 };
-	tb_up *u = malloc(n * sizeof *u);
+	at_up *u = malloc(n * sizeof *u);
 	uint64_t st = seed, ids[4];
-	tb_env e;
+	at_env e;
 
 	cr_log_info("builder_runs/independent seed %llu", (unsigned long long)seed);
-	tb_gen(u, n, seed, &s);
-	tb_open(&e);
+	at_gen(u, n, seed, &s);
+	at_open(&e);
 	for (size_t i = 0; i < 4; i++) {
-		ids[i] = tb_build(&e, u, n, bud[i], &D100);
+		ids[i] = at_build(&e, u, n, bud[i], &D100);
 		cr_assert_neq(ids[i], 0);
 		for (size_t j = n - 1; j > 0; j--) {
-			size_t r = tb_rng(&st) % (j + 1);
-			tb_up x = u[j];
+			size_t r = tl_rand(&st) % (j + 1);
+			at_up x = u[j];
 			u[j] = u[r];
 			u[r] = x;
 		}
 	}
 	for (size_t i = 1; i < 4; i++)
-		tb_assert_same_chunks(&e, ids[0], ids[i]);
-	tb_close(&e);
+		at_assert_same_chunks(&e, ids[0], ids[i]);
+	at_close(&e);
 	free(u);
 }
 
@@ -198,9 +198,9 @@ Test(builder_runs, prefix_ties_order_as_bytes)
 	};
 	static const uint8_t klen[] = { 0, 1, 2, 3, 8, 9, 10, 9, 10 };
 	const size_t nk = sizeof klen;
-	tb_up u[64], got[64];
+	at_up u[64], got[64];
 	size_t n = 0;
-	tb_env e;
+	at_env e;
 	uint64_t id;
 
 	for (size_t r = 0; r < 3; r++)
@@ -213,9 +213,9 @@ Test(builder_runs, prefix_ties_order_as_bytes)
 			u[n].time = 3 - r;
 			u[n++].diff = 1;
 		}
-	tb_open(&e);
-	id = tb_build(&e, u, n, 1, &D100);
-	n = tb_consolidate(u, n, 0);
-	tb_assert_equal(got, tb_scan(&e, id, 0, got, 64), u, n, 0);
-	tb_close(&e);
+	at_open(&e);
+	id = at_build(&e, u, n, 1, &D100);
+	n = at_consolidate(u, n, 0);
+	at_assert_equal(got, at_scan(&e, id, 0, got, 64), u, n, 0);
+	at_close(&e);
 }

@@ -13,7 +13,7 @@
 
 #include "arrangement/batch_int.h"
 #include "arrangement/builder.h"
-#include "test_builder_util.h"
+#include "arr_test.h"
 
 #define KEYSPACE (1u << 20)
 #define POOL_BOUND ((uint64_t)256 << 20)
@@ -44,23 +44,23 @@ Test(builder_memory, pool_peak_bounded, .timeout = 600)
 	ah_pool_stats ps;
 	builder *b = NULL;
 	batch *out = NULL;
-	tb_env e;
+	at_env e;
 	double t0, t1, t2;
 
 	cr_log_info("builder_memory seed %llu n %zu", (unsigned long long)seed, n);
-	tb_open(&e);
+	at_open(&e);
 	cr_assert_eq(builder_new(e.t, e.p, 0, &b), 0);
 	t0 = now();
 	for (size_t i = 0; i < n; i += CH) {
 		size_t m = n - i < CH ? n - i : CH;
 		for (size_t j = 0; j < m; j++) {
-			uint64_t k = tb_rng(&st) % KEYSPACE;
+			uint64_t k = tl_rand(&st) % KEYSPACE;
 			if (!(seen[k / 8] & (1u << (k % 8)))) {
 				seen[k / 8] |= (uint8_t)(1u << (k % 8));
 				keys++;
 			}
 			be64(kv[j], k);
-			be64(kv[j] + 8, tb_rng(&st));
+			be64(kv[j] + 8, tl_rand(&st));
 			be64(kv[j] + 16, i + j); /* every val distinct */
 			ups[j] = (ah_update){ kv[j], 8, kv[j] + 8, 16,
 			                      (i + j) % 4, 1 };
@@ -86,6 +86,6 @@ Test(builder_memory, pool_peak_bounded, .timeout = 600)
 	cr_assert_lt(ps.active_bytes, (uint64_t)4 << 20,
 	             "pool holds %llu B after finish",
 	             (unsigned long long)ps.active_bytes);
-	tb_close(&e);
+	at_close(&e);
 	free(seen);
 }

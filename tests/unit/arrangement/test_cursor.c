@@ -12,7 +12,7 @@
 #include <criterion/criterion.h>
 
 #include "arrangement/cursor.h"
-#include "test_batch_util.h"
+#include "arr_test.h"
 
 #define NB 4
 #define NKEYS 200
@@ -33,14 +33,6 @@ typedef struct model {
 	size_t n;
 	size_t start[NB + 1]; /* batch b's entries: [start[b], start[b+1]) */
 } model;
-
-static uint64_t rng(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
 
 static void key_of(int k, char out[8], size_t *len)
 {
@@ -76,24 +68,24 @@ static void make_model(model *m)
 	for (int b = 0; b < NB; b++) {
 		m->start[b] = m->n;
 		for (int k = 1; k < NKEYS; k += 2) {
-			if (rng(&s) % 2)
+			if (tl_rand(&s) % 2)
 				continue;
 			for (int v = 0; v < NVALS; v++) {
-				if (rng(&s) % 3)
+				if (tl_rand(&s) % 3)
 					continue;
-				int nt = 1 + (int)(rng(&s) % 3);
+				int nt = 1 + (int)(tl_rand(&s) % 3);
 				for (int i = 0; i < nt; i++)
 					m->e[m->n++] = (ent){k, v, b,
 					        10u * (unsigned)b + 3u * (unsigned)i +
-					                rng(&s) % 3,
-					        (int64_t)(rng(&s) % 5) + 1};
+					                tl_rand(&s) % 3,
+					        (int64_t)(tl_rand(&s) % 5) + 1};
 			}
 		}
 	}
 	m->start[NB] = m->n;
 }
 
-static void gen_ent(uint64_t i, bt_item *it, void *arg)
+static void gen_ent(uint64_t i, at_item *it, void *arg)
 {
 	static char k[8], v[16];
 	const ent *e = (const ent *)arg + i;
@@ -106,7 +98,7 @@ static void gen_ent(uint64_t i, bt_item *it, void *arg)
 }
 
 typedef struct fixture {
-	bt_env env;
+	at_env env;
 	model m;
 	batch *b[NB];
 	trace_cursor *c;
@@ -116,17 +108,17 @@ static void setup(fixture *f)
 {
 	uint64_t ids[NB];
 	make_model(&f->m);
-	bt_open(&f->env);
+	at_open(&f->env);
 	for (int b = 0; b < NB; b++) {
 		batch_desc d = { { 10u * (unsigned)b }, { 10u * (unsigned)b + 10 }, { 0 } };
-		ids[b] = bt_write(&f->env, gen_ent, f->m.e + f->m.start[b],
+		ids[b] = at_write(&f->env, gen_ent, f->m.e + f->m.start[b],
 		                  f->m.start[b + 1] - f->m.start[b], &d);
 		cr_assert_neq(ids[b], 0);
 	}
-	bt_commit(&f->env, true);
+	at_commit(&f->env, true);
 	for (int b = 0; b < NB; b++) {
-		f->b[b] = bt_load(&f->env, ids[b]);
-		bt_check_ok(&f->env, ids[b]);
+		f->b[b] = at_load(&f->env, ids[b]);
+		at_check_ok(&f->env, ids[b]);
 	}
 	qsort(f->m.e, f->m.n, sizeof *f->m.e, ent_cmp);
 	cr_assert_eq(tcur_open(f->env.t, f->b, NB, frontier_of(SINCE), &f->c), 0);
@@ -139,7 +131,7 @@ static void teardown(fixture *f)
 	for (int b = 0; b < NB; b++)
 		batch_free(f->b[b]);
 	free(f->m.e);
-	bt_close(&f->env);
+	at_close(&f->env);
 }
 
 static void ok(int rc)
@@ -326,10 +318,10 @@ Test(cursor_trace, times_advanced_to_since)
 
 Test(cursor_trace, empty_and_single)
 {
-	bt_env e;
+	at_env e;
 	trace_cursor *c;
-	bt_open(&e);
-	bt_commit(&e, true);
+	at_open(&e);
+	at_commit(&e, true);
 	cr_assert_eq(tcur_open(e.t, NULL, 0, frontier_of(0), &c), 0);
 	cr_assert(!tcur_key_valid(c));
 	cr_assert_eq(tcur_step_key(c), 0);
@@ -337,5 +329,5 @@ Test(cursor_trace, empty_and_single)
 	cr_assert_eq(tcur_rewind_keys(c), 0);
 	cr_assert(!tcur_key_valid(c));
 	tcur_close(c);
-	bt_close(&e);
+	at_close(&e);
 }

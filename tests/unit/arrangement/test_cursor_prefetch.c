@@ -9,19 +9,18 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../heap/heap_test.h"
-#include "test_batch_util.h"
+#include "arr_test.h"
 
 #define N 120000u /* ~6.7 MiB of batch: six or more 1 MiB chunks */
 
-static void gen(uint64_t i, bt_item *it, void *arg)
+static void gen(uint64_t i, at_item *it, void *arg)
 {
 	static uint8_t k[8], v[16];
 	(void)arg;
 	for (int b = 0; b < 8; b++)
 		k[b] = (uint8_t)(i >> (56 - 8 * b));
 	memset(v, (int)(i % 251), sizeof v);
-	*it = (bt_item){ k, v, sizeof k, sizeof v, 1, 1 };
+	*it = (at_item){ k, v, sizeof k, sizeof v, 1, 1 };
 }
 
 /* The first page and the page count of the chunk holding index ci of b. */
@@ -41,14 +40,14 @@ static size_t wait_resident(const char *path, uint64_t off, size_t len,
                             size_t want)
 {
 	size_t n = 0;
-	for (int i = 0; i < 1000 && (n = ht_resident(path, off, len)) < want; i++)
+	for (int i = 0; i < 1000 && (n = tl_resident(path, off, len)) < want; i++)
 		usleep(10000);
 	return n;
 }
 
 Test(cursor_prefetch, seek_reads_one_chunk_scan_prefetches_two)
 {
-	bt_env e;
+	at_env e;
 	char path[128];
 	ah_open_opts o = { .size = sizeof o };
 	batch_desc d = { { 0 }, { 2 }, { 0 } };
@@ -58,10 +57,10 @@ Test(cursor_prefetch, seek_reads_one_chunk_scan_prefetches_two)
 	batch *b;
 	batch_cursor *c;
 
-	bt_open(&e);
-	id = bt_write(&e, gen, NULL, N, &d);
-	bt_commit(&e, true);
-	b = bt_load(&e, id);
+	at_open(&e);
+	id = at_write(&e, gen, NULL, N, &d);
+	at_commit(&e, true);
+	b = at_load(&e, id);
 	cr_assert_geq(b->nchunks, 6);
 	for (uint32_t i = 0; i < 5; i++)
 		chunk_span(e.t, b, i, &off[i], &len[i]);
@@ -69,14 +68,14 @@ Test(cursor_prefetch, seek_reads_one_chunk_scan_prefetches_two)
 	cr_assert_eq(heap_txn_commit(e.t), 0);
 	e.t = NULL;
 	cr_assert_eq(heap_close(e.h), 0);
-	snprintf(path, sizeof path, "%s/heap", e.dir);
-	ht_evict(path);
+	snprintf(path, sizeof path, "%s", e.dir.path);
+	tl_evict(path);
 	for (int i = 0; i < 5; i++)
-		cr_assert_eq(ht_resident(path, off[i], len[i]), 0);
+		cr_assert_eq(tl_resident(path, off[i], len[i]), 0);
 
 	cr_assert_eq(heap_open(path, &o, &e.h), 0);
 	cr_assert_eq(heap_txn_begin(e.h, true, &e.t), 0);
-	b = bt_load(&e, id);
+	b = at_load(&e, id);
 	/* A seek into chunk 3 (past its first key, so that the fences name it
 	 * alone) reads some of its pages and nothing of chunks 1, 2 and 4.
 	 * (Chunk 0 is left out: it lies right after LMDB's first pages, which
@@ -87,17 +86,17 @@ Test(cursor_prefetch, seek_reads_one_chunk_scan_prefetches_two)
 	cr_assert_eq(bcur_open_at(e.t, b, frontier_of(0), key, 8, &c), 0);
 	cr_assert(bcur_key_valid(c));
 	bcur_close(c);
-	size_t in3 = ht_resident(path, off[3], len[3]);
+	size_t in3 = tl_resident(path, off[3], len[3]);
 	cr_assert(in3 >= 1 && in3 < 64, "seek read %zu pages of its chunk", in3);
-	cr_assert_eq(ht_resident(path, off[1], len[1]), 0);
-	cr_assert_eq(ht_resident(path, off[2], len[2]), 0);
-	cr_assert_eq(ht_resident(path, off[4], len[4]), 0);
+	cr_assert_eq(tl_resident(path, off[1], len[1]), 0);
+	cr_assert_eq(tl_resident(path, off[2], len[2]), 0);
+	cr_assert_eq(tl_resident(path, off[4], len[4]), 0);
 	/* a walk from the start: chunks 0 and 1 whole, chunk 2 untouched */
 	cr_assert_eq(bcur_open(e.t, b, frontier_of(0), &c), 0);
 	bcur_close(c);
 	cr_assert_eq(wait_resident(path, off[0], len[0], 256), 256);
 	cr_assert_eq(wait_resident(path, off[1], len[1], 256), 256);
-	cr_assert_eq(ht_resident(path, off[2], len[2]), 0);
+	cr_assert_eq(tl_resident(path, off[2], len[2]), 0);
 	batch_free(b);
-	bt_close(&e);
+	at_close(&e);
 }

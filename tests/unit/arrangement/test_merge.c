@@ -11,13 +11,13 @@
 
 #include <criterion/criterion.h>
 
-#include "arrangement/batch_int.h"
+#include "arrangement/batch.h"
 #include "arrangement/merge.h"
-#include "test_builder_util.h"
+#include "arr_test.h"
 
-static tb_up up(const char *k, const char *v, uint64_t t, int64_t d)
+static at_up up(const char *k, const char *v, uint64_t t, int64_t d)
 {
-	tb_up u;
+	at_up u;
 	memset(&u, 0, sizeof u);
 	u.klen = (uint8_t)strlen(k);
 	memcpy(u.key, k, u.klen);
@@ -30,7 +30,7 @@ static tb_up up(const char *k, const char *v, uint64_t t, int64_t d)
 
 /* Merges batches ids[0..n) with since, unfueled; returns the rc of the
  * first failing step and the output id. */
-static int merge_ids(tb_env *e, const uint64_t *ids, size_t n, uint64_t since,
+static int merge_ids(at_env *e, const uint64_t *ids, size_t n, uint64_t since,
                      const batch_desc *d, uint64_t *out)
 {
 	batch *in[16];
@@ -55,7 +55,7 @@ static int merge_ids(tb_env *e, const uint64_t *ids, size_t n, uint64_t since,
 	return rc;
 }
 
-static uint64_t merge_ok(tb_env *e, const uint64_t *ids, size_t n,
+static uint64_t merge_ok(at_env *e, const uint64_t *ids, size_t n,
                          uint64_t since, const batch_desc *d)
 {
 	uint64_t id = 0;
@@ -66,36 +66,36 @@ static uint64_t merge_ok(tb_env *e, const uint64_t *ids, size_t n,
 
 Test(merge_consolidate, cancelling_and_absent_retraction)
 {
-	const batch_desc da = { { 0 }, { 10 }, { 0 } }, db = { { 10 }, { 20 }, { 0 } },
-	                 dc = { { 20 }, { 30 }, { 0 } }, dm = { { 0 }, { 30 }, { 25 } };
-	tb_up u[3], got[8];
+	const batch_desc da = { { 0 }, { 10 }, { 0 } }, db = { 10, 20, 0 },
+	                 dc = { 20, 30, 0 }, dm = { 0, 30, 25 };
+	at_up u[3], got[8];
 	uint64_t ids[3], before, out;
-	tb_env e;
+	at_env e;
 
-	tb_open(&e);
+	at_open(&e);
 	/* x: +2 at 1, -1 at 12, -1 at 22: cancels once advanced to 25.
 	 * y: +1 at 3 and -1 at 13 cancel; z: retraction of nothing. */
 	u[0] = up("x", "v", 1, 2);
 	u[1] = up("y", "v", 3, 1);
-	ids[0] = tb_build(&e, u, 2, 0, &da);
+	ids[0] = at_build(&e, u, 2, 0, &da);
 	u[0] = up("x", "v", 12, -1);
 	u[1] = up("y", "v", 13, -1);
 	u[2] = up("z", "w", 14, -1);
-	ids[1] = tb_build(&e, u, 3, 0, &db);
+	ids[1] = at_build(&e, u, 3, 0, &db);
 	u[0] = up("x", "v", 22, -1);
-	ids[2] = tb_build(&e, u, 1, 0, &dc);
-	before = tb_count_chunks(&e);
+	ids[2] = at_build(&e, u, 1, 0, &dc);
+	before = at_count_chunks(&e);
 	out = merge_ok(&e, ids, 3, 25, &dm);
 	cr_assert_neq(out, 0);
-	cr_assert_eq(tb_scan(&e, out, 0, got, 8), 1);
+	cr_assert_eq(at_scan(&e, out, 0, got, 8), 1);
 	cr_assert_eq(got[0].key[0], 'z');
 	cr_assert_eq(got[0].val[0], 'w');
 	cr_assert_eq(got[0].time, 25);
 	cr_assert_eq(got[0].diff, -1);
 	/* Inputs untouched. */
-	cr_assert_eq(tb_scan(&e, ids[1], 0, got, 8), 3);
-	cr_assert_eq(tb_count_chunks(&e), before + 1);
-	tb_close(&e);
+	cr_assert_eq(at_scan(&e, ids[1], 0, got, 8), 3);
+	cr_assert_eq(at_count_chunks(&e), before + 1);
+	at_close(&e);
 }
 
 /* A sum outside int64 made by advancing to since is kept apart: pieces
@@ -104,23 +104,23 @@ Test(merge_consolidate, cancelling_and_absent_retraction)
  * failed.)  Without compaction the two times simply stay apart. */
 Test(merge_consolidate, overflow_across_inputs_is_kept_apart)
 {
-	const batch_desc da = { { 0 }, { 10 }, { 0 } }, db = { { 10 }, { 20 }, { 0 } },
-	                 dm = { { 0 }, { 20 }, { 15 } };
-	tb_up u[1], got[4];
+	const batch_desc da = { { 0 }, { 10 }, { 0 } }, db = { 10, 20, 0 },
+	                 dm = { 0, 20, 15 };
+	at_up u[1], got[4];
 	uint64_t ids[2], out = 0;
-	tb_env e;
+	at_env e;
 
-	tb_open(&e);
+	at_open(&e);
 	u[0] = up("x", "v", 1, INT64_MAX);
-	ids[0] = tb_build(&e, u, 1, 0, &da);
+	ids[0] = at_build(&e, u, 1, 0, &da);
 	u[0] = up("x", "v", 12, 1);
-	ids[1] = tb_build(&e, u, 1, 0, &db);
+	ids[1] = at_build(&e, u, 1, 0, &db);
 	out = merge_ok(&e, ids, 2, 0, &dm);
-	cr_assert_eq(tb_scan(&e, out, 0, got, 4), 2);
+	cr_assert_eq(at_scan(&e, out, 0, got, 4), 2);
 	cr_assert(got[0].time == 1 && got[0].diff == INT64_MAX);
 	cr_assert(got[1].time == 12 && got[1].diff == 1);
 	out = merge_ok(&e, ids, 2, 15, &dm);
-	cr_assert_eq(tb_scan(&e, out, 0, got, 4), 2);
+	cr_assert_eq(at_scan(&e, out, 0, got, 4), 2);
 	cr_assert(got[0].time == 14 && got[0].diff == INT64_MAX,
 	          "%" PRIu64 " %" PRId64, got[0].time, got[0].diff);
 	cr_assert(got[1].time == 15 && got[1].diff == 1);
@@ -128,39 +128,39 @@ Test(merge_consolidate, overflow_across_inputs_is_kept_apart)
 	const batch_desc dm2 = { { 0 }, { 20 }, { 18 } };
 	uint64_t again[1] = { out };
 	out = merge_ok(&e, again, 1, 18, &dm2);
-	cr_assert_eq(tb_scan(&e, out, 0, got, 4), 2);
+	cr_assert_eq(at_scan(&e, out, 0, got, 4), 2);
 	cr_assert(got[0].time == 17 && got[0].diff == INT64_MAX);
 	cr_assert(got[1].time == 18 && got[1].diff == 1);
-	tb_close(&e);
+	at_close(&e);
 }
 
 Test(merge_consolidate, all_retracted_merges_to_nothing)
 {
-	const batch_desc da = { { 0 }, { 5 }, { 0 } }, db = { { 5 }, { 10 }, { 0 } }, dm = { { 0 }, { 10 }, { 8 } };
-	tb_up u[1];
+	const batch_desc da = { { 0 }, { 5 }, { 0 } }, db = { 5, 10, 0 }, dm = { 0, 10, 8 };
+	at_up u[1];
 	uint64_t ids[2], before, out = 99;
-	tb_env e;
+	at_env e;
 
-	tb_open(&e);
+	at_open(&e);
 	u[0] = up("k", "v", 1, 1);
-	ids[0] = tb_build(&e, u, 1, 0, &da);
+	ids[0] = at_build(&e, u, 1, 0, &da);
 	u[0] = up("k", "v", 7, -1);
-	ids[1] = tb_build(&e, u, 1, 0, &db);
-	before = tb_count_chunks(&e);
+	ids[1] = at_build(&e, u, 1, 0, &db);
+	before = at_count_chunks(&e);
 	out = merge_ok(&e, ids, 2, 8, &dm);
 	cr_assert_eq(out, 0);
-	cr_assert_eq(tb_count_chunks(&e), before, "no chunk for an empty merge");
+	cr_assert_eq(at_count_chunks(&e), before, "no chunk for an empty merge");
 	/* Below since 8 is not reached, the two stay apart. */
 	out = merge_ok(&e, ids, 2, 6, &dm);
 	cr_assert_neq(out, 0);
-	tb_close(&e);
+	at_close(&e);
 }
 
-static void shuffle(tb_up *u, size_t n, uint64_t *st)
+static void shuffle(at_up *u, size_t n, uint64_t *st)
 {
 	for (size_t j = n - 1; j > 0; j--) {
-		size_t r = tb_rng(st) % (j + 1);
-		tb_up x = u[j];
+		size_t r = tl_rand(st) % (j + 1);
+		at_up x = u[j];
 		u[j] = u[r];
 		u[r] = x;
 	}
@@ -170,24 +170,24 @@ Test(merge_orders, splits_and_orders_give_identical_bytes, .timeout = 60)
 {
 	const uint64_t seed = 7;
 	const size_t n = 50000;
-	const tb_shape s = { .kmax = 6, .vmax = 4, .alpha = 3, .times = 16,
+	const at_shape s = { .kmax = 6, .vmax = 4, .alpha = 3, .times = 16,
 	                     .dmax = 3 };
 	const batch_desc d = { { 0 }, { 16 }, { 0 } };
-	tb_up *u = malloc(n * sizeof *u), *got = malloc(n * sizeof *got);
+	at_up *u = malloc(n * sizeof *u), *got = malloc(n * sizeof *got);
 	uint64_t st = seed, ab[2], cde[3], out1, out2, out3, all;
 	size_t c1 = n / 10, c2 = n * 7 / 10, nw;
-	tb_env e;
+	at_env e;
 
 	cr_log_info("merge_orders seed %llu", (unsigned long long)seed);
-	tb_gen(u, n, seed, &s);
-	tb_open(&e);
-	ab[0] = tb_build(&e, u, n / 2, 0, &d);
-	ab[1] = tb_build(&e, u + n / 2, n - n / 2, 0, &d);
+	at_gen(u, n, seed, &s);
+	at_open(&e);
+	ab[0] = at_build(&e, u, n / 2, 0, &d);
+	ab[1] = at_build(&e, u + n / 2, n - n / 2, 0, &d);
 	shuffle(u, n, &st);
-	cde[2] = tb_build(&e, u, c1, 0, &d);
-	cde[0] = tb_build(&e, u + c1, c2 - c1, 0, &d);
-	cde[1] = tb_build(&e, u + c2, n - c2, 4 << 10, &d);
-	all = tb_build(&e, u, n, 0, &d);
+	cde[2] = at_build(&e, u, c1, 0, &d);
+	cde[0] = at_build(&e, u + c1, c2 - c1, 0, &d);
+	cde[1] = at_build(&e, u + c2, n - c2, 4 << 10, &d);
+	all = at_build(&e, u, n, 0, &d);
 	out1 = merge_ok(&e, ab, 2, 0, &d);
 	out2 = merge_ok(&e, cde, 3, 0, &d);
 	{
@@ -195,21 +195,21 @@ Test(merge_orders, splits_and_orders_give_identical_bytes, .timeout = 60)
 		/* Every update twice: all diffs double. */
 		out3 = merge_ok(&e, rev, 5, 0, &d);
 	}
-	tb_assert_same_chunks(&e, out1, out2);
-	tb_assert_same_chunks(&e, out1, all);
-	nw = tb_consolidate(u, n, 0);
-	tb_assert_equal(got, tb_scan(&e, out1, 0, got, n), u, nw, seed);
-	cr_assert_eq(tb_scan(&e, out3, 0, got, n), nw);
+	at_assert_same_chunks(&e, out1, out2);
+	at_assert_same_chunks(&e, out1, all);
+	nw = at_consolidate(u, n, 0);
+	at_assert_equal(got, at_scan(&e, out1, 0, got, n), u, nw, seed);
+	cr_assert_eq(at_scan(&e, out3, 0, got, n), nw);
 	for (size_t i = 0; i < nw; i++)
 		cr_assert_eq(got[i].diff, 2 * u[i].diff, "seed %llu: %zu",
 		             (unsigned long long)seed, i);
-	tb_close(&e);
+	at_close(&e);
 	free(u);
 	free(got);
 }
 
 /* Accumulated diff of group [g, end) at time T. */
-static int64_t acc(const tb_up *g, size_t n, uint64_t T)
+static int64_t acc(const at_up *g, size_t n, uint64_t T)
 {
 	int64_t s = 0;
 	for (size_t i = 0; i < n; i++)
@@ -218,7 +218,7 @@ static int64_t acc(const tb_up *g, size_t n, uint64_t T)
 	return s;
 }
 
-static int up_cmp(const tb_up *a, const tb_up *b)
+static int up_kv_cmp(const at_up *a, const at_up *b)
 {
 	int c = bytes_cmp(a->key, a->klen, b->key, b->klen);
 	return c ? c : bytes_cmp(a->val, a->vlen, b->val, b->vlen);
@@ -228,42 +228,42 @@ Test(merge_compaction, accumulations_preserved_from_since, .timeout = 60)
 {
 	const uint64_t seed = 11, S = 50, T_END = 100;
 	const size_t n = 30000;
-	const tb_shape s = { .kmax = 4, .vmax = 3, .alpha = 3, .times = T_END,
+	const at_shape s = { .kmax = 4, .vmax = 3, .alpha = 3, .times = T_END,
 	                     .dmax = 2 };
 	const uint64_t cut[4] = { 0, 34, 67, 100 };
-	tb_up *u = malloc(n * sizeof *u), *part = malloc(n * sizeof *part);
-	tb_up *got = malloc(n * sizeof *got), *ref = malloc(n * sizeof *ref);
+	at_up *u = malloc(n * sizeof *u), *part = malloc(n * sizeof *part);
+	at_up *got = malloc(n * sizeof *got), *ref = malloc(n * sizeof *ref);
 	uint64_t ids[3], out;
 	size_t nr, ng, i = 0, j = 0;
-	tb_env e;
+	at_env e;
 	batch_desc dm = { { 0 }, { 100 }, { S } };
 
 	cr_log_info("merge_compaction seed %llu", (unsigned long long)seed);
-	tb_gen(u, n, seed, &s);
-	tb_open(&e);
+	at_gen(u, n, seed, &s);
+	at_open(&e);
 	for (int b = 0; b < 3; b++) {
 		batch_desc d = { { cut[b] }, { cut[b + 1] }, { 0 } };
 		size_t np = 0;
 		for (size_t k = 0; k < n; k++)
 			if (u[k].time >= cut[b] && u[k].time < cut[b + 1])
 				part[np++] = u[k];
-		ids[b] = tb_build(&e, part, np, 0, &d);
+		ids[b] = at_build(&e, part, np, 0, &d);
 	}
 	out = merge_ok(&e, ids, 3, S, &dm);
-	ng = tb_scan(&e, out, 0, got, n);
+	ng = at_scan(&e, out, 0, got, n);
 	memcpy(ref, u, n * sizeof *u);
-	nr = tb_consolidate(ref, n, 0);
+	nr = at_consolidate(ref, n, 0);
 	for (size_t k = 0; k < ng; k++)
 		cr_assert_geq(got[k].time, S, "seed %llu", (unsigned long long)seed);
 	/* Walk (key, val) groups of the reference and of the output. */
 	while (i < nr || j < ng) {
 		size_t i2 = i, j2 = j;
-		int c = i == nr ? 1 : j == ng ? -1 : up_cmp(&ref[i], &got[j]);
+		int c = i == nr ? 1 : j == ng ? -1 : up_kv_cmp(&ref[i], &got[j]);
 		if (c <= 0)
-			while (i2 < nr && up_cmp(&ref[i2], &ref[i]) == 0)
+			while (i2 < nr && up_kv_cmp(&ref[i2], &ref[i]) == 0)
 				i2++;
 		if (c >= 0)
-			while (j2 < ng && up_cmp(&got[j2], &got[j]) == 0)
+			while (j2 < ng && up_kv_cmp(&got[j2], &got[j]) == 0)
 				j2++;
 		for (uint64_t T = S; T < T_END; T++)
 			cr_assert_eq(acc(ref + i, i2 - i, T), acc(got + j, j2 - j, T),
@@ -274,9 +274,9 @@ Test(merge_compaction, accumulations_preserved_from_since, .timeout = 60)
 		j = j2;
 	}
 	/* And exactly the reference advanced to S. */
-	nr = tb_consolidate(u, n, S);
-	tb_assert_equal(got, ng, u, nr, seed);
-	tb_close(&e);
+	nr = at_consolidate(u, n, S);
+	at_assert_equal(got, ng, u, nr, seed);
+	at_close(&e);
 	free(u);
 	free(part);
 	free(got);

@@ -11,16 +11,16 @@
 
 #include <criterion/criterion.h>
 
-#include "arrangement/batch_int.h"
+#include "arrangement/batch.h"
 #include "arrangement/merge.h"
-#include "test_builder_util.h"
+#include "arr_test.h"
 
 typedef struct saved {
 	merge_resume r;
 	uint8_t key[64], val[64];
 } saved;
 
-static void load_all(tb_env *e, const uint64_t *ids, size_t n, batch **in,
+static void load_all(at_env *e, const uint64_t *ids, size_t n, batch **in,
                      uint64_t *updates)
 {
 	*updates = 0;
@@ -31,7 +31,7 @@ static void load_all(tb_env *e, const uint64_t *ids, size_t n, batch **in,
 }
 
 /* Runs the merge in steps of `fuel`, one transaction per step. */
-static uint64_t fueled_merge(tb_env *e, const uint64_t *ids, size_t n,
+static uint64_t fueled_merge(at_env *e, const uint64_t *ids, size_t n,
                              uint64_t since, const batch_desc *d,
                              uint64_t fuel, size_t *nsteps)
 {
@@ -75,45 +75,45 @@ static uint64_t fueled_merge(tb_env *e, const uint64_t *ids, size_t n,
 		merger_free(m);
 		for (size_t i = 0; i < n; i++)
 			batch_free(in[i]);
-		tb_commit_reopen(e);
+		at_commit(e, false);
 	}
 	/* Fuel: one unit per input (time, diff), each read exactly once. */
 	cr_assert_eq(total, updates);
 	return out;
 }
 
-static void make_inputs(tb_env *e, size_t n, size_t hot_vals, uint64_t seed,
+static void make_inputs(at_env *e, size_t n, size_t hot_vals, uint64_t seed,
                         uint64_t *ids)
 {
-	const tb_shape s = { .kmax = 5, .vmax = 5, .alpha = 3, .times = 12,
+	const at_shape s = { .kmax = 5, .vmax = 5, .alpha = 3, .times = 12,
 	                     .dmax = 2 };
 	const batch_desc d = { { 0 }, { 12 }, { 0 } };
 	size_t total = n + 3 * hot_vals;
-	tb_up *u = malloc(total * sizeof *u);
+	at_up *u = malloc(total * sizeof *u);
 	uint64_t st = seed;
 
-	tb_gen(u, n, seed, &s);
+	at_gen(u, n, seed, &s);
 	for (size_t i = 0; i < hot_vals; i++)
 		for (size_t r = 0; r < 3; r++) {
-			tb_up *h = &u[n + 3 * i + r];
+			at_up *h = &u[n + 3 * i + r];
 			memset(h, 0, sizeof *h);
 			memcpy(h->key, "hot", 3);
 			h->klen = 3;
 			h->val[0] = (uint8_t)(i >> 8);
 			h->val[1] = (uint8_t)i;
 			h->vlen = 2;
-			h->time = tb_rng(&st) % 12;
+			h->time = tl_rand(&st) % 12;
 			h->diff = 1;
 		}
 	for (size_t j = total - 1; j > 0; j--) {
-		size_t r = tb_rng(&st) % (j + 1);
-		tb_up x = u[j];
+		size_t r = tl_rand(&st) % (j + 1);
+		at_up x = u[j];
 		u[j] = u[r];
 		u[r] = x;
 	}
-	ids[0] = tb_build(e, u, total / 4, 0, &d);
-	ids[1] = tb_build(e, u + total / 4, total / 2, 0, &d);
-	ids[2] = tb_build(e, u + total / 4 + total / 2,
+	ids[0] = at_build(e, u, total / 4, 0, &d);
+	ids[1] = at_build(e, u + total / 4, total / 2, 0, &d);
+	ids[2] = at_build(e, u + total / 4 + total / 2,
 	                  total - total / 4 - total / 2, 0, &d);
 	free(u);
 }
@@ -123,11 +123,11 @@ static void check_resume(size_t n, size_t hot, uint64_t seed,
 {
 	const batch_desc dm = { { 0 }, { 12 }, { 5 } };
 	uint64_t ids[3], ref, base;
-	tb_env e;
+	at_env e;
 
 	cr_log_info("merge_resume seed %llu n %zu hot %zu",
 	            (unsigned long long)seed, n, hot);
-	tb_open(&e);
+	at_open(&e);
 	make_inputs(&e, n, hot, seed, ids);
 	{
 		batch *in[3];
@@ -145,8 +145,8 @@ static void check_resume(size_t n, size_t hot, uint64_t seed,
 		for (int i = 0; i < 3; i++)
 			batch_free(in[i]);
 	}
-	tb_commit_reopen(&e);
-	base = tb_count_chunks(&e);
+	at_commit(&e, false);
+	base = at_count_chunks(&e);
 	for (size_t f = 0; f < nf; f++) {
 		size_t steps;
 		uint64_t out = fueled_merge(&e, ids, 3, 5, &dm, fuels[f], &steps);
@@ -154,17 +154,17 @@ static void check_resume(size_t n, size_t hot, uint64_t seed,
 		cr_log_info("fuel %llu: %zu steps", (unsigned long long)fuels[f],
 		            steps);
 		cr_assert_gt(steps, 1);
-		tb_assert_same_chunks(&e, ref, out);
+		at_assert_same_chunks(&e, ref, out);
 		cr_assert_eq(batch_load(e.t, out, &b), 0);
-		cr_assert_eq(tb_count_chunks(&e), base + b->nchunks,
+		cr_assert_eq(at_count_chunks(&e), base + b->nchunks,
 		             "seed %llu fuel %llu: partial chunks left over",
 		             (unsigned long long)seed,
 		             (unsigned long long)fuels[f]);
 		batch_free(b);
 		cr_assert_eq(batch_drop(e.t, out), 0);
-		tb_commit_reopen(&e);
+		at_commit(&e, false);
 	}
-	tb_close(&e);
+	at_close(&e);
 }
 
 Test(merge_resume, fuel_one_inside_hot_key, .timeout = 60)
@@ -183,13 +183,13 @@ Test(merge_resume, larger_fuels_equal_unfueled, .timeout = 60)
  * far: the boundary still moves, and resuming goes on after it. */
 Test(merge_resume, boundary_over_cancelled_groups)
 {
-	const batch_desc da = { { 0 }, { 5 }, { 0 } }, db = { { 5 }, { 10 }, { 0 } }, dm = { { 0 }, { 10 }, { 9 } };
-	tb_up u[40];
+	const batch_desc da = { { 0 }, { 5 }, { 0 } }, db = { 5, 10, 0 }, dm = { 0, 10, 9 };
+	at_up u[40];
 	uint64_t ids[2], ref, out;
 	size_t steps;
-	tb_env e;
+	at_env e;
 
-	tb_open(&e);
+	at_open(&e);
 	for (int b = 0; b < 2; b++) {
 		for (int i = 0; i < 40; i++) {
 			memset(&u[i], 0, sizeof u[i]);
@@ -201,9 +201,9 @@ Test(merge_resume, boundary_over_cancelled_groups)
 			/* Keys a..h cancel at since 9, i and j do not. */
 			u[i].diff = b ? (i < 32 ? -1 : 1) : 1;
 		}
-		ids[b] = tb_build(&e, u, 40, 0, b ? &db : &da);
+		ids[b] = at_build(&e, u, 40, 0, b ? &db : &da);
 	}
-	tb_commit_reopen(&e);
+	at_commit(&e, false);
 	ref = 0;
 	{
 		batch *in[2];
@@ -220,6 +220,6 @@ Test(merge_resume, boundary_over_cancelled_groups)
 	}
 	out = fueled_merge(&e, ids, 2, 9, &dm, 3, &steps);
 	cr_assert_eq(steps, 20);
-	tb_assert_same_chunks(&e, ref, out);
-	tb_close(&e);
+	at_assert_same_chunks(&e, ref, out);
+	at_close(&e);
 }

@@ -1,56 +1,27 @@
 /*
- * tests/unit/heap/heap_test.h - helpers shared by the heap layer's unit
- * tests: a private temporary directory per test, deterministic byte
- * patterns from a seed, and a file fingerprint (size + XXH3) to prove that
- * a failed open changed nothing.  Test-only; never linked into the library.
+ * tests/unit/heap/heap_test.h - the heap layer's unit-test fixture:
+ * deterministic chunk bodies from (seed, id), writing one chunk, counting
+ * the chunks a transaction sees.  The helpers that do not need the layer's
+ * internals (private directories, options, the seeded generator, file
+ * fingerprints, the page cache) come from tests/lib.  Everything here that
+ * asserts does so through Criterion: the test's own process only (ht_fill
+ * and ht_same do not assert).  Test-only; never linked into the library.
  */
 #ifndef TESTS_UNIT_HEAP_HEAP_TEST_H
 #define TESTS_UNIT_HEAP_HEAP_TEST_H
 
 #include <criterion/criterion.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "heap/heap.h"
+#include "tl_dir.h"
+#include "tl_file.h"
+#include "tl_heap.h"
+#include "tl_rand.h"
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-
-#define MiB ((uint64_t)1 << 20)
-
-typedef struct ht_dir {
-	char dir[64];
-	char path[128];
-} ht_dir;
-
-static inline void ht_mkdir(ht_dir *d)
-{
-	snprintf(d->dir, sizeof d->dir, "/tmp/ah-heap-XXXXXX");
-	cr_assert_not_null(mkdtemp(d->dir));
-	snprintf(d->path, sizeof d->path, "%s/heap", d->dir);
-}
-
-static inline void ht_rmdir(ht_dir *d)
-{
-	char cmd[128];
-
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", d->dir);
-	cr_assert_eq(system(cmd), 0);
-}
-
-static inline uint64_t ht_rand(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
+#define MiB TL_MiB
 
 /* Bytes of a chunk body: a function of (seed, id, offset). */
 static inline void ht_fill(void *buf, size_t n, uint64_t seed, uint64_t id)
@@ -60,10 +31,10 @@ static inline void ht_fill(void *buf, size_t n, uint64_t seed, uint64_t id)
 	size_t i = 0;
 
 	for (; i + 8 <= n; i += 8) {
-		w = ht_rand(&s);
+		w = tl_rand(&s);
 		memcpy(p + i, &w, 8);
 	}
-	w = ht_rand(&s);
+	w = tl_rand(&s);
 	memcpy(p + i, &w, n - i);
 }
 
@@ -77,40 +48,6 @@ static inline bool ht_same(const void *body, size_t n, uint64_t seed,
 	same = memcmp(want, body, n) == 0;
 	free(want);
 	return same;
-}
-
-typedef struct ht_print {
-	uint64_t size;
-	uint64_t hash;
-} ht_print;
-
-static inline ht_print ht_fingerprint(const char *path)
-{
-	ht_print fp = { 0, 0 };
-	struct stat st;
-	int fd = open(path, O_RDONLY);
-	void *buf;
-
-	cr_assert_geq(fd, 0, "open %s", path);
-	cr_assert_eq(fstat(fd, &st), 0);
-	fp.size = (uint64_t)st.st_size;
-	buf = malloc(fp.size + 1);
-	cr_assert_eq(pread(fd, buf, fp.size, 0), (ssize_t)fp.size);
-	fp.hash = XXH3_64bits(buf, fp.size);
-	free(buf);
-	close(fd);
-	return fp;
-}
-
-static inline ah_open_opts ht_opts(unsigned flags, uint64_t max_bytes)
-{
-	ah_open_opts o;
-
-	memset(&o, 0, sizeof o);
-	o.size = sizeof o;
-	o.flags = flags;
-	o.max_bytes = max_bytes;
-	return o;
 }
 
 /* Writes one chunk of n body bytes in t; returns its id. */
@@ -129,6 +66,7 @@ static inline uint64_t ht_put_chunk(heap_txn *t, size_t n, uint64_t seed)
 	return id;
 }
 
+/* The chunks t sees (heap_chunk_next to AH_ENOTFOUND). */
 static inline uint64_t ht_count_chunks(heap_txn *t)
 {
 	heap_chunk_info ci;
@@ -145,36 +83,4 @@ static inline uint64_t ht_count_chunks(heap_txn *t)
 	return n;
 }
 
-/* Pages of [off, off + len) (off page-aligned) of the file at path that are in the page cache. */
-static inline size_t ht_resident(const char *path, uint64_t off, size_t len)
-{
-	int fd = open(path, O_RDONLY);
-	long ps = sysconf(_SC_PAGESIZE);
-	size_t n = 0, pages = len / (size_t)ps;
-	unsigned char *vec = calloc(pages, 1);
-	void *m;
-
-	cr_assert(fd >= 0 && vec != NULL && off % (uint64_t)ps == 0);
-	m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, (off_t)off);
-	cr_assert_neq(m, MAP_FAILED);
-	cr_assert_eq(mincore(m, len, vec), 0);
-	for (size_t i = 0; i < pages; i++)
-		n += vec[i] & 1;
-	munmap(m, len);
-	free(vec);
-	close(fd);
-	return n;
-}
-
-/* Drops the file from the page cache (it must not be mapped). */
-static inline void ht_evict(const char *path)
-{
-	int fd = open(path, O_RDONLY);
-
-	cr_assert(fd >= 0);
-	cr_assert_eq(fsync(fd), 0);
-	cr_assert_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
-	close(fd);
-}
-
-#endif
+#endif /* TESTS_UNIT_HEAP_HEAP_TEST_H */

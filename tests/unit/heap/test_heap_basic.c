@@ -13,21 +13,21 @@
 
 Test(heap_basic, roundtrip_reopen)
 {
-	ht_dir d;
+	tl_dir d;
 	heap *h;
 	heap_txn *t;
-	ah_open_opts o = ht_opts(AH_OPEN_CREATE, 256 * MiB);
+	ah_open_opts o = tl_opts(AH_OPEN_CREATE, 256 * MiB, 0);
 	uint64_t rs = SEED, ids[60];
 	size_t sizes[60];
 	int i;
 
 	cr_log_info("seed %u", SEED);
-	ht_mkdir(&d);
+	d = tl_tmpdir("heap");
 	cr_assert_eq(heap_open(d.path, &o, &h), 0);
 	for (i = 0; i < 60; i++) {
 		if (i % 10 == 0)
 			cr_assert_eq(heap_txn_begin(h, false, &t), 0);
-		sizes[i] = (size_t)(ht_rand(&rs) % (3 * MiB));
+		sizes[i] = (size_t)(tl_rand(&rs) % (3 * MiB));
 		ids[i] = ht_put_chunk(t, sizes[i], SEED);
 		cr_assert_eq(ids[i], (uint64_t)i + 1);
 		if (i % 10 == 9)
@@ -53,20 +53,20 @@ Test(heap_basic, roundtrip_reopen)
 	             AH_ENOTFOUND);
 	cr_assert_eq(heap_txn_commit(t), 0);
 	cr_assert_eq(heap_close(h), 0);
-	ht_rmdir(&d);
+	tl_rmdir(&d);
 }
 
 Test(heap_basic, size_classes)
 {
 	static const uint32_t cls[] = { 1, 4, 16, 64, 256 };
-	ht_dir d;
+	tl_dir d;
 	heap *h;
 	heap_txn *t;
-	ah_open_opts o = ht_opts(AH_OPEN_CREATE, 256 * MiB);
+	ah_open_opts o = tl_opts(AH_OPEN_CREATE, 256 * MiB, 0);
 	uint32_t ps;
 	heap_chunk_info ci;
 
-	ht_mkdir(&d);
+	d = tl_tmpdir("heap");
 	cr_assert_eq(heap_open(d.path, &o, &h), 0);
 	/* Header before the body (chunk.c): 40 bytes and one u32 per page
 	 * after the first, rounded up to 16; jumbo chunks have no page sums. */
@@ -126,21 +126,19 @@ Test(heap_basic, size_classes)
 	}
 	heap_txn_abort(t);
 	cr_assert_eq(heap_close(h), 0);
-	ht_rmdir(&d);
+	tl_rmdir(&d);
 }
 
 Test(heap_basic, flipped_byte)
 {
-	ht_dir d;
+	tl_dir d;
 	heap *h;
 	heap_txn *t;
-	ah_open_opts o = ht_opts(AH_OPEN_CREATE, 16 * MiB);
+	ah_open_opts o = tl_opts(AH_OPEN_CREATE, 16 * MiB, 0);
 	heap_chunk_info ci;
-	unsigned char b;
 	const void *body;
-	int fd;
 
-	ht_mkdir(&d);
+	d = tl_tmpdir("heap");
 	cr_assert_eq(heap_open(d.path, &o, &h), 0);
 	cr_assert_eq(heap_txn_begin(h, false, &t), 0);
 	for (int i = 0; i < 3; i++)
@@ -153,13 +151,8 @@ Test(heap_basic, flipped_byte)
 	heap_txn_abort(t);
 	cr_assert_eq(heap_close(h), 0);
 
-	fd = open(d.path, O_RDWR);
-	cr_assert_geq(fd, 0);
 	/* A byte in the chunk's third page (value bytes [8176, 12272)). */
-	cr_assert_eq(pread(fd, &b, 1, (off_t)ci.file_offset + 9000), 1);
-	b ^= 0x10;
-	cr_assert_eq(pwrite(fd, &b, 1, (off_t)ci.file_offset + 9000), 1);
-	close(fd);
+	tl_flip(d.path, ci.file_offset + 9000, 0x10);
 
 	cr_assert_eq(heap_open(d.path, &o, &h), 0);
 	cr_assert_eq(heap_txn_begin(h, true, &t), 0);
@@ -191,22 +184,22 @@ Test(heap_basic, flipped_byte)
 	cr_assert_eq(heap_chunk_open(t, 3, HEAP_CHUNK_PAGES, &v), 0);
 	heap_txn_abort(t);
 	cr_assert_eq(heap_close(h), 0);
-	ht_rmdir(&d);
+	tl_rmdir(&d);
 }
 
 Test(heap_basic, tables_and_poison)
 {
-	ht_dir d;
+	tl_dir d;
 	heap *h;
 	heap_txn *t;
-	ah_open_opts o = ht_opts(AH_OPEN_CREATE, 16 * MiB);
+	ah_open_opts o = tl_opts(AH_OPEN_CREATE, 16 * MiB, 0);
 	const void *k, *v;
 	size_t kl, vl;
 	uint64_t bid = 7;
 	char big[10000];
 
 	memset(big, 'x', sizeof big);
-	ht_mkdir(&d);
+	d = tl_tmpdir("heap");
 	cr_assert_eq(heap_open(d.path, &o, &h), 0);
 	cr_assert_eq(heap_txn_begin(h, false, &t), 0);
 	cr_assert_eq(heap_put(t, HEAP_T_ARR, "b", 1, "2", 1), 0);
@@ -260,19 +253,19 @@ Test(heap_basic, tables_and_poison)
 	             "the poisoned delete must not be committed");
 	heap_txn_abort(t);
 	cr_assert_eq(heap_close(h), 0);
-	ht_rmdir(&d);
+	tl_rmdir(&d);
 }
 
 Test(heap_basic, busy_and_fork)
 {
-	ht_dir d;
+	tl_dir d;
 	heap *h, *h2;
 	heap_txn *t;
-	ah_open_opts o = ht_opts(AH_OPEN_CREATE, 16 * MiB);
+	ah_open_opts o = tl_opts(AH_OPEN_CREATE, 16 * MiB, 0);
 	pid_t pid;
 	int status;
 
-	ht_mkdir(&d);
+	d = tl_tmpdir("heap");
 	cr_assert_eq(heap_open(d.path, &o, &h), 0);
 	cr_assert_eq(heap_open(d.path, &o, &h2), AH_EBUSY);
 	cr_assert_eq(heap_txn_begin(h, false, &t), 0);
@@ -303,7 +296,7 @@ Test(heap_basic, busy_and_fork)
 	cr_assert_eq(heap_close(h), 0);
 	cr_assert_eq(heap_open(d.path, &o, &h2), 0);
 	cr_assert_eq(heap_close(h2), 0);
-	ht_rmdir(&d);
+	tl_rmdir(&d);
 }
 
 Test(heap_basic, errors_and_version)
@@ -330,15 +323,15 @@ Test(heap_basic, errors_and_version)
  * up to 10 s). */
 Test(heap_basic, cold_reads_and_prefetch)
 {
-	ht_dir d;
+	tl_dir d;
 	heap *h;
 	heap_txn *t;
-	ah_open_opts o = ht_opts(AH_OPEN_CREATE, 256 * MiB);
+	ah_open_opts o = tl_opts(AH_OPEN_CREATE, 256 * MiB, 0);
 	heap_chunk_info ci;
 	uint64_t off;
 	size_t len, n = 0;
 
-	ht_mkdir(&d);
+	d = tl_tmpdir("heap");
 	cr_assert_eq(heap_open(d.path, &o, &h), 0);
 	cr_assert_eq(heap_txn_begin(h, false, &t), 0);
 	for (int i = 0; i < 3; i++) /* 1 MiB class: 256 pages each */
@@ -353,25 +346,25 @@ Test(heap_basic, cold_reads_and_prefetch)
 	off = ci.file_offset - 16; /* the chunk's first page */
 	len = (size_t)ci.class_pages * 4096;
 
-	ht_evict(d.path);
-	cr_assert_eq(ht_resident(d.path, off, len), 0);
+	tl_evict(d.path);
+	cr_assert_eq(tl_resident(d.path, off, len), 0);
 	o.flags = 0;
 	cr_assert_eq(heap_open(d.path, &o, &h), 0);
 	cr_assert_eq(heap_txn_begin(h, true, &t), 0);
 	heap_chunk_view v;
 	cr_assert_eq(heap_chunk_open(t, 2, HEAP_CHUNK_PAGES, &v), 0);
-	cr_assert_eq(ht_resident(d.path, off, len), 1);
+	cr_assert_eq(tl_resident(d.path, off, len), 1);
 	cr_assert_eq(heap_chunk_touch(&v, v.value + 20000, 8), 0);
-	cr_assert_eq(ht_resident(d.path, off, len), 2);
+	cr_assert_eq(tl_resident(d.path, off, len), 2);
 	cr_assert_eq(heap_chunk_prefetch(t, 2), 0);
-	for (int i = 0; i < 1000 && (n = ht_resident(d.path, off, len)) < 256; i++)
+	for (int i = 0; i < 1000 && (n = tl_resident(d.path, off, len)) < 256; i++)
 		usleep(10000);
 	cr_assert_eq(n, 256);
 	cr_assert_eq(heap_chunk_verify(t, 2), 0);
 	cr_assert_eq(heap_chunk_prefetch(t, 4), AH_ENOTFOUND);
 	cr_assert_eq(heap_txn_commit(t), 0);
 	cr_assert_eq(heap_close(h), 0);
-	ht_rmdir(&d);
+	tl_rmdir(&d);
 }
 
 /* The verified cache is keyed by (chunk id, xxh3): a chunk whose id is
@@ -382,16 +375,16 @@ Test(heap_basic, cold_reads_and_prefetch)
  * must fail, also in the same heap handle. */
 Test(heap_basic, verified_cache_follows_id_reuse)
 {
-	ht_dir d;
+	tl_dir d;
 	heap *h;
 	heap_txn *t;
-	ah_open_opts o = ht_opts(AH_OPEN_CREATE, 64 * MiB);
+	ah_open_opts o = tl_opts(AH_OPEN_CREATE, 64 * MiB, 0);
 	heap_chunk_view v;
 	void *body;
 	size_t cap;
 	uint64_t id;
 
-	ht_mkdir(&d);
+	d = tl_tmpdir("heap");
 	cr_assert_eq(heap_open(d.path, &o, &h), 0);
 	cr_assert_eq(heap_txn_begin(h, false, &t), 0);
 	cr_assert_eq(ht_put_chunk(t, 60000, SEED), 1);
@@ -417,5 +410,5 @@ Test(heap_basic, verified_cache_follows_id_reuse)
 	cr_assert_eq(heap_chunk_open(t, 1, HEAP_CHUNK_WHOLE, &v), AH_ECORRUPT);
 	heap_txn_abort(t);
 	cr_assert_eq(heap_close(h), 0);
-	ht_rmdir(&d);
+	tl_rmdir(&d);
 }

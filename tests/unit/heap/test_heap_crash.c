@@ -14,17 +14,17 @@
 
 Test(heap_crash, writer_killed_before_commit)
 {
-	ht_dir d;
+	tl_dir d;
 	heap *h;
 	heap_txn *t;
-	ah_open_opts o = ht_opts(AH_OPEN_CREATE, 64 * MiB);
+	ah_open_opts o = tl_opts(AH_OPEN_CREATE, 64 * MiB, 0);
 	int fds[2];
 	char c;
 	pid_t pid;
 	int status;
 
 	cr_log_info("seed %u", SEED);
-	ht_mkdir(&d);
+	d = tl_tmpdir("heap");
 	cr_assert_eq(heap_open(d.path, &o, &h), 0);
 	cr_assert_eq(heap_txn_begin(h, false, &t), 0);
 	for (int i = 0; i < 3; i++)
@@ -81,7 +81,7 @@ Test(heap_crash, writer_killed_before_commit)
 	cr_assert_eq(ht_put_chunk(t, 10, SEED), 4);
 	cr_assert_eq(heap_txn_commit(t), 0);
 	cr_assert_eq(heap_close(h), 0);
-	ht_rmdir(&d);
+	tl_rmdir(&d);
 }
 
 #define NREADERS 50
@@ -105,16 +105,16 @@ static void rewrite(heap *h, int n)
 
 Test(heap_crash, readers_killed)
 {
-	ht_dir d;
+	tl_dir d;
 	heap *h;
-	ah_open_opts o = ht_opts(AH_OPEN_CREATE, 256 * MiB);
+	ah_open_opts o = tl_opts(AH_OPEN_CREATE, 256 * MiB, 0);
 	ah_heap_stat st;
 	pid_t pids[NREADERS];
 	uint64_t used[8];
 	int fds[2], status;
 	char c;
 
-	ht_mkdir(&d);
+	d = tl_tmpdir("heap");
 	cr_assert_eq(heap_open(d.path, &o, &h), 0);
 	rewrite(h, 8);
 	cr_assert_eq(heap_close(h), 0);
@@ -171,5 +171,5 @@ Test(heap_crash, readers_killed)
 	             (unsigned long)used[4], (unsigned long)used[7]);
 	cr_assert_lt(used[7] * st.page_size, 25 * MiB);
 	cr_assert_eq(heap_close(h), 0);
-	ht_rmdir(&d);
+	tl_rmdir(&d);
 }

@@ -13,15 +13,15 @@
 
 static void expect_open(const char *path, unsigned flags, int want)
 {
-	ah_open_opts o = ht_opts(flags, 0);
-	ht_print before = ht_fingerprint(path), after;
+	ah_open_opts o = tl_opts(flags, 0, 0);
+	tl_print before = tl_fingerprint(path), after;
 	heap *h = NULL;
 	int rc = heap_open(path, &o, &h);
 
 	cr_assert_eq(rc, want, "open %s: got %s, want %s", path,
 	             ah_err_name(rc), ah_err_name(want));
 	cr_assert_null(h);
-	after = ht_fingerprint(path);
+	after = tl_fingerprint(path);
 	cr_assert_eq(after.size, before.size);
 	cr_assert_eq(after.hash, before.hash);
 }
@@ -38,7 +38,7 @@ static void write_file(const char *path, const void *buf, size_t n)
 /* A small heap with a few chunks; returns pages_used. */
 static uint64_t make_heap(const char *path)
 {
-	ah_open_opts o = ht_opts(AH_OPEN_CREATE, 4 * MiB);
+	ah_open_opts o = tl_opts(AH_OPEN_CREATE, 4 * MiB, 0);
 	heap *h;
 	heap_txn *t;
 	ah_heap_stat st;
@@ -55,12 +55,12 @@ static uint64_t make_heap(const char *path)
 
 Test(heap_format, random_empty_short)
 {
-	ht_dir d;
+	tl_dir d;
 	unsigned char buf[65536];
 	uint64_t s = SEED;
 
 	cr_log_info("seed %u", SEED);
-	ht_mkdir(&d);
+	d = tl_tmpdir("heap");
 	ht_fill(buf, sizeof buf, s, 1);
 	write_file(d.path, buf, sizeof buf);
 	expect_open(d.path, 0, AH_EFORMAT);
@@ -70,16 +70,16 @@ Test(heap_format, random_empty_short)
 	write_file(d.path, buf, 0);
 	expect_open(d.path, AH_OPEN_CREATE, AH_EFORMAT);
 	expect_open(d.path, AH_OPEN_RDONLY, AH_EFORMAT);
-	ht_rmdir(&d);
+	tl_rmdir(&d);
 }
 
 Test(heap_format, missing_and_args)
 {
-	ht_dir d;
+	tl_dir d;
 	heap *h = NULL;
-	ah_open_opts o = ht_opts(0, 0);
+	ah_open_opts o = tl_opts(0, 0, 0);
 
-	ht_mkdir(&d);
+	d = tl_tmpdir("heap");
 	cr_assert_eq(heap_open(d.path, &o, &h), AH_ENOTFOUND);
 	o.flags = AH_OPEN_CREATE | AH_OPEN_RDONLY;
 	cr_assert_eq(heap_open(d.path, &o, &h), AH_EREADONLY);
@@ -91,15 +91,15 @@ Test(heap_format, missing_and_args)
 	cr_assert_eq(heap_open(d.path, &o, &h), AH_EINVAL);
 	cr_assert_eq(heap_open(NULL, NULL, &h), AH_EINVAL);
 	cr_assert_null(h);
-	ht_rmdir(&d);
+	tl_rmdir(&d);
 }
 
 Test(heap_format, truncated)
 {
-	ht_dir d;
+	tl_dir d;
 	uint64_t used, ps = (uint64_t)sysconf(_SC_PAGESIZE);
 
-	ht_mkdir(&d);
+	d = tl_tmpdir("heap");
 	used = make_heap(d.path);
 	cr_assert_gt(used, 100);
 	cr_assert_eq(truncate(d.path, (off_t)(used / 2 * ps)), 0);
@@ -107,7 +107,7 @@ Test(heap_format, truncated)
 	expect_open(d.path, AH_OPEN_RDONLY, AH_ECORRUPT);
 	cr_assert_eq(truncate(d.path, (off_t)ps), 0); /* meta page 1 gone */
 	expect_open(d.path, 0, AH_ECORRUPT);
-	ht_rmdir(&d);
+	tl_rmdir(&d);
 }
 
 static void lmdb_plain(const char *path, const char *key, bool named)
@@ -131,9 +131,9 @@ static void lmdb_plain(const char *path, const char *key, bool named)
 
 Test(heap_format, foreign_lmdb)
 {
-	ht_dir d;
+	tl_dir d;
 
-	ht_mkdir(&d);
+	d = tl_tmpdir("heap");
 	lmdb_plain(d.path, "hello", false);
 	expect_open(d.path, 0, AH_EFORMAT);
 	expect_open(d.path, AH_OPEN_RDONLY, AH_EFORMAT);
@@ -143,7 +143,7 @@ Test(heap_format, foreign_lmdb)
 	unlink(d.path);
 	lmdb_plain(d.path, "other", true); /* a "meta" DB, no record */
 	expect_open(d.path, AH_OPEN_CREATE, AH_EFORMAT);
-	ht_rmdir(&d);
+	tl_rmdir(&d);
 }
 
 /* Rewrites the u32 at off in the arrheap meta record. */
@@ -184,11 +184,11 @@ Test(heap_format, meta_record)
 		{ 40, 512 },        /* a class size */
 		{ 0, 0x41414141 },  /* magic */
 	};
-	ht_dir d;
-	ah_open_opts o = ht_opts(0, 0);
+	tl_dir d;
+	ah_open_opts o = tl_opts(0, 0, 0);
 	heap *h;
 
-	ht_mkdir(&d);
+	d = tl_tmpdir("heap");
 	for (size_t i = 0; i < sizeof patches / sizeof patches[0]; i++) {
 		make_heap(d.path);
 		patch_meta(d.path, patches[i].off, patches[i].val);
@@ -201,16 +201,16 @@ Test(heap_format, meta_record)
 	make_heap(d.path);
 	cr_assert_eq(heap_open(d.path, &o, &h), 0);
 	cr_assert_eq(heap_close(h), 0);
-	ht_rmdir(&d);
+	tl_rmdir(&d);
 }
 
 Test(heap_format, lmdb_meta_pages)
 {
-	ht_dir d;
+	tl_dir d;
 	uint32_t v;
 	int fd;
 
-	ht_mkdir(&d);
+	d = tl_tmpdir("heap");
 	make_heap(d.path);
 	fd = open(d.path, O_RDWR);
 	cr_assert_geq(fd, 0);
@@ -234,7 +234,7 @@ Test(heap_format, lmdb_meta_pages)
 	cr_assert_eq(pwrite(fd, &v, 4, sysconf(_SC_PAGESIZE) + 16), 4);
 	close(fd);
 	expect_open(d.path, 0, AH_ECORRUPT);
-	ht_rmdir(&d);
+	tl_rmdir(&d);
 }
 
 /* A process killed inside ah_open(AH_OPEN_CREATE), after LMDB wrote its
@@ -243,21 +243,21 @@ Test(heap_format, lmdb_meta_pages)
  * AH_OPEN_CREATE it is still refused. */
 Test(heap_format, interrupted_create_is_finished)
 {
-	ht_dir d;
+	tl_dir d;
 	MDB_env *env;
 	heap *h;
 
-	ht_mkdir(&d);
+	d = tl_tmpdir("heap");
 	cr_assert_eq(mdb_env_create(&env), 0);
 	cr_assert_eq(mdb_env_set_mapsize(env, 1 << 20), 0);
 	cr_assert_eq(mdb_env_open(env, d.path, MDB_NOSUBDIR | MDB_WRITEMAP, 0644), 0);
 	mdb_env_close(env);
 	expect_open(d.path, 0, AH_EFORMAT);
-	ah_open_opts o = ht_opts(AH_OPEN_CREATE, 4 * MiB);
+	ah_open_opts o = tl_opts(AH_OPEN_CREATE, 4 * MiB, 0);
 	cr_assert_eq(heap_open(d.path, &o, &h), 0);
 	cr_assert_eq(heap_close(h), 0);
-	o = ht_opts(0, 4 * MiB);
+	o = tl_opts(0, 4 * MiB, 0);
 	cr_assert_eq(heap_open(d.path, &o, &h), 0);
 	cr_assert_eq(heap_close(h), 0);
-	ht_rmdir(&d);
+	tl_rmdir(&d);
 }

@@ -99,13 +99,13 @@ Test(heap_pool, injected_failure)
 
 Test(heap_pool, heap_owns_a_pool)
 {
-	ht_dir d;
+	tl_dir d;
 	heap *h;
-	ah_open_opts o = ht_opts(AH_OPEN_CREATE, 4 * MiB);
+	ah_open_opts o = tl_opts(AH_OPEN_CREATE, 4 * MiB, 0);
 	ah_pool_stats st;
 	void *x;
 
-	ht_mkdir(&d);
+	d = tl_tmpdir("heap");
 	cr_assert_eq(heap_open(d.path, &o, &h), 0);
 	cr_assert_not_null(heap_pool(h));
 	x = pool_malloc(heap_pool(h), 1000);
@@ -114,5 +114,5 @@ Test(heap_pool, heap_owns_a_pool)
 	cr_assert_eq(st.active_bytes, 1000);
 	pool_free(heap_pool(h), x, 1000);
 	cr_assert_eq(heap_close(h), 0);
-	ht_rmdir(&d);
+	tl_rmdir(&d);
 }

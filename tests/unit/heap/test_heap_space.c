@@ -57,16 +57,16 @@ static void check_stat_covers(heap *h)
 
 Test(heap_space, growth_200mib, .timeout = 60)
 {
-	ht_dir d;
+	tl_dir d;
 	heap *h;
 	heap_txn *t;
-	ah_open_opts o = ht_opts(AH_OPEN_CREATE | AH_OPEN_NOSYNC, 0);
+	ah_open_opts o = tl_opts(AH_OPEN_CREATE | AH_OPEN_NOSYNC, 0, 0);
 	ah_heap_stat st;
 	const size_t n = 3 * MiB + 12345; /* jumbo: 1024 pages */
 	uint64_t id;
 	int rc;
 
-	ht_mkdir(&d);
+	d = tl_tmpdir("heap");
 	cr_assert_eq(heap_open(d.path, &o, &h), 0);
 	for (int i = 0; i < 70; i++) { /* many txns: 70 * 4 MiB */
 		cr_assert_eq(heap_txn_begin(h, false, &t), 0);
@@ -98,20 +98,20 @@ Test(heap_space, growth_200mib, .timeout = 60)
 		check_big(t, i, n);
 	heap_txn_abort(t);
 	cr_assert_eq(heap_close(h), 0);
-	ht_rmdir(&d);
+	tl_rmdir(&d);
 }
 
 Test(heap_space, full_at_max_bytes)
 {
-	ht_dir d;
+	tl_dir d;
 	heap *h;
 	heap_txn *t;
-	ah_open_opts o = ht_opts(AH_OPEN_CREATE, 8 * MiB);
+	ah_open_opts o = tl_opts(AH_OPEN_CREATE, 8 * MiB, 0);
 	size_t n; /* one 256-page chunk */
 	uint64_t n_ok = 0, id;
 	int rc = 0;
 
-	ht_mkdir(&d);
+	d = tl_tmpdir("heap");
 	cr_assert_eq(heap_open(d.path, &o, &h), 0);
 	n = heap_chunk_max_body(h);
 	for (;;) {
@@ -142,7 +142,7 @@ Test(heap_space, full_at_max_bytes)
 	cr_assert_eq(heap_txn_commit(t), 0);
 	check_stat_covers(h);
 	cr_assert_eq(heap_close(h), 0);
-	ht_rmdir(&d);
+	tl_rmdir(&d);
 }
 
 static void write_filler(const char *path, size_t bytes)
@@ -159,11 +159,11 @@ static void write_filler(const char *path, size_t bytes)
 
 Test(heap_space, full_disk_tmpfs, .timeout = 60)
 {
-	ht_dir d;
+	tl_dir d;
 	char path[160], filler[160];
 	heap *h;
 	heap_txn *t;
-	ah_open_opts o = ht_opts(AH_OPEN_CREATE, 0);
+	ah_open_opts o = tl_opts(AH_OPEN_CREATE, 0, 0);
 	ah_heap_stat st;
 	size_t n;
 	uint64_t n_ok = 0, id;
@@ -171,11 +171,11 @@ Test(heap_space, full_disk_tmpfs, .timeout = 60)
 
 	if (geteuid() != 0)
 		cr_skip_test("needs root to mount a tmpfs");
-	ht_mkdir(&d);
+	d = tl_tmpdir("heap");
 	if (mount("tmpfs", d.dir, "tmpfs", 0, "size=32m") != 0) {
 		int e = errno;
 
-		ht_rmdir(&d);
+		tl_rmdir(&d);
 		cr_skip_test("cannot mount a tmpfs: %s", strerror(e));
 	}
 	snprintf(path, sizeof path, "%s/heap", d.dir);
@@ -219,5 +219,5 @@ Test(heap_space, full_disk_tmpfs, .timeout = 60)
 	check_stat_covers(h);
 	cr_assert_eq(heap_close(h), 0);
 	cr_assert_eq(umount2(d.dir, MNT_DETACH), 0);
-	ht_rmdir(&d);
+	tl_rmdir(&d);
 }

@@ -20,7 +20,7 @@
  * freeing every third chunk of the one before (a free list). */
 static void chunk_heap(const char *path, int n, int commits)
 {
-	ah_open_opts o = ht_opts(AH_OPEN_CREATE, 64 * MiB);
+	ah_open_opts o = tl_opts(AH_OPEN_CREATE, 64 * MiB, 0);
 	heap *h;
 	heap_txn *t;
 
@@ -63,7 +63,7 @@ static void chunks_go_back(const char *path, bool raise)
 
 static heap *open_ro(const char *path)
 {
-	ah_open_opts o = ht_opts(AH_OPEN_RDONLY, 0);
+	ah_open_opts o = tl_opts(AH_OPEN_RDONLY, 0, 0);
 	heap *h;
 
 	cr_assert_eq(heap_open(path, &o, &h), 0);
@@ -72,14 +72,14 @@ static heap *open_ro(const char *path)
 
 Test(pagecheck, chunk_next_never_goes_back)
 {
-	ht_dir d;
+	tl_dir d;
 	heap *h;
 	heap_txn *t;
 	heap_chunk_info ci;
 	uint64_t after = 0, n = 0;
 	int rc;
 
-	ht_mkdir(&d);
+	d = tl_tmpdir("heap");
 	chunk_heap(d.path, 400, 1);
 	chunks_go_back(d.path, true);
 	h = open_ro(d.path);
@@ -94,7 +94,7 @@ Test(pagecheck, chunk_next_never_goes_back)
 	             (unsigned long long)n);
 	heap_txn_abort(t);
 	cr_assert_eq(heap_close(h), 0);
-	ht_rmdir(&d);
+	tl_rmdir(&d);
 }
 
 struct scan_seen {
@@ -114,13 +114,13 @@ static int on_scan(const heap_chunk_scan_entry *e, void *user)
 
 Test(pagecheck, chunk_scan_stops_where_keys_go_back)
 {
-	ht_dir d;
+	tl_dir d;
 	heap *h;
 	heap_txn *t;
 	struct scan_seen s = { 0 };
 	int rc;
 
-	ht_mkdir(&d);
+	d = tl_tmpdir("heap");
 	chunk_heap(d.path, 400, 1);
 	chunks_go_back(d.path, false);
 	h = open_ro(d.path);
@@ -131,7 +131,7 @@ Test(pagecheck, chunk_scan_stops_where_keys_go_back)
 	cr_assert_gt(s.n, 100);
 	heap_txn_abort(t);
 	cr_assert_eq(heap_close(h), 0);
-	ht_rmdir(&d);
+	tl_rmdir(&d);
 }
 
 /* Swaps the keys (txnids) of the free list's first two records. */
@@ -157,14 +157,14 @@ static void free_keys_swapped(const char *path)
 
 Test(pagecheck, free_list_walks_stop_where_keys_go_back)
 {
-	ht_dir d;
+	tl_dir d;
 	heap *h;
 	heap_txn *t;
 	heap_free_info fi;
 	ah_heap_stat st;
 	int rc;
 
-	ht_mkdir(&d);
+	d = tl_tmpdir("heap");
 	chunk_heap(d.path, 30, 4);
 	free_keys_swapped(d.path);
 	h = open_ro(d.path);
@@ -175,7 +175,7 @@ Test(pagecheck, free_list_walks_stop_where_keys_go_back)
 	rc = heap_stat(h, &st);
 	cr_assert_eq(rc, AH_ECORRUPT, "heap_stat: %s", ah_err_name(rc));
 	cr_assert_eq(heap_close(h), 0);
-	ht_rmdir(&d);
+	tl_rmdir(&d);
 }
 
 /* ------------------------------------------------------ heap_pagecheck */
@@ -218,7 +218,7 @@ Test(pagecheck, clean_heaps_are_sound_with_lmdb_counts)
 	                                 { 2000, 2 } };
 	struct seen_problems s;
 	heap_pagecheck_stat st;
-	ht_dir d;
+	tl_dir d;
 
 	for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
 		heap *h;
@@ -226,7 +226,7 @@ Test(pagecheck, clean_heaps_are_sound_with_lmdb_counts)
 		MDB_stat ms;
 		uint64_t used = 0;
 
-		ht_mkdir(&d);
+		d = tl_tmpdir("heap");
 		chunk_heap(d.path, shapes[i][0], shapes[i][1]);
 		h = open_ro(d.path);
 		check(h, &s, &st);
@@ -257,7 +257,7 @@ Test(pagecheck, clean_heaps_are_sound_with_lmdb_counts)
 			cr_assert_gt(st.free_pages, 0, "shape %zu has a free list", i);
 		heap_txn_abort(t);
 		cr_assert_eq(heap_close(h), 0);
-		ht_rmdir(&d);
+		tl_rmdir(&d);
 	}
 }
 
@@ -349,21 +349,21 @@ Test(pagecheck, damage_is_named_and_quarantined)
 	heap_pagecheck_stat st;
 
 	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-		ah_open_opts o = ht_opts(AH_OPEN_RDONLY, 0);
+		ah_open_opts o = tl_opts(AH_OPEN_RDONLY, 0, 0);
 		const void *body;
 		size_t used;
-		ht_dir d;
+		tl_dir d;
 		heap *h;
 		heap_txn *t;
 		uint64_t pg;
 
-		ht_mkdir(&d);
+		d = tl_tmpdir("heap");
 		chunk_heap(d.path, 400, 3);
 		pg = damage(d.path, cases[i].k);
 		if (cases[i].k == D_MAIN_FLAGS) {
 			/* open itself walks the main tree */
 			cr_assert_eq(heap_open(d.path, &o, &h), AH_ECORRUPT);
-			ht_rmdir(&d);
+			tl_rmdir(&d);
 			continue;
 		}
 		h = open_ro(d.path);
@@ -385,7 +385,7 @@ Test(pagecheck, damage_is_named_and_quarantined)
 		             "case %zu", i);
 		heap_txn_abort(t);
 		cr_assert_eq(heap_close(h), 0);
-		ht_rmdir(&d);
+		tl_rmdir(&d);
 	}
 }
 
@@ -393,14 +393,14 @@ Test(pagecheck, damage_is_named_and_quarantined)
  * after the txn changed pages (its own are not committed yet). */
 Test(pagecheck, write_txn_checks_its_starting_commit)
 {
-	ah_open_opts o = ht_opts(0, 64 * MiB);
+	ah_open_opts o = tl_opts(0, 64 * MiB, 0);
 	struct seen_problems s;
 	heap_pagecheck_stat st;
-	ht_dir d;
+	tl_dir d;
 	heap *h;
 	heap_txn *t;
 
-	ht_mkdir(&d);
+	d = tl_tmpdir("heap");
 	chunk_heap(d.path, 400, 2);
 	cr_assert_eq(heap_open(d.path, &o, &h), 0);
 	cr_assert_eq(heap_txn_begin(h, false, &t), 0);
@@ -416,23 +416,23 @@ Test(pagecheck, write_txn_checks_its_starting_commit)
 	cr_assert_eq(s.n, 0, "%s", s.first);
 	cr_assert_eq(st.tree[HEAP_TREE_CHUNKS].entries, 400 + 400 - 134 + 50);
 	cr_assert_eq(heap_close(h), 0);
-	ht_rmdir(&d);
+	tl_rmdir(&d);
 }
 
 /* A snapshot whose meta page two later commits overwrote cannot be walked
  * from it: AH_EBUSY, and the quarantine stays as it was. */
 Test(pagecheck, overwritten_snapshot_meta_is_busy)
 {
-	ah_open_opts o = ht_opts(0, 64 * MiB);
+	ah_open_opts o = tl_opts(0, 64 * MiB, 0);
 	struct seen_problems s;
 	heap_pagecheck_stat st;
-	ht_dir d;
+	tl_dir d;
 	heap *h;
 	heap_txn *t;
 	pid_t pid;
 	int status;
 
-	ht_mkdir(&d);
+	d = tl_tmpdir("heap");
 	chunk_heap(d.path, 10, 1);
 	cr_assert_eq(heap_open(d.path, &o, &h), 0);
 	cr_assert_eq(heap_txn_begin(h, true, &t), 0);
@@ -463,5 +463,5 @@ Test(pagecheck, overwritten_snapshot_meta_is_busy)
 	cr_assert_eq(s.n, 0, "%s", s.first);
 	cr_assert_eq(st.tree[HEAP_TREE_CHUNKS].entries, 12);
 	cr_assert_eq(heap_close(h), 0);
-	ht_rmdir(&d);
+	tl_rmdir(&d);
 }

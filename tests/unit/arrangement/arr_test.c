@@ -1,7 +1,8 @@
 /*
- * tests/unit/arrangement/test_batch_util.c - helpers of the batch_* and
- * cursor_* suites (see test_batch_util.h).  Every helper asserts; none is a
- * test itself.
+ * tests/unit/arrangement/arr_test.c - the arrangement layer's unit-test
+ * fixture (a heap, its pool and one transaction in a private directory)
+ * and the batch-stream helpers of the batch_*, cursor_* and merge suites
+ * (see arr_test.h).  Every helper asserts; none is a test itself.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,46 +10,46 @@
 
 #include <criterion/criterion.h>
 
-#include "test_batch_util.h"
+#include "arr_test.h"
 
-void bt_open(bt_env *e)
+void at_open(at_env *e)
 {
 	ah_open_opts o = {.size = sizeof o,
 	                  .flags = AH_OPEN_CREATE | AH_OPEN_NOSYNC};
-	char path[128];
 	memset(e, 0, sizeof *e);
-	strcpy(e->dir, "/tmp/ah-bt-XXXXXX");
-	cr_assert_not_null(mkdtemp(e->dir));
-	snprintf(path, sizeof path, "%s/heap", e->dir);
-	cr_assert_eq(heap_open(path, &o, &e->h), 0);
+	e->dir = tl_tmpdir("arr");
+	cr_assert_eq(heap_open(e->dir.path, &o, &e->h), 0);
 	e->p = heap_pool(e->h);
 	cr_assert_not_null(e->p);
 	cr_assert_eq(heap_txn_begin(e->h, false, &e->t), 0);
 }
 
-void bt_commit(bt_env *e, bool next_rdonly)
+void at_commit(at_env *e, bool next_rdonly)
 {
 	cr_assert_eq(heap_txn_commit(e->t), 0);
 	e->t = NULL;
 	cr_assert_eq(heap_txn_begin(e->h, next_rdonly, &e->t), 0);
 }
 
-void bt_close(bt_env *e)
+void at_close(at_env *e)
 {
-	char cmd[160];
 	if (e->t)
 		cr_assert_eq(heap_txn_commit(e->t), 0);
 	e->t = NULL;
 	cr_assert_eq(heap_close(e->h), 0);
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", e->dir);
-	cr_assert_eq(system(cmd), 0);
+	tl_rmdir(&e->dir);
 }
 
-uint64_t bt_write(bt_env *e, bt_gen g, void *arg, uint64_t n,
+uint64_t at_count_chunks(at_env *e)
+{
+	return ht_count_chunks(e->t);
+}
+
+uint64_t at_write(at_env *e, at_gen_fn g, void *arg, uint64_t n,
                   const batch_desc *d)
 {
 	batch_writer *w;
-	bt_item it;
+	at_item it;
 	uint64_t id;
 	cr_assert_eq(batch_writer_new(e->t, e->p, &w), 0);
 	for (uint64_t i = 0; i < n; i++) {
@@ -61,17 +62,17 @@ uint64_t bt_write(bt_env *e, bt_gen g, void *arg, uint64_t n,
 	return id;
 }
 
-batch *bt_load(bt_env *e, uint64_t id)
+batch *at_load(at_env *e, uint64_t id)
 {
 	batch *b = NULL;
 	cr_assert_eq(batch_load(e->t, id, &b), 0);
 	return b;
 }
 
-void bt_check_ok(bt_env *e, uint64_t id)
+void at_check_ok(at_env *e, uint64_t id)
 {
 	char msg[256];
-	batch *b = bt_load(e, id);
+	batch *b = at_load(e, id);
 	int rc = batch_check(e->t, b, true, msg, sizeof msg);
 	cr_assert_eq(rc, 0, "batch_check: %s", msg);
 	batch_free(b);
@@ -83,11 +84,11 @@ static void step_ok(int rc)
 }
 
 /* Walks the cursor in (key, val, time) order against the generator. */
-void bt_scan_equal(bt_env *e, uint64_t id, bt_gen g, void *arg, uint64_t n)
+void at_scan_equal(at_env *e, uint64_t id, at_gen_fn g, void *arg, uint64_t n)
 {
-	batch *b = bt_load(e, id);
+	batch *b = at_load(e, id);
 	batch_cursor *c;
-	bt_item it;
+	at_item it;
 	uint64_t i = 0, keys = 0, vals = 0;
 	cr_assert_eq(bcur_open(e->t, b, frontier_of(0), &c), 0);
 	for (; bcur_key_valid(c); step_ok(bcur_step_key(c))) {
