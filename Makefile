@@ -135,7 +135,7 @@ clean:
 # `make fuzz` runs libFuzzer (clang) over the open + verify + read path with
 # mutated heap files for FUZZ_TIME seconds, seeded from tests/fuzz/corpus;
 # crashes land in tests/fuzz/crashers.  `make test` replays both folders
-# (tests/dump/test_fuzz_corpus.c), so every crasher stays a regression test.
+# (live::fuzz_regressions in tests/dump/test_live.c), so every crasher stays a regression test.
 DUMP_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tools/dump/*.c))
 $(DUMP_OBJ) $(BUILD)/obj/tools/ah-dump.o: tools/dump/dump.h
 $(BUILD)/ah-dump: $(BUILD)/obj/tools/ah-dump.o $(DUMP_OBJ) $(TOOL_COMMON_OBJ) $(BUILD)/libarrheap.a

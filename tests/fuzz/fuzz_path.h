@@ -2,7 +2,7 @@
  * tests/fuzz/fuzz_path.h - the path the heap fuzzer drives, shared by the
  * libFuzzer target (tests/fuzz/fuzz_heap.c) and the regression test that
  * replays tests/fuzz/corpus and tests/fuzz/crashers under `make test`
- * (tests/dump/test_fuzz_corpus.c): open read-only, verify, list batches
+ * (live::fuzz_regressions in tests/dump/test_live.c): open read-only, verify, list batches
  * and chunks, read every arrangement to the end, space and readers.
  *
  * An input is not a whole file but damage to a real heap: byte 0 picks a
