@@ -142,6 +142,8 @@ typedef struct walker {
 	int fd;                  /* open mode reads pages from it */
 	uint64_t file_bytes;
 	const uint8_t *metas[2]; /* open mode: format.c's META_BYTES of each */
+	uint8_t meta[META_BYTES]; /* the snapshot's meta, copied once: its page
+	                           * is rewritten by the second commit after */
 	uint64_t cached_pg[OPEN_PAGES];
 	uint8_t *cached[OPEN_PAGES];
 	int ncached;
@@ -643,9 +645,9 @@ static void account(walker *w)
  * walked from. */
 static bool check_meta(walker *w, uint64_t mp, uint64_t file_bytes)
 {
-	const uint8_t *p = page(w, mp), *o = page(w, mp ^ 1);
+	const uint8_t *p = w->meta, *o = page(w, mp ^ 1);
 
-	if (p == NULL || o == NULL)
+	if (o == NULL)
 		return false;
 	if (get_u64(p) != mp || get_u16(p + 10) != P_META || get_u16(p + 8) ||
 	    get_u32(p + 12) || get_u32(p + 16) != MAGIC ||
@@ -690,16 +692,26 @@ static int read_meta(int fd, uint32_t psize, uint64_t mp, uint8_t m[META_BYTES])
  * (nothing could be walked: only in open mode), AH_ENOMEM, AH_EIO. */
 static int run(walker *w, int fd, uint64_t mp)
 {
-	uint8_t m[META_BYTES];
+	uint8_t *m = w->meta, again[META_BYTES];
 	size_t len;
 	void *map = NULL;
-	int rc;
+	int rc, tries = 0;
 
 	w->fd = fd;
 	if (w->open_mode)
 		memcpy(m, w->metas[mp], META_BYTES);
-	else if ((rc = read_meta(fd, w->psize, mp, m)))
-		return rc;
+	else
+		/* A writer rewrites a meta page in place (WRITEMAP: field by
+		 * field, the txnid last): two reads that agree are not torn.
+		 * The copy is what the walk uses; this snapshot's pages stay
+		 * put (the caller's txn pins them), its meta page does not. */
+		do {
+			if ((rc = read_meta(fd, w->psize, mp, m)) ||
+			    (rc = read_meta(fd, w->psize, mp, again)))
+				return rc;
+			if (++tries == 8)
+				return AH_EBUSY;
+		} while (memcmp(m, again, META_BYTES) != 0);
 	if (get_u64(m + 144) != w->txnid)
 		return AH_EBUSY;
 	w->npages = get_u64(m + 136) + 1;
@@ -831,41 +843,81 @@ int heap_pagecheck(heap_txn *t,
 	return stop;
 }
 
+/* Open mode keeps its first problem: told (heap_debug) only once the walk
+ * is known to have read one snapshot. */
+typedef struct first_seen {
+	bool seen;
+	heap_page_problem p;
+	char msg[240];
+} first_seen;
+
 static int first_problem(const heap_page_problem *p, void *user)
 {
-	if (heap_debug)
-		fprintf(stderr, "arrheap: LMDB page %llu (%s tree): %s\n",
-		        (unsigned long long)p->pgno, heap_tree_name(p->tree),
-		        p->message);
-	(void)user;
+	first_seen *f = user;
+
+	if (!f->seen) {
+		f->seen = true;
+		f->p = *p;
+		snprintf(f->msg, sizeof f->msg, "%s", p->message);
+		f->p.message = f->msg;
+	}
 	return 0;
 }
+
+/* Open holds no reader slot: a writer in another process may commit twice
+ * and reuse the pages of the newest snapshot while they are walked.  Each
+ * commit writes a meta page, so metas that read the same after the walk as
+ * before it mean the walk read one snapshot, untouched (a writer's
+ * unfinished transaction writes only pages that snapshot does not use).
+ * Metas that keep changing leave the check undone, not failed: ah_verify
+ * checks with the pages pinned. */
+#define OPEN_TRIES 4
 
 int heap_pagecheck_open(int fd, uint32_t psize, uint64_t file_bytes,
                         const uint8_t *meta0, const uint8_t *meta1)
 {
+	uint8_t m[2][META_BYTES], now[2][META_BYTES];
 	heap_pagecheck_stat st;
+	first_seen first;
 	walker *w;
 	int rc;
 
-	if ((w = walker_new(psize, 0, &st)) == NULL)
-		return AH_ENOMEM;
-	w->open_mode = true;
-	w->fn = first_problem;
-	w->file_bytes = file_bytes;
-	w->metas[0] = meta0;
-	w->metas[1] = meta1;
-	/* LMDB's choice: the larger txnid (mdb_env_read_header, ties to page
-	 * 0) goes to the lock file, and read txns use meta page txnid & 1. */
-	w->txnid = get_u64(meta1 + 144) > get_u64(meta0 + 144) ? get_u64(meta1 + 144)
-	                                                    : get_u64(meta0 + 144);
-	rc = run(w, fd, w->txnid & 1);
-	walker_free(w);
-	if (rc == AH_EBUSY)
-		return CORRUPT("no meta page holds the newest txnid");
-	if (rc == 0 && st.problems)
-		rc = CORRUPT("damaged LMDB page in the main or meta tree");
-	return rc;
+	memcpy(m[0], meta0, META_BYTES);
+	memcpy(m[1], meta1, META_BYTES);
+	for (int tries = 0; tries < OPEN_TRIES; tries++) {
+		if ((w = walker_new(psize, 0, &st)) == NULL)
+			return AH_ENOMEM;
+		memset(&first, 0, sizeof first);
+		w->open_mode = true;
+		w->fn = first_problem;
+		w->user = &first;
+		w->file_bytes = file_bytes;
+		w->metas[0] = m[0];
+		w->metas[1] = m[1];
+		/* LMDB's choice: the larger txnid (mdb_env_read_header, ties to
+		 * page 0) goes to the lock file; read txns use page txnid & 1. */
+		w->txnid = get_u64(m[1] + 144) > get_u64(m[0] + 144)
+		                   ? get_u64(m[1] + 144) : get_u64(m[0] + 144);
+		rc = run(w, fd, w->txnid & 1);
+		walker_free(w);
+		if (rc == AH_ENOMEM || rc == AH_EIO)
+			return rc;
+		if ((rc = read_meta(fd, psize, 0, now[0])) ||
+		    (rc = read_meta(fd, psize, 1, now[1])))
+			return rc;
+		if (memcmp(now, m, sizeof m) != 0) {
+			memcpy(m, now, sizeof m); /* a commit: walk the new one */
+			continue;
+		}
+		if (rc != 0 || st.problems == 0)
+			return rc; /* 0, or AH_EFORMAT: a catalog no heap has */
+		if (heap_debug && first.seen)
+			fprintf(stderr, "arrheap: LMDB page %llu (%s tree): %s\n",
+			        (unsigned long long)first.p.pgno,
+			        heap_tree_name(first.p.tree), first.p.message);
+		return CORRUPT("damaged LMDB page in the main or meta tree");
+	}
+	return 0;
 }
 
 int heap_trees_usable(const heap *h, unsigned trees)

@@ -66,8 +66,8 @@ static uint64_t merge_ok(at_env *e, const uint64_t *ids, size_t n,
 
 Test(merge_consolidate, cancelling_and_absent_retraction)
 {
-	const batch_desc da = { { 0 }, { 10 }, { 0 } }, db = { 10, 20, 0 },
-	                 dc = { 20, 30, 0 }, dm = { 0, 30, 25 };
+	const batch_desc da = { { 0 }, { 10 }, { 0 } }, db = { { 10 }, { 20 }, { 0 } },
+	                 dc = { { 20 }, { 30 }, { 0 } }, dm = { { 0 }, { 30 }, { 25 } };
 	at_up u[3], got[8];
 	uint64_t ids[3], before, out;
 	at_env e;
@@ -104,8 +104,8 @@ Test(merge_consolidate, cancelling_and_absent_retraction)
  * failed.)  Without compaction the two times simply stay apart. */
 Test(merge_consolidate, overflow_across_inputs_is_kept_apart)
 {
-	const batch_desc da = { { 0 }, { 10 }, { 0 } }, db = { 10, 20, 0 },
-	                 dm = { 0, 20, 15 };
+	const batch_desc da = { { 0 }, { 10 }, { 0 } }, db = { { 10 }, { 20 }, { 0 } },
+	                 dm = { { 0 }, { 20 }, { 15 } };
 	at_up u[1], got[4];
 	uint64_t ids[2], out = 0;
 	at_env e;
@@ -136,7 +136,7 @@ Test(merge_consolidate, overflow_across_inputs_is_kept_apart)
 
 Test(merge_consolidate, all_retracted_merges_to_nothing)
 {
-	const batch_desc da = { { 0 }, { 5 }, { 0 } }, db = { 5, 10, 0 }, dm = { 0, 10, 8 };
+	const batch_desc da = { { 0 }, { 5 }, { 0 } }, db = { { 5 }, { 10 }, { 0 } }, dm = { { 0 }, { 10 }, { 8 } };
 	at_up u[1];
 	uint64_t ids[2], before, out = 99;
 	at_env e;

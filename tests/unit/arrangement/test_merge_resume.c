@@ -183,7 +183,7 @@ Test(merge_resume, larger_fuels_equal_unfueled, .timeout = 60)
  * far: the boundary still moves, and resuming goes on after it. */
 Test(merge_resume, boundary_over_cancelled_groups)
 {
-	const batch_desc da = { { 0 }, { 5 }, { 0 } }, db = { 5, 10, 0 }, dm = { 0, 10, 9 };
+	const batch_desc da = { { 0 }, { 5 }, { 0 } }, db = { { 5 }, { 10 }, { 0 } }, dm = { { 0 }, { 10 }, { 9 } };
 	at_up u[40];
 	uint64_t ids[2], ref, out;
 	size_t steps;
