@@ -79,7 +79,7 @@ Test(cases, dump_bad_input, .init = bad_setup, .fini = bad_teardown)
 {
 	const char *build = getenv("AH_BUILD") ? getenv("AH_BUILD") : "build";
 	const char *dir = bad_dir;
-	char cmd[1024], out[4096];
+	char cmd[1024], out[16384];
 	const char *setup = "cd '%s' && : > empty && head -c 65536 /dev/zero > zeros "
 	                    "&& printf 'hello\\n' > text && mkdir sub";
 	const char *heaps[] = { "missing", "empty", "zeros", "text", "sub" };
