@@ -200,12 +200,16 @@ static int take_flags(int argc, char **argv, dump *d)
  * member; a usage error gets the command's usage line. */
 static int finish(dump *d, const command *cmd, int status)
 {
-	if (status == 2 && !d->err_code)
-		dump_fail(d, DUMP_USAGE, "usage: ah-dump HEAP %s [--json] [--hex]",
-		          cmd ? cmd->usage : "[COMMAND [ARGS]]");
-	else if (status == 2 && !d->json && cmd)
-		fprintf(stderr, "usage: ah-dump HEAP %s [--json] [--hex]\n",
-		        cmd ? cmd->usage : "[COMMAND [ARGS]]");
+	if (status == 2 && cmd) {
+		if (!d->err_code) {
+			d->err_code = DUMP_USAGE;
+			snprintf(d->err, sizeof d->err, "usage: ah-dump HEAP %s [--json] "
+			         "[--hex]", cmd->usage);
+		}
+		if (!d->json)
+			fprintf(stderr, "usage: ah-dump HEAP %s [--json] [--hex]\n",
+			        cmd->usage);
+	}
 	if (d->json && status != 0 && d->err_code)
 		dump_json_error(d, status);
 	if (fflush(stdout) != 0 || ferror(stdout)) {

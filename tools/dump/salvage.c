@@ -382,9 +382,9 @@ static void say_arrangement(dump *d, const char *name,
 	} else if (why) {
 		printf("left behind %s: %s\n", name, why);
 	} else {
-		printf("salvaged %s: upper %" PRIu64 ", since %" PRIu64 ", %s updates "
+		printf("salvaged %s: upper %" PRIu64 ", since %" PRIu64 ", %s update%s "
 		       "stored\n", name, in->upper, in->since,
-		       tool_fmt_count(u, in->updates));
+		       tool_fmt_count(u, in->updates), in->updates == 1 ? "" : "s");
 	}
 }
 

@@ -368,9 +368,13 @@ int cmd_drop(dump *d, int argc, char **argv)
 		tj_obj_end(&d->j);
 		return 0;
 	}
-	printf("dropped %s: %" PRIu64 " batches, %s updates, %s chunks (%s "
-	       "pages, reusable once no reader's snapshot still sees them)\n",
-	       op.name, op.before.batches, tool_fmt_count(u, op.before.updates),
-	       tool_fmt_count(c, op.before.chunks), tool_fmt_count(p, op.pages));
+	printf("dropped %s: %" PRIu64 " batch%s, %s update%s, %s chunk%s (%s "
+	       "page%s, reusable once no reader's snapshot still sees them)\n",
+	       op.name, op.before.batches, op.before.batches == 1 ? "" : "es",
+	       tool_fmt_count(u, op.before.updates),
+	       op.before.updates == 1 ? "" : "s",
+	       tool_fmt_count(c, op.before.chunks),
+	       op.before.chunks == 1 ? "" : "s", tool_fmt_count(p, op.pages),
+	       op.pages == 1 ? "" : "s");
 	return 0;
 }
