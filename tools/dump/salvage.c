@@ -584,7 +584,8 @@ int cmd_salvage(dump *d, int argc, char **argv)
 		return dump_lib_error(d, rc, "salvage: verify");
 	}
 	if ((rc = ah_open(s.tmp, &o, &s.oh)) < 0) {
-		rc = dump_fail(d, rc, "salvage %s: %s", s.out, ah_strerror(rc));
+		rc = dump_fail(d, rc, "salvage %s: %s", s.out, rc == AH_ENOTFOUND ?
+		               "no such directory" : ah_strerror(rc));
 		goto out;
 	}
 	if (d->json) {
