@@ -7,6 +7,7 @@
  * and after part of a document), --version of every tool.
  */
 #include <inttypes.h>
+#include <signal.h>
 
 #include "tests/dump/ops_util.h"
 
@@ -333,4 +334,94 @@ Test(ops_read, version_of_every_tool, .init = setup, .fini = du_teardown)
 	snprintf(want, sizeof want, "ah-dump (arrheap) %s, library %s\n",
 	         AH_VERSION_STRING, ah_version(NULL, NULL, NULL));
 	ops_expect(heap, "--version", 0, want, "");
+}
+
+/* With --json a fault (here SIGABRT, as liblmdb's assertions raise it) is
+ * the error object on stdout, after whatever part of the document was
+ * written, and nothing on stderr.  Sent while `read` blocks on a full
+ * pipe, so the guard is installed. */
+Test(ops_read, json_fault_is_reported, .init = du_setup, .fini = du_teardown)
+{
+	static ah_update u[8000];
+	static char keys[8000][16], got[1 << 20];
+	char path[300], tool[512], errf[300], want[1024], *err;
+	size_t n = 0;
+	ssize_t r;
+	int out[2], st;
+	ah_heap *h;
+	ah_txn *t;
+	pid_t pid;
+
+	snprintf(path, sizeof path, "%s/big", du_dir);
+	snprintf(errf, sizeof errf, "%s/err", du_dir);
+	h = du_open(path);
+	du_ok(ah_txn_begin(h, 0, &t), "begin");
+	du_ok(ah_arrangement_create(t, "big"), "create");
+	for (int i = 0; i < 8000; i++) {
+		snprintf(keys[i], sizeof keys[i], "key%06d", i);
+		u[i] = (ah_update){ keys[i], 9, "some value", 10, 0, 1 };
+	}
+	du_ok(ah_append(t, "big", 0, 1, u, 8000), "append");
+	du_ok(ah_txn_commit(t), "commit");
+	du_ok(ah_close(h), "close");
+	snprintf(tool, sizeof tool, "%s/ah-dump", du_build());
+	cr_assert_eq(pipe(out), 0);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		int e = open(errf, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+		dup2(out[1], 1);
+		dup2(e, 2);
+		close(out[0]);
+		execl(tool, tool, path, "read", "big", "--json", (char *)NULL);
+		_exit(127);
+	}
+	close(out[1]);
+	cr_assert_eq(read(out[0], got, 1), 1);
+	n = 1;
+	cr_assert_eq(kill(pid, SIGABRT), 0);
+	while ((r = read(out[0], got + n, sizeof got - 1 - n)) > 0)
+		n += (size_t)r;
+	got[n] = 0;
+	close(out[0]);
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d", st);
+	snprintf(want, sizeof want, "{\n  \"error\": {\n    \"code\": "
+	         "\"AH_ECORRUPT\",\n    \"message\": \"%s: heap corrupt: checksum "
+	         "or structure check failed (LMDB stopped on a damaged page: "
+	         "SIGABRT)\",\n    \"exit\": 1\n  }\n}\n", path);
+	cr_assert(n > strlen(want) && !strcmp(got + n - strlen(want), want),
+	          "ends with: %s", n > 300 ? got + n - 300 : got);
+	{
+		FILE *f = fopen(errf, "r");
+
+		cr_assert_not_null(f);
+		err = calloc(1, 4096);
+		if (fread(err, 1, 4095, f) == 0)
+			err[0] = 0;
+		fclose(f);
+		cr_assert_str_eq(err, "");
+		free(err);
+	}
+}
+
+/* The remaining argument errors of the key commands. */
+Test(ops_read, bad_arguments, .init = setup, .fini = du_teardown)
+{
+	ops_expect(heap, "read a --as-of x", 2, "",
+	           "ah-dump: bad --as-of \"x\": a decimal uint64\nusage: ah-dump "
+	           "HEAP read NAME [--as-of T] [RANGE] [--limit N | --count] "
+	           "[--json] [--hex]\n");
+	ops_expect(heap, "updates nope --batch 1", 1, "",
+	           "ah-dump: %H: unknown arrangement nope\n");
+	ops_expect(heap, "keys nope", 1, "",
+	           "ah-dump: %H: unknown arrangement nope\n");
+	ops_expect(heap, "history a 6b31 --val 7 --hex", 2, "",
+	           "ah-dump: bad --val \"7\": odd number of hex digits\nusage: "
+	           "ah-dump HEAP history NAME KEY [--val V] [--json] [--hex]\n");
+	ops_expect(heap, "read a --from 'k\\x'", 2, "", NULL);
+	ops_expect(heap, "source", 2, "", "usage: ah-dump HEAP source NAME "
+	           "[--json] [--hex]\n");
+	ops_expect(heap, "get a", 2, "", NULL);
 }
