@@ -121,7 +121,7 @@ echo "  updates arranged:              $updates from $txns source transactions (
 echo "  restart to first answered query: $first_ms ms (heap opened, a key read at the frontier)"
 echo "  from the kill (heap at LSN $killed_at) to the end of the run ($final), what the source reads:"
 echo "    resuming from the heap:        $(mib "$wal_resume") of WAL, the heap's LSN to the end"
-echo "      (the server decoded it from the slot's restart_lsn $restart_lsn: $(mib "$wal_decoded");"
+echo "      (to decode it the server read the WAL from the slot's restart_lsn $restart_lsn: $(mib "$wal_decoded");"
 echo "      $(mib "$streamed") of pgoutput streamed)"
 echo "    a re-snapshot instead:         $(mib $((tables + wal_tail))): $(mib "$tables") of tables (pg_total_relation_size)"
 echo "      + $(mib "$wal_tail") of WAL from the restart ($restart_at) to the end, streamed either way"
