@@ -115,8 +115,9 @@ ubsan:
 	$(MAKE) BUILD=build-ubsan SAN='-fsanitize=undefined -fno-sanitize-recover=undefined -DAH_POOL_SYSTEM_MALLOC' test
 tsan: tsan-run
 
+# KEEP=1 keeps the heap and the (stopped) cluster and says where.
 demo: all
-	bash tools/demo.sh $(BUILD)
+	KEEP=$(KEEP) bash tools/demo.sh $(BUILD)
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1
@@ -126,7 +127,7 @@ install: all
 	ln -sf libarrheap.so.0 $(DESTDIR)$(PREFIX)/lib/libarrheap.so
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(shell sed -n 's/.*AH_VERSION_STRING "\(.*\)"/\1/p' include/arrheap.h)|' arrheap.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/arrheap.pc
 	install -m 755 $(TOOLS) $(DESTDIR)$(PREFIX)/bin/
-	[ ! -f tools/ah-dump.1 ] || install -m 644 tools/ah-dump.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 644 tools/ah-dump.1 tools/ah-load.1 tools/ah-pgsync.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 
 clean:
 	rm -rf build build-asan build-ubsan build-tsan

@@ -211,6 +211,13 @@ int arr_maintain(heap_txn *t, pool *p, arrangement *a, uint64_t fuel,
 	return spine_maintain(t, p, &a->sp, fuel, quantum, idle);
 }
 
+int arr_drop(heap_txn *t, arrangement *a)
+{
+	int rc = spine_drop_all(t, &a->sp);
+
+	return rc ? rc : heap_del(t, HEAP_T_ARR, a->name, strlen(a->name));
+}
+
 /* --------------------------------------------------------- cursors */
 
 int arr_cursor(heap_txn *t, const arrangement *a, bool at, const void *key,
@@ -237,6 +244,41 @@ int arr_cursor(heap_txn *t, const arrangement *a, bool at, const void *key,
 		*out = NULL;
 		for (uint32_t i = 0; i < n; i++)
 			batch_free(bs[i]);
+		free(bs);
+	}
+	return rc;
+}
+
+static bool has_batch(const spine *sp, uint64_t id)
+{
+	for (uint32_t i = 0; i < sp->nbatches; i++)
+		if (sp->batches[i].id == id)
+			return true;
+	for (uint32_t i = 0; i < sp->nmerges; i++)
+		if (sp->merges[i].partial_id == id)
+			return true;
+	return false;
+}
+
+int arr_batch_cursor(heap_txn *t, const arrangement *a, uint64_t id,
+                     trace_cursor **out)
+{
+	batch **bs;
+	int rc;
+
+	*out = NULL;
+	if (id == 0 || !has_batch(&a->sp, id))
+		return AH_ENOTFOUND;
+	if ((bs = calloc(1, sizeof *bs)) == NULL)
+		return AH_ENOMEM;
+	/* Since the minimum time: the stored times, not advanced. */
+	if ((rc = batch_load_listed(t, id, &bs[0])) == 0 &&
+	    (rc = tcur_open(t, bs, 1, frontier_of(0), out)) == 0)
+		rc = tcur_adopt(*out, bs, 1);
+	if (rc != 0) {
+		tcur_close(*out);
+		*out = NULL;
+		batch_free(bs[0]);
 		free(bs);
 	}
 	return rc;

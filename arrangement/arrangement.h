@@ -71,6 +71,11 @@ void arr_set_since(arrangement *a, frontier since);
  * Errors: as arr_append. */
 int arr_maintain(heap_txn *t, pool *p, arrangement *a, uint64_t fuel,
                  uint64_t quantum, bool *idle);
+/* Frees every batch of a's trace, every merge's output so far and all
+ * their chunks (spine_drop_all), and deletes a's record, in t; a is only
+ * to be freed afterwards.  Snapshots older than t still see all of it.
+ * Errors: AH_ECORRUPT (a listed batch or chunk is missing), heap_del's. */
+int arr_drop(heap_txn *t, arrangement *a);
 
 /* --------------------------------------------------------- batches */
 
@@ -100,6 +105,12 @@ int arr_batches(heap_txn *t, const arrangement *a, bool partials,
  * it.  Errors: AH_ECORRUPT, AH_ENOMEM. */
 int arr_cursor(heap_txn *t, const arrangement *a, bool at, const void *key,
                size_t len, trace_cursor **out);
+/* A trace cursor over the one batch id of a (in its trace, or a merge's
+ * output so far), positioned at its first key, reporting the times as
+ * stored in that batch: not advanced by a's since.  Errors: AH_ENOTFOUND
+ * (id is none of a's batches), AH_ECORRUPT, AH_ENOMEM. */
+int arr_batch_cursor(heap_txn *t, const arrangement *a, uint64_t id,
+                     trace_cursor **out);
 
 /* ----------------------------------------------------------- checks */
 

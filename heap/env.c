@@ -31,7 +31,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -130,12 +129,7 @@ static int catalog(heap *h, MDB_env *env, bool create, bool prealloc)
 	TRY(heap_err(rc));
 	rc = HEAP_MDB(mdb_get(txn, h->dbi[HEAP_DBI_META], &k, &v));
 	if (rc == MDB_NOTFOUND && create) {
-		if (getrandom(h->uuid, sizeof h->uuid, 0) != sizeof h->uuid) {
-			rc = AH_EIO;
-			goto out;
-		}
-		h->uuid[6] = (uint8_t)((h->uuid[6] & 0x0f) | 0x40);
-		h->uuid[8] = (uint8_t)((h->uuid[8] & 0x3f) | 0x80);
+		TRY(heap_uuid_new(h->uuid));
 		heap_meta_encode(rec, h->psize, h->uuid, HEAP_FORMAT_VERSION);
 		h->format = HEAP_FORMAT_VERSION;
 		v.mv_size = sizeof rec;

@@ -52,6 +52,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -188,6 +189,15 @@ void heap_meta_encode(uint8_t out[HEAP_META_BYTES], uint32_t psize,
 		v = meta_check(out);
 		put_u32(out + 44, v);
 	}
+}
+
+int heap_uuid_new(uint8_t uuid[16])
+{
+	if (getrandom(uuid, 16, 0) != 16)
+		return AH_EIO;
+	uuid[6] = (uint8_t)((uuid[6] & 0x0f) | 0x40);
+	uuid[8] = (uint8_t)((uuid[8] & 0x3f) | 0x80);
+	return 0;
 }
 
 int heap_meta_check(const void *val, size_t len, uint32_t psize,

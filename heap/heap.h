@@ -395,8 +395,10 @@ int heap_reader_list(heap *h, int (*fn)(const heap_reader *r, void *user),
 
 /* Writes a compacted consistent copy of the heap's last commit to path
  * (mdb_env_copyfd2 with MDB_CP_COMPACT: a read txn, the writer is never
- * blocked), fsynced.  path must not exist; on failure nothing is left.
- * Errors: AH_EEXIST, AH_ENOTFOUND, AH_EREADONLY, AH_EFULL, AH_EIO. */
-int heap_backup(heap *h, const char *path);
+ * blocked), fsynced; with fresh_uuid the copy's meta record gets a new
+ * UUID before it is published.  path must not exist; on failure nothing
+ * is left.  Errors: AH_EEXIST, AH_ENOTFOUND, AH_EREADONLY, AH_EFULL,
+ * AH_EIO. */
+int heap_backup(heap *h, const char *path, bool fresh_uuid);
 
 #endif /* HEAP_HEAP_H */

@@ -126,6 +126,8 @@ bool heap_format_unborn(int fd, uint32_t psize);
 #define HEAP_META_BYTES 64
 void heap_meta_encode(uint8_t out[HEAP_META_BYTES], uint32_t psize,
                       const uint8_t uuid[16], uint32_t version);
+/* A fresh random (version 4) UUID; AH_EIO when getrandom fails. */
+int heap_uuid_new(uint8_t uuid[16]);
 /* Checks a stored meta record; *version gets its format version. */
 int heap_meta_check(const void *val, size_t len, uint32_t psize,
                     uint8_t uuid[16], uint32_t *version);

@@ -287,7 +287,48 @@ int heap_reader_list(heap *h, int (*fn)(const heap_reader *r, void *user),
 	return rc < 0 ? AH_EIO : 0;
 }
 
-int heap_backup(heap *h, const char *path)
+/* Gives the unpublished copy at tmp a new UUID: one LMDB write txn that
+ * rewrites the meta record (same format version).  MDB_NOLOCK: nobody
+ * else can know the file yet.  Without MDB_WRITEMAP, a full disk is an
+ * error, not a SIGBUS. */
+static int new_uuid(heap *h, const char *tmp)
+{
+	MDB_val k = { sizeof HEAP_META_KEY - 1, (void *)HEAP_META_KEY }, v;
+	uint8_t rec[HEAP_META_BYTES], uuid[16];
+	MDB_env *env = NULL;
+	MDB_txn *txn = NULL;
+	MDB_dbi dbi;
+	struct stat st;
+	uint32_t ver;
+	int rc;
+
+	if (stat(tmp, &st) != 0)
+		return heap_err(errno);
+	TRY(heap_err(mdb_env_create(&env)));
+	TRY(heap_err(mdb_env_set_maxdbs(env, HEAP_DBI__COUNT)));
+	TRY(heap_err(mdb_env_set_mapsize(env, (size_t)st.st_size +
+	                                              (64u << 20))));
+	TRY(heap_err(mdb_env_open(env, tmp, MDB_NOSUBDIR | MDB_NOLOCK, 0644)));
+	TRY(heap_err(mdb_txn_begin(env, NULL, 0, &txn)));
+	TRY(heap_err(mdb_dbi_open(txn, "meta", 0, &dbi)));
+	TRY(heap_err(mdb_get(txn, dbi, &k, &v)));
+	TRY(heap_meta_check(v.mv_data, v.mv_size, h->psize, uuid, &ver));
+	TRY(heap_uuid_new(uuid));
+	heap_meta_encode(rec, h->psize, uuid, ver);
+	v.mv_size = sizeof rec;
+	v.mv_data = rec;
+	TRY(heap_err(mdb_put(txn, dbi, &k, &v, 0)));
+	rc = heap_err(mdb_txn_commit(txn));
+	txn = NULL;
+out:
+	if (txn != NULL)
+		mdb_txn_abort(txn);
+	if (env != NULL)
+		mdb_env_close(env);
+	return rc;
+}
+
+int heap_backup(heap *h, const char *path, bool fresh_uuid)
 {
 	char real[PATH_MAX], tmp[PATH_MAX];
 	struct stat st;
@@ -329,6 +370,8 @@ int heap_backup(heap *h, const char *path)
 		rc = heap_err(errno);
 	if (close(fd) != 0 && rc == 0)
 		rc = heap_err(errno);
+	if (rc == 0 && fresh_uuid)
+		rc = new_uuid(h, tmp); /* its commit syncs */
 	if (rc == 0) {
 		rc = heap_path_publish(tmp, real, &exists);
 		if (rc == 0 && exists)

@@ -275,6 +275,19 @@ typedef struct ah_arrangement_info {
 int ah_arrangement_info_get(ah_txn *txn, const char *name,
                             ah_arrangement_info *info);
 
+/* Drops arrangement NAME in txn: frees every batch of its trace, every
+ * merge's output so far and all their chunks, and removes its record, so
+ * that NAME no longer exists (a later ah_arrangement_create makes a new,
+ * empty NAME).  The pages return to LMDB's free list when txn commits and
+ * are reused once no read snapshot can still see them: a snapshot begun
+ * before the commit goes on reading NAME whole.  Source positions are not
+ * touched (they may describe other arrangements too).  Errors: AH_EINVAL
+ * (bad name), AH_ENOTFOUND, AH_EREADONLY, AH_EBADTXN, AH_ESTATE (a builder
+ * is open), AH_ECORRUPT (a batch record or chunk it lists is missing),
+ * AH_EFULL, AH_EIO; each poisons the txn.  Source: LMDB mdb_drop;
+ * RocksDB DropColumnFamily. */
+int ah_arrangement_drop(ah_txn *txn, const char *name);
+
 /* Iterates arrangement names in bytewise order: pass after = NULL for the
  * first; the name is copied to buf (caller's, at least AH_NAME_MAX + 1
  * bytes).  Returns 0 and fills buf, or AH_ENOTFOUND past the last.
@@ -419,6 +432,21 @@ int ah_cursor_open(ah_txn *txn, const char *name, ah_cursor **out);
  * costs one chunk per batch.  Same errors. */
 int ah_cursor_open_at(ah_txn *txn, const char *name, const void *key,
                       size_t len, ah_cursor **out);
+/* A cursor over the one batch BATCH_ID of NAME (an id of
+ * ah_batch_foreach: a batch of the trace or a merge's output so far),
+ * positioned at its first key, for seeing a batch's raw updates (tools:
+ * ah-dump updates, history).  Unlike the cursors above it reports times
+ * as stored in that batch, NOT advanced to NAME's since; so a time may be
+ * below since (a batch not yet merged since since advanced), and a
+ * merge's output holds updates its inputs still hold too.  The movements
+ * and walks are those of every cursor; ah_cursor_accumulate keeps the
+ * frontier rule of NAME (as_of in [since, upper)) and sums this batch's
+ * share of the answer, which advancing times would not change.  Errors:
+ * as ah_cursor_open, and AH_ENOTFOUND also when NAME has no batch
+ * BATCH_ID (the txn's message says which).  Source: RocksDB sst_dump
+ * --command=scan (one file's entries with their sequence numbers). */
+int ah_cursor_open_batch(ah_txn *txn, const char *name, uint64_t batch_id,
+                         ah_cursor **out);
 /* Frees the cursor (also after its txn ended; NULL is a no-op).  Returns
  * the cursor's first error (0 if none): the last chance to see one. */
 int ah_cursor_close(ah_cursor *c);
@@ -659,6 +687,26 @@ int ah_reader_foreach(ah_heap *heap, ah_reader_fn fn, void *user);
  * AH_ENOTFOUND (no such directory), AH_EREADONLY (no permission), AH_EFULL,
  * AH_EIO, AH_EFORK. */
 int ah_backup(ah_heap *heap, const char *path);
+
+/* ah_backup_opts.flags */
+#define AH_BACKUP_NEW_UUID 0x1u  /* the copy gets a UUID of its own */
+
+/* Options for ah_backup_v2.  Set .size = sizeof(ah_backup_opts); zero
+ * fields take their defaults.  opts may be NULL (all defaults). */
+typedef struct ah_backup_opts {
+	size_t size;      /* sizeof(ah_backup_opts) */
+	unsigned flags;   /* AH_BACKUP_* */
+} ah_backup_opts;
+
+/* As ah_backup; with AH_BACKUP_NEW_UUID the copy's meta record gets a
+ * fresh random UUID (v4) before it is published, so the copy and the
+ * heap it came from, which may both live on and diverge, can be told
+ * apart (ah_heap_stat.uuid).  Without the flag the copy is exact, UUID
+ * included: the restore point of one heap.  Contents, frontiers, source
+ * positions and checksums are equal either way.  Errors: as ah_backup,
+ * and AH_EINVAL for unknown flags or opts->size too small.  Source:
+ * xfs_copy (a new UUID for every copy unless -d). */
+int ah_backup_v2(ah_heap *heap, const char *path, const ah_backup_opts *opts);
 
 #ifdef __cplusplus
 }

@@ -1,19 +1,23 @@
 /*
- * tools/ah-dump.c - looks inside a heap, read only: the way mdb_stat,
- * pg_waldump or sqlite3_analyzer do for theirs (`ah-dump --help` and
- * tools/ah-dump.1 document every command and field).
+ * tools/ah-dump.c - looks inside a heap the way mdb_stat, pg_waldump or
+ * sqlite3_analyzer do for theirs, and does the few things an operator
+ * must be able to do to one without writing a program (`ah-dump --help`
+ * and tools/ah-dump.1 document every command and field).
  *
- * Every command runs in one read transaction of a heap opened with
- * AH_OPEN_RDONLY, so it sees one commit and never blocks or disturbs a
- * writer, also one in another process.  This file is only the program:
- * arguments, the command table (name, usage, handler) and main; the
- * handlers and what they share (opening the heap behind the page check and
- * the signal guard, errors, escapes) are in tools/dump/.  Adding a command
- * is adding a row.
+ * Reading commands run in one read transaction of a heap opened with
+ * AH_OPEN_RDONLY, so they see one commit and never block or disturb a
+ * writer, also one in another process.  The write commands (since,
+ * advance, maintain, drop) open it for writing and run in one write
+ * transaction, which waits for LMDB's writer lock like any writer;
+ * salvage writes only a new heap.  This file is only the program:
+ * arguments, the command table (name, usage, what it opens, handler) and
+ * main; the handlers and what they share are in tools/dump/.  Adding a
+ * command is adding a row.
  *
  * A thin program over include/arrheap.h.  Bad input (a missing file, a
  * directory, a file that is no heap, a damaged heap) is a one-line error
- * and exit 1; a usage error exits 2.  Never crashes on what it reads.
+ * and exit 1, a usage error exits 2; with --json either is the document's
+ * "error" member on stdout.  Never crashes on what it reads.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -21,42 +25,62 @@
 
 #include "tools/dump/dump.h"
 
+enum { CHECK = 1, WRITE = 2 };
+
 typedef struct command {
 	const char *name;
 	const char *usage;
+	unsigned flags;   /* CHECK: the page check first; WRITE: open to write */
 	int (*run)(dump *d, int argc, char **argv);
 } command;
 
 static const command commands[] = {
-	{ "", "", cmd_summary },
-	{ "arrangements", "arrangements", cmd_arrangements },
-	{ "batches", "batches NAME", cmd_batches },
-	{ "chunks", "chunks NAME", cmd_chunks },
-	{ "read", "read NAME [--as-of T]", cmd_read },
-	{ "keys", "keys NAME [--prefix P] [--limit N]", cmd_keys },
-	{ "get", "get NAME KEY [--as-of T]", cmd_get },
-	{ "verify", "verify", cmd_verify },
-	{ "space", "space", cmd_space },
-	{ "backup", "backup OUT", cmd_backup },
+	{ "", "", CHECK, cmd_summary },
+	{ "arrangements", "arrangements", CHECK, cmd_arrangements },
+	{ "batches", "batches NAME", CHECK, cmd_batches },
+	{ "chunks", "chunks NAME", CHECK, cmd_chunks },
+	{ "read", "read NAME [--as-of T] [RANGE] [--limit N | --count]", CHECK,
+	  cmd_read },
+	{ "keys", "keys NAME [RANGE] [--limit N | --count]", CHECK, cmd_keys },
+	{ "get", "get NAME KEY [--as-of T]", CHECK, cmd_get },
+	{ "history", "history NAME KEY [--val V]", CHECK, cmd_history },
+	{ "updates", "updates NAME --batch ID [RANGE] [--limit N | --count]",
+	  CHECK, cmd_updates },
+	{ "source", "source NAME", CHECK, cmd_source },
+	{ "verify", "verify", 0, cmd_verify },
+	{ "space", "space [--scan]", CHECK, cmd_space },
+	{ "backup", "backup OUT [--same-uuid]", CHECK, cmd_backup },
+	{ "salvage", "salvage OUT", 0, cmd_salvage },
+	{ "since", "since NAME SINCE", CHECK | WRITE, cmd_since },
+	{ "advance", "advance NAME UPPER", CHECK | WRITE, cmd_advance },
+	{ "maintain", "maintain NAME [--fuel N]", CHECK | WRITE, cmd_maintain },
+	{ "drop", "drop NAME", CHECK | WRITE, cmd_drop },
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
 static const char help_text[] =
-"usage: ah-dump HEAP [COMMAND [ARGS]] [--json]\n"
-"Looks inside an arrheap heap, read only, in one snapshot; never blocks a\n"
-"writer.  Exit 0 on success, 1 on an error (one line on stderr) or when\n"
-"verify finds a problem, 2 on a usage error.  Sizes: B/KiB/MiB/GiB.\n"
-"Every command but verify first checks LMDB's pages (every B-tree page and\n"
-"the first page of each chunk) and refuses a damaged heap in one line.\n"
-"KEY, P and printed keys/vals use the changelog escape: \\\\ \\t \\n \\xHH.\n"
-"--json prints one JSON document; its field names are listed below.\n"
+"usage: ah-dump HEAP [COMMAND [ARGS]] [--json] [--hex]\n"
+"       ah-dump --help | --version\n"
+"Looks inside an arrheap heap, read only, in one snapshot (never blocks a\n"
+"writer); since, advance, maintain and drop change it, in one write\n"
+"transaction.  Exit 0 on success, 1 on an error (one line on stderr), when\n"
+"verify finds a problem, or when salvage leaves something behind; 2 on a\n"
+"usage error.  Sizes: B/KiB/MiB/GiB.  Every command but verify and salvage\n"
+"first checks LMDB's pages and refuses a damaged heap in one line.\n"
+"KEY, K, P, V and printed keys/vals use the changelog escape: \\\\ \\t \\n \\xHH;\n"
+"with --hex, plain lowercase hex (in and out).  RANGE: --from K (keys >= K)\n"
+"--to K (keys < K) --prefix P.  --limit N: at most N (0: none; stderr says\n"
+"where more follow); --count: the number only.\n"
+"--json prints one JSON document on stdout, its fields listed below; a\n"
+"failure is its member error{code message exit} (code: an AH_E* name or\n"
+"\"usage\"), alone or after what was printed, and stderr stays empty.\n"
 "\n"
 "ah-dump HEAP\n"
 "    summary.  Lines \"arrangement NAME: upper, since, batches, updates, keys\n"
-"    (summed over batches), bytes\" and \"source NAME: position P\" (as text\n"
-"    when printable, else hex:...), then the heap: format version, uuid,\n"
-"    apparent/allocated file size, map size, pages used/free, last commit,\n"
-"    reader slots in use.\n"
+"    (summed over batches), bytes\" and \"source NAME: position P\" (text; a\n"
+"    text of several lines follows, indented; else hex:...; long ones cut),\n"
+"    then the heap: format version, uuid, apparent/allocated file size, map\n"
+"    size, pages used/free, last commit, reader slots in use.\n"
 "    json: heap format_version uuid page_size file_bytes file_alloc_bytes\n"
 "      map_bytes pages_used pages_free last_txn_id readers_used readers_max\n"
 "      arrangements[]{name upper since batches merging updates keys chunks\n"
@@ -74,17 +98,31 @@ static const char help_text[] =
 "    file offset of its first byte, stored xxh3 (hex).\n"
 "    json: arrangement chunks[]{id batch class_pages bytes stored_bytes\n"
 "      file_offset xxh3}   (stored_bytes: the checksummed span in the file)\n"
-"ah-dump HEAP read NAME [--as-of T]\n"
+"ah-dump HEAP read NAME [--as-of T] [RANGE] [--limit N | --count]\n"
 "    KEY<TAB>VAL<TAB>DIFF per (key, val) with a non-zero sum as of T\n"
-"    (default: upper - 1), sorted by key then val.\n"
-"    json: arrangement as_of rows[]{key val diff}\n"
-"ah-dump HEAP keys NAME [--prefix P] [--limit N]\n"
-"    keys stored in some batch (their sum may be zero), sorted, one per\n"
-"    line; only those starting with P; at most N.\n"
-"    json: arrangement keys[] truncated (true: --limit cut the list)\n"
+"    (default: upper - 1), sorted by key then val; --limit counts rows.\n"
+"    json: arrangement as_of rows[]{key val diff} [truncated next_key]|count\n"
+"ah-dump HEAP keys NAME [RANGE] [--limit N | --count]\n"
+"    keys stored in some batch (their sum may be zero), sorted, one per line.\n"
+"    json: arrangement keys[] truncated [next_key] | arrangement count\n"
 "ah-dump HEAP get NAME KEY [--as-of T]\n"
-"    VAL<TAB>DIFF per val of KEY with a non-zero sum as of T.\n"
+"    VAL<TAB>DIFF per val of KEY with a non-zero sum as of T; no such key\n"
+"    (or every sum zero) is an error (AH_ENOTFOUND).\n"
 "    json: arrangement key as_of vals[]{val diff}\n"
+"ah-dump HEAP history NAME KEY [--val V]\n"
+"    every stored update of KEY (of val V), batch by batch, oldest first:\n"
+"    BATCH<TAB>VAL<TAB>TIME<TAB>DIFF, times as stored (a read advances those\n"
+"    before since to since); none is an error (AH_ENOTFOUND).\n"
+"    json: arrangement key [val] upper since batches[]{batch lower upper since\n"
+"      updates[]{val time diff}}\n"
+"ah-dump HEAP updates NAME --batch ID [RANGE] [--limit N | --count]\n"
+"    every update of one batch (an id of `batches`): KEY<TAB>VAL<TAB>TIME<TAB>\n"
+"    DIFF, times as stored; --limit counts updates.\n"
+"    json: arrangement batch lower upper since partial updates[]{key val time\n"
+"      diff} [truncated next_key] | count\n"
+"ah-dump HEAP source NAME\n"
+"    the position of source NAME, its bytes exactly (--hex: hex and a\n"
+"    newline).   json: source bytes position(null if not text) position_hex\n"
 "ah-dump HEAP verify\n"
 "    checks LMDB's pages (trees, free list, page accounting), then\n"
 "    recomputes every chunk checksum and checks every invariant (sorted,\n"
@@ -93,35 +131,93 @@ static const char help_text[] =
 "    Prints each problem naming arrangement, batch and chunk; exit 1 if any.\n"
 "    json: problems[]{arrangement batch chunk message} (0/\"\": none) ok\n"
 "      arrangements batches chunks chunk_bytes seconds\n"
-"ah-dump HEAP space\n"
-"    where the pages go: chunks, B-trees, free list (runs, largest run),\n"
-"    pages pinned by the oldest other reader; per arrangement; readers.\n"
-"    json: page_size file_bytes pages_used chunk_pages chunks tree_pages\n"
-"      pages_free pages_pinned free_runs free_largest_run last_txn_id\n"
-"      oldest_reader{pid txn_id age}|null arrangements[]{name batches\n"
-"      chunks bytes chunk_bytes} readers[]{pid thread txn_id age self}\n"
-"      (age: commits since the reader's snapshot; txn_id 0: idle slot)\n"
-"ah-dump HEAP backup OUT\n"
-"    writes a compacted hot copy of the latest commit to the new file OUT;\n"
-"    the copy is a heap (restore: open it).   json: backup bytes\n";
+"ah-dump HEAP space [--scan]\n"
+"    where every page goes, in lines that add up to the pages used: chunks,\n"
+"    the B-tree pages of each table, free pages (runs, largest run), the two\n"
+"    metas; pages pinned by the oldest other reader; each table's depth,\n"
+"    branch/leaf/overflow pages and entries; per arrangement its pages,\n"
+"    payload and slack (--scan: also keys, vals, their average and largest\n"
+"    size, reading every key and val); readers.\n"
+"    json: page_size file_bytes snapshot_txn_id pages_used chunk_pages chunks\n"
+"      tree_pages pages_free meta_pages pages_pinned free_runs\n"
+"      free_largest_run last_txn_id oldest_reader{pid txn_id age}|null\n"
+"      tables[]{name depth branch_pages leaf_pages overflow_pages entries\n"
+"      pages} arrangements[]{name batches chunks chunk_pages bytes\n"
+"      chunk_bytes slack_bytes [keys vals key_bytes key_max val_bytes\n"
+"      val_max]} readers[]{pid thread txn_id age self}\n"
+"      (sum of tables[].pages + pages_free + meta_pages = pages_used)\n"
+"ah-dump HEAP backup OUT [--same-uuid]\n"
+"    writes a compacted hot copy of the latest commit to the new file OUT,\n"
+"    with a UUID of its own (--same-uuid: the heap's, for a restore that\n"
+"    replaces it); the copy is a heap.   json: backup bytes new_uuid\n"
+"ah-dump HEAP salvage OUT\n"
+"    copies every arrangement that verifies and reads into the new heap OUT\n"
+"    (at its readable times, same upper and since) and names each one left\n"
+"    behind and why; source positions only if nothing was left behind (a\n"
+"    partial salvage is for reading, not for resuming an engine).  Exit 1\n"
+"    if anything was left behind.\n"
+"    json: heap arrangements[]{name salvaged upper since updates|reason}\n"
+"      sources[]{name copied [reason]} heap_problems positions_copied\n"
+"      complete salvage\n"
+"ah-dump HEAP since NAME SINCE\n"
+"ah-dump HEAP advance NAME UPPER\n"
+"    logical compaction (since only advances, never past the upper), and\n"
+"    an empty advance of the upper; the library's rules and messages.\n"
+"    json: arrangement since_before since upper | upper_before upper since\n"
+"ah-dump HEAP maintain NAME [--fuel N]\n"
+"    merge work: in-progress merges first, then (no --fuel) everything into\n"
+"    one batch.   json: arrangement fuel idle before{batches merging updates\n"
+"      chunks bytes} after{...}\n"
+"ah-dump HEAP drop NAME\n"
+"    removes NAME and frees its batches and chunks (source positions stay).\n"
+"    json: dropped batches updates chunks chunk_pages\n"
+"A write command waits for the heap's writer lock while another process\n"
+"writes (after 1 s it says so on stderr, naming who has the heap open).\n";
 
 static void usage(FILE *f)
 {
 	fputs(help_text, f);
 }
 
-/* Removes --json from argv (anywhere after HEAP); returns the new argc. */
-static int take_json(int argc, char **argv, bool *json)
+/* Removes --json and --hex from argv (anywhere after HEAP); returns the
+ * new argc. */
+static int take_flags(int argc, char **argv, dump *d)
 {
 	int n = 1;
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--json") && i > 1)
-			*json = true;
+			d->json = true;
+		else if (!strcmp(argv[i], "--hex") && i > 1)
+			d->hex = true;
 		else
 			argv[n++] = argv[i];
 	}
 	return n;
+}
+
+/* The end of a run: with --json a failure becomes the document's error
+ * member; a usage error gets the command's usage line. */
+static int finish(dump *d, const command *cmd, int status)
+{
+	if (status == 2 && cmd) {
+		if (!d->err_code) {
+			d->err_code = DUMP_USAGE;
+			snprintf(d->err, sizeof d->err, "usage: ah-dump HEAP %s [--json] "
+			         "[--hex]", cmd->usage);
+		}
+		if (!d->json)
+			fprintf(stderr, "usage: ah-dump HEAP %s [--json] [--hex]\n",
+			        cmd->usage);
+	}
+	if (d->json && status != 0 && d->err_code)
+		dump_json_error(d, status);
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		if (!d->json)
+			fprintf(stderr, "ah-dump: write error: %s\n", strerror(errno));
+		status = status ? status : 1;
+	}
+	return status;
 }
 
 int main(int argc, char **argv)
@@ -131,12 +227,19 @@ int main(int argc, char **argv)
 	const char *cname;
 	int status;
 
-	for (int i = 1; i < argc; i++)
+	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
 			usage(stdout);
 			return 0;
 		}
-	argc = take_json(argc, argv, &d.json);
+		if (!strcmp(argv[i], "--version")) {
+			printf("ah-dump (arrheap) %s, library %s\n", AH_VERSION_STRING,
+			       ah_version(NULL, NULL, NULL));
+			return 0;
+		}
+	}
+	tj_init(&d.j, stdout);
+	argc = take_flags(argc, argv, &d);
 	if (argc < 2) {
 		usage(stderr);
 		return 2;
@@ -147,18 +250,12 @@ int main(int argc, char **argv)
 		if (!strcmp(commands[i].name, cname))
 			cmd = &commands[i];
 	if (!cmd) {
-		fprintf(stderr, "ah-dump: unknown command \"%s\" (see ah-dump "
-		        "--help)\n", cname);
-		return 2;
+		dump_fail(&d, DUMP_USAGE, "unknown command \"%s\" (see ah-dump "
+		          "--help)", cname);
+		return finish(&d, NULL, 2);
 	}
-	if ((status = dump_open(&d, cmd->run != cmd_verify)) != 0)
-		return dump_close(&d, status);
-	status = cmd->run(&d, argc > 2 ? argc - 3 : 0, argv + 3);
-	if (status == 2) {
-		fprintf(stderr, "usage: ah-dump HEAP %s [--json]\n", cmd->usage);
-	} else if (fflush(stdout) != 0 || ferror(stdout)) {
-		fprintf(stderr, "ah-dump: write error: %s\n", strerror(errno));
-		status = 1;
-	}
-	return dump_close(&d, status);
+	if ((status = dump_open(&d, cmd->flags & CHECK, cmd->flags & WRITE)) == 0)
+		status = cmd->run(&d, argc > 2 ? argc - 3 : 0, argv + 3);
+	status = dump_close(&d, status);
+	return finish(&d, cmd, status);
 }

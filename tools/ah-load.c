@@ -1,7 +1,7 @@
 /*
  * tools/ah-load.c - applies a changelog file to a heap, resumably.
  *
- *   ah-load HEAP CHANGELOG [--source NAME]
+ *   ah-load HEAP CHANGELOG [--source NAME]      (CHANGELOG "-": stdin)
  *
  * The changelog format is in tools/common/parse.h.  Each commit group (the
  * records up to and including a `commit`) is one write transaction that also
@@ -18,13 +18,16 @@
  *
  * A thin program over include/arrheap.h: it never reaches into the library's
  * internals, and never stores a position that does not end a `commit`
- * record.  Exit status: 0 done, 1 a bad record or a library error (the
- * uncommitted group is discarded, committed groups stay), 2 a usage error.
+ * record.  On success it prints one line on stdout: what it applied and
+ * where the source now stands (or that it already stood at the end).
+ * Exit status: 0 done, 1 a bad record or a library error (the uncommitted
+ * group is discarded, committed groups stay), 2 a usage error.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +43,8 @@ typedef struct loader {
 	const char *log_path;
 	const char *source;
 	FILE *log;
-	uint64_t log_size;
+	uint64_t log_size;       /* UINT64_MAX: unknown (a pipe) */
+	bool seekable;           /* a regular file (also as stdin) */
 	/* the heap, the arrangements' staging and the group's write txn
 	 * (ig.txn, open from a group's first record to its commit); ig.gen
 	 * counts groups: an arrangement's upper/since are re-read once per
@@ -99,9 +103,11 @@ static void progress(loader *ld, int final)
 		return;
 	ld->last_shown = now;
 	ld->progress_shown = 1;
-	fprintf(stderr, "\r%" PRIu64 " records, %.0f records/s, %.1f of %.1f MiB",
+	fprintf(stderr, "\r%" PRIu64 " records, %.0f records/s, %.1f MiB",
 	        ld->records, el > 0 ? (double)ld->records / el : 0.0,
-	        (double)ld->offset / 1048576.0, (double)ld->log_size / 1048576.0);
+	        (double)ld->offset / 1048576.0);
+	if (ld->log_size != UINT64_MAX)
+		fprintf(stderr, " of %.1f MiB", (double)ld->log_size / 1048576.0);
 	if (ld->last_name)
 		fprintf(stderr, ", %s upper %" PRIu64, ld->last_name, ld->last_upper);
 	fputs("\033[K", stderr);
@@ -270,26 +276,44 @@ static int ends_commit(const char *tail, size_t n, int next)
 	return 0;
 }
 
-/* Counts the lines before byte pos, so that errors after a resume still
- * name the right line; leaves the stream at pos. */
-static int count_lines(FILE *f, uint64_t pos, uint64_t *lines)
+/* Reads the changelog from its start up to byte pos (a file: rewound
+ * first; a pipe: read through), counting the lines before it so that
+ * errors after a resume still name the right line, and keeping the last
+ * bytes before it and the byte after it (EOF or pushed back).  Returns 0,
+ * or 1 when the changelog ends before pos, -1 on a read error. */
+static int skip_to(loader *ld, uint64_t pos, char tail[8], size_t *tlen,
+                   int *next)
 {
 	char buf[1 << 16];
 	uint64_t done = 0, n = 0;
 
-	if (fseeko(f, 0, SEEK_SET) < 0)
+	if (ld->seekable && fseeko(ld->log, 0, SEEK_SET) < 0)
 		return -1;
+	*tlen = 0;
 	while (done < pos) {
 		size_t want = pos - done < sizeof(buf) ? (size_t)(pos - done) : sizeof(buf);
-		size_t got = fread(buf, 1, want, f);
+		size_t got = fread(buf, 1, want, ld->log);
 
 		if (got == 0)
-			return -1;
+			return ferror(ld->log) ? -1 : 1;
 		for (char *p = buf; (p = memchr(p, '\n', (size_t)(buf + got - p))); p++)
 			n++;
+		if (got >= 8) {
+			memcpy(tail, buf + got - 8, 8);
+			*tlen = 8;
+		} else {
+			size_t keep = *tlen + got > 8 ? 8 - got : *tlen;
+
+			memmove(tail, tail + *tlen - keep, keep);
+			memcpy(tail + keep, buf, got);
+			*tlen = keep + got;
+		}
 		done += got;
 	}
-	*lines = n;
+	*next = getc(ld->log);
+	if (*next != EOF)
+		ungetc(*next, ld->log);
+	ld->line = n;
 	return 0;
 }
 
@@ -299,10 +323,9 @@ static int resume(loader *ld)
 {
 	ah_txn *txn;
 	const void *pos;
-	size_t len;
+	size_t len, tlen;
 	char tail[8];
-	size_t got, want;
-	int rc;
+	int rc, next;
 
 	rc = ah_txn_begin(ld->ig.heap, AH_TXN_RDONLY, &txn);
 	if (rc < 0)
@@ -320,21 +343,19 @@ static int resume(loader *ld)
 		return fail(ld, "read position of source %s: %s", ld->source,
 		            ah_strerror(rc));
 	ld->have_pos = 1;
-	if (ld->committed_pos > ld->log_size)
+	if (ld->log_size != UINT64_MAX && ld->committed_pos > ld->log_size)
+		rc = 1;
+	else if ((rc = skip_to(ld, ld->committed_pos, tail, &tlen, &next)) < 0)
+		return fail(ld, "read: %s", strerror(errno));
+	if (rc == 1)
 		return fail(ld, "changelog is shorter than the stored position %" PRIu64
 		            ": not the file this heap was loaded from",
 		            ld->committed_pos);
 	/* The bytes before the position must end a `commit` line. */
-	want = ld->committed_pos < 8 ? (size_t)ld->committed_pos : 8;
-	if (fseeko(ld->log, (off_t)(ld->committed_pos - want), SEEK_SET) < 0)
-		return fail(ld, "seek: %s", strerror(errno));
-	got = fread(tail, 1, want, ld->log);
-	if (got != want || !ends_commit(tail, want, getc(ld->log)))
+	if (!ends_commit(tail, tlen, next))
 		return fail(ld, "no commit record ends at the stored position %" PRIu64
 		            ": not the file this heap was loaded from",
 		            ld->committed_pos);
-	if (count_lines(ld->log, ld->committed_pos, &ld->line) < 0)
-		return fail(ld, "read: %s", strerror(errno));
 	ld->offset = ld->committed_pos;
 	return 0;
 }
@@ -376,9 +397,13 @@ static int run(loader *ld)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: ah-load HEAP CHANGELOG [--source NAME]\n"
-	        "Applies CHANGELOG to HEAP (created if absent), one transaction per\n"
-	        "commit record; resumes from source NAME's stored position\n"
-	        "(default \"changelog\").\n"
+	        "       ah-load --help | --version\n"
+	        "Applies CHANGELOG (\"-\": standard input) to HEAP (created if absent),\n"
+	        "one transaction per commit record, storing the byte offset after\n"
+	        "each as source NAME's position (default \"changelog\"); resumes from\n"
+	        "it, so a rerun applies only what is new.  On success prints one\n"
+	        "line: \"applied N commits (R records, U updates); source NAME at\n"
+	        "offset X\" or \"nothing to apply: source NAME already at offset X\".\n"
 	        "\n"
 	        "CHANGELOG: one record per line, fields separated by one TAB (LF line\n"
 	        "ends); blank lines and lines starting with # are ignored.\n"
@@ -389,24 +414,50 @@ static void usage(FILE *f)
 	        "  commit                          commit atomically and durably\n"
 	        "NAME: 1-64 of [A-Za-z0-9_.:/-]; TIME, UPPER, SINCE: decimal u64; DIFF:\n"
 	        "decimal i64; KEY, VAL: bytes with escapes \\\\ \\t \\n \\xHH.\n"
+	        "A line ending in CR (a CRLF file) or fields separated by spaces are\n"
+	        "named as such.\n"
 	        "Exit: 0 done, 1 bad record (CHANGELOG:LINE: reason; nothing after the\n"
-	        "last commit is applied), 2 usage.\n");
+	        "last commit is applied), 2 usage.  man ah-load has the details.\n");
 }
 
 static int open_log(loader *ld)
 {
 	struct stat st;
 
-	ld->log = fopen(ld->log_path, "r");
+	ld->log = strcmp(ld->log_path, "-") ? fopen(ld->log_path, "r") : stdin;
 	if (!ld->log)
 		return fail(ld, "%s", strerror(errno));
 	if (fstat(fileno(ld->log), &st) < 0)
 		return fail(ld, "%s", strerror(errno));
 	if (S_ISDIR(st.st_mode))
 		return fail(ld, "is a directory");
-	ld->log_size = (uint64_t)st.st_size;
+	ld->seekable = S_ISREG(st.st_mode) &&
+	               lseek(fileno(ld->log), 0, SEEK_CUR) == 0;
+	ld->log_size = ld->seekable ? (uint64_t)st.st_size : UINT64_MAX;
 	setvbuf(ld->log, NULL, _IOFBF, 1 << 20);
 	return 0;
+}
+
+/* The one line of a successful load, on stdout. */
+static void report(const loader *ld, uint64_t started_at)
+{
+	if (ld->commits == 0 && ld->have_pos) {
+		printf("nothing to apply: source %s already at offset %" PRIu64 "\n",
+		       ld->source, ld->committed_pos);
+		return;
+	}
+	if (ld->commits == 0) {
+		printf("nothing to apply: %s holds no commit record\n",
+		       ld->log_path);
+		return;
+	}
+	if (started_at)
+		printf("resumed at offset %" PRIu64 "; ", started_at);
+	printf("applied %" PRIu64 " commit%s (%" PRIu64 " record%s, %" PRIu64
+	       " update%s); source %s at offset %" PRIu64 "\n", ld->commits,
+	       ld->commits == 1 ? "" : "s", ld->records, ld->records == 1 ? "" : "s",
+	       ld->updates, ld->updates == 1 ? "" : "s", ld->source,
+	       ld->committed_pos);
 }
 
 int main(int argc, char **argv)
@@ -414,11 +465,16 @@ int main(int argc, char **argv)
 	loader ld = { .source = "changelog" };
 	ah_open_opts opts = { .size = sizeof(opts), .flags = AH_OPEN_CREATE };
 	const char *heap_path = NULL;
+	uint64_t started_at;
 	int status = 1, rc;
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
 			usage(stdout);
+			return 0;
+		} else if (!strcmp(argv[i], "--version")) {
+			printf("ah-load (arrheap) %s, library %s\n", AH_VERSION_STRING,
+			       ah_version(NULL, NULL, NULL));
 			return 0;
 		} else if (!strcmp(argv[i], "--source") && i + 1 < argc) {
 			ld.source = argv[++i];
@@ -462,6 +518,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "ah-load: %s: %s\n", ld.log_path, ld.err);
 		goto out;
 	}
+	started_at = ld.have_pos ? ld.committed_pos : 0;
 	if (run(&ld) < 0) {
 		progress(&ld, 1);
 		fprintf(stderr, "%s:%" PRIu64 ": %s\n", ld.log_path, ld.line, ld.err);
@@ -480,14 +537,15 @@ int main(int argc, char **argv)
 		        PRIu64 " commits) in %.2f s\n", ld.records, ld.updates,
 		        ld.commits, secs_since(&ld.t0, &now));
 	}
-	status = 0;
+	report(&ld, started_at);
+	status = fflush(stdout) == 0 && !ferror(stdout) ? 0 : 1;
 out:
 	ingest_abort(&ld.ig);
 	if (ld.ig.heap && ah_close(ld.ig.heap) < 0 && status == 0) {
 		fprintf(stderr, "ah-load: %s: close failed\n", heap_path);
 		status = 1;
 	}
-	if (ld.log)
+	if (ld.log && ld.log != stdin)
 		fclose(ld.log);
 	ingest_free(&ld.ig);
 	return status;

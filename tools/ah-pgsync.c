@@ -88,6 +88,7 @@ static void usage(FILE *f)
 	      "       ah-pgsync verify [-d CONNINFO] HEAP\n"
 	      "       ah-pgsync status HEAP\n"
 	      "       ah-pgsync wait HEAP LSN [SECONDS]\n"
+	      "       ah-pgsync --help | --version\n"
 	      "Keeps the tables of publication NAME (default ah_pgsync) as arrangements in HEAP\n"
 	      "through logical replication slot NAME (default ah_pgsync; pgoutput), resuming from\n"
 	      "the heap's stored LSN.  Tables need REPLICA IDENTITY FULL.  SIGTERM/SIGINT stop it\n"
@@ -100,7 +101,9 @@ static void usage(FILE *f)
 	      "column change) stops it with an error that says how much WAL the slot holds.\n"
 	      "verify compares every table with its arrangement at the heap's frontier: one line\n"
 	      "per table (equal, or DIFFERENT and what differs), then \"verified\" or a line naming\n"
-	      "each differing table; exit 1 if any differs.\n", f);
+	      "each differing table; exit 1 if any differs.\n"
+	      "The server needs wal_level=logical and a role with REPLICATION; the slot\n"
+	      "retains WAL while the engine is stopped (man ah-pgsync).\n", f);
 }
 
 
@@ -628,6 +631,13 @@ int main(int argc, char **argv)
 	struct sigaction sa = { .sa_handler = on_signal };
 	int st;
 
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--version")) {
+			printf("ah-pgsync (arrheap) %s, library %s, libpq %d.%d\n",
+			       AH_VERSION_STRING, ah_version(NULL, NULL, NULL),
+			       PQlibVersion() / 10000, PQlibVersion() % 10000);
+			return 0;
+		}
 	clock_gettime(CLOCK_MONOTONIC, &e.t0);
 	e.src.conninfo = "";
 	e.src.slot = e.src.pub = "ah_pgsync";

@@ -8,22 +8,38 @@
 # pgbench for SECONDS with 4 clients, kill -9s the engine half way, restarts
 # it, waits until the heap has caught up with every commit, verifies
 # every table against its arrangement and prints a report ending in
-# "verified".  The cluster and the temp dir go away on exit, failure or ^C.
+# "verified".  The report compares what the source must read to bring the
+# heap from the kill to the end of the run: the WAL from the heap's LSN
+# (resuming), against a copy of the tables plus the WAL from the restart
+# on (a re-snapshot; that tail is streamed either way).  The cluster and
+# the temp dir go away on exit, failure or ^C; with KEEP=1 (make demo
+# KEEP=1) both stay, the cluster stopped, and the last lines say where
+# (ah-dump HEAP, pg_ctl start).
 set -euo pipefail
-build=${1:-build}; scale=${2:-10}; secs=${3:-30}
+build=${1:-build}; scale=${2:-10}; secs=${3:-30}; keep=${KEEP:-0}
 sync=$build/ah-pgsync
 [ -x "$sync" ] || { echo "demo: build $sync first (make)" >&2; exit 2; }
 pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 [ -x "$pgbin/initdb" ] || { echo "demo: PostgreSQL server not installed (make deps)" >&2; exit 2; }
 ms() { date +%s%3N; }
+mib() { awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }
 t_start=$(ms)
 work=$(mktemp -d /tmp/ah-pgdemo-XXXXXX); chmod 755 "$work"
 as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+as_pg_hint=""; [ "$(id -u)" = 0 ] && as_pg_hint="runuser -u postgres -- "
+pgopts=""
 [ "$(id -u)" = 0 ] && chown postgres "$work"
 engine=""; pgbench_pid=""
 cleanup() {
   [ -n "$engine" ] && kill -9 "$engine" 2>/dev/null || true
   [ -n "$pgbench_pid" ] && kill "$pgbench_pid" 2>/dev/null || true
+  if [ "$keep" = 1 ]; then
+    [ -f "$work/data/postmaster.pid" ] && as_pg "$pgbin/pg_ctl" -D "$work/data" -m fast stop >/dev/null 2>&1 || true
+    echo "kept (KEEP=1): the heap $work/heap (try: $build/ah-dump $work/heap space), the cluster"
+    echo "  $work/data, stopped (start: ${as_pg_hint}$pgbin/pg_ctl -D $work/data -l $work/pg.log -o '$pgopts' start;"
+    echo "  its slot ah_pgsync retains WAL until dropped); remove with: rm -rf $work"
+    return
+  fi
   [ -f "$work/data/postmaster.pid" ] && as_pg "$pgbin/pg_ctl" -D "$work/data" -m immediate stop >/dev/null 2>&1 || true
   rm -rf "$work"
 }
@@ -33,9 +49,9 @@ trap 'exit 130' INT TERM
 port=54321
 while (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null; do port=$((port + 1)); done
 as_pg "$pgbin/initdb" -N -A trust -U postgres -D "$work/data" >/dev/null
-as_pg "$pgbin/pg_ctl" -D "$work/data" -l "$work/pg.log" -w -o "-c listen_addresses=127.0.0.1 -p $port \
-  -c unix_socket_directories=$work -c wal_level=logical -c max_replication_slots=8 \
-  -c max_wal_senders=8 -c synchronous_commit=off" start >/dev/null
+pgopts="-c listen_addresses=127.0.0.1 -p $port -c unix_socket_directories=$work -c wal_level=logical \
+-c max_replication_slots=8 -c max_wal_senders=8 -c synchronous_commit=off"
+as_pg "$pgbin/pg_ctl" -D "$work/data" -l "$work/pg.log" -w -o "$pgopts" start >/dev/null
 export PGHOST=127.0.0.1 PGPORT=$port PGUSER=postgres PGDATABASE=postgres
 sql() { psql -X -A -t -q -v ON_ERROR_STOP=1 -c "$1"; }
 # An LSN at or past the end of every transaction that has returned so far.
@@ -71,6 +87,9 @@ killed_at=$("$sync" status "$heap" | sed -n 's/^lsn //p')
 restart_lsn=$(sql "SELECT restart_lsn FROM pg_replication_slots WHERE slot_name = 'ah_pgsync'")
 echo "engine killed with SIGKILL after $((secs / 2)) s of pgbench; heap at LSN $killed_at, slot restart_lsn $restart_lsn"
 sleep 2
+# The WAL position when the engine restarts: a re-snapshot taken instead
+# would copy the tables here and stream the WAL after it.
+restart_at=$(sql "SELECT pg_current_wal_lsn()")
 "$sync" "$heap" 2>"$work/sync2.log" & engine=$!
 wait "$pgbench_pid"; pgbench_pid=""
 tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$work/pgbench.log" | head -1)
@@ -82,7 +101,12 @@ kill -TERM "$engine"; wait "$engine" || { cat "$work/sync2.log" >&2; exit 1; }; 
 
 first_ms=$(sed -n 's/.*first query answered \([0-9.]*\) ms.*/\1/p' "$work/sync2.log")
 final=$("$sync" status "$heap" | sed -n 's/^lsn //p')
-wal=$(sql "SELECT pg_wal_lsn_diff('$final', '$restart_lsn')::bigint")
+# Like with like: both ways end at the end of the run ($final) and both
+# stream the WAL written after the restart; resuming reads the WAL from the
+# heap's LSN at the kill, a re-snapshot copies the tables instead.
+wal_resume=$(sql "SELECT pg_wal_lsn_diff('$final', '$killed_at')::bigint")
+wal_decoded=$(sql "SELECT pg_wal_lsn_diff('$final', '$restart_lsn')::bigint")
+wal_tail=$(sql "SELECT pg_wal_lsn_diff('$final', '$restart_at')::bigint")
 streamed=$(sed -n 's/.*streamed \([0-9]*\) bytes.*/\1/p' "$work/sync2.log")
 tables=$(sql "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c WHERE relname LIKE 'pgbench_%' AND relkind = 'r'")
 updates=$("$sync" status "$heap" | sed -n 's/^updates //p')
@@ -95,7 +119,11 @@ sed 's/^/  /' "$work/verify.log" | grep -v '^  verified'
 echo "  rows arranged:                 $rows (4 tables)"
 echo "  updates arranged:              $updates from $txns source transactions (after the first copy)"
 echo "  restart to first answered query: $first_ms ms (heap opened, a key read at the frontier)"
-echo "  WAL read after the restart:    $wal bytes (slot restart_lsn $restart_lsn to $final; $streamed bytes of pgoutput)"
-echo "  a full re-snapshot would read: $tables bytes (pg_total_relation_size of the tables)"
+echo "  from the kill (heap at LSN $killed_at) to the end of the run ($final), what the source reads:"
+echo "    resuming from the heap:        $(mib "$wal_resume") of WAL, the heap's LSN to the end"
+echo "      (to decode it the server read the WAL from the slot's restart_lsn $restart_lsn: $(mib "$wal_decoded");"
+echo "      $(mib "$streamed") of pgoutput streamed)"
+echo "    a re-snapshot instead:         $(mib $((tables + wal_tail))): $(mib "$tables") of tables (pg_total_relation_size)"
+echo "      + $(mib "$wal_tail") of WAL from the restart ($restart_at) to the end, streamed either way"
 echo "  total demo time:               $(( ($(ms) - t_start) / 1000 )) s"
 echo "verified: every arrangement at LSN $final equals SELECT * FROM its table"

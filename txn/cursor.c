@@ -70,9 +70,15 @@ static void cursor_free(ah_cursor *c)
 	free(c);
 }
 
-/* Loads name and opens its trace cursor (at a key with at). */
-static int cursor_new(ah_txn *t, const char *name, bool at, const void *key,
-                      size_t len, ah_cursor **out)
+/* How cursor_new positions the trace cursor: at the first key, at the
+ * first key >= a key, or over one batch (its stored times). */
+enum how { FIRST_KEY, AT_KEY, ONE_BATCH };
+
+/* Loads name and opens its trace cursor as `how` says (key, len: AT_KEY;
+ * id: ONE_BATCH). */
+static int cursor_new(ah_txn *t, const char *name, enum how how,
+                      const void *key, size_t len, uint64_t id,
+                      ah_cursor **out)
 {
 	arrangement *a;
 	ah_cursor *c;
@@ -92,7 +98,8 @@ static int cursor_new(ah_txn *t, const char *name, bool at, const void *key,
 	strcpy(c->name, name);
 	c->upper = arr_upper(a);
 	c->since = arr_since(a);
-	rc = arr_cursor(t->ht, a, at, key, len, &c->tc);
+	rc = how == ONE_BATCH ? arr_batch_cursor(t->ht, a, id, &c->tc)
+	                      : arr_cursor(t->ht, a, how == AT_KEY, key, len, &c->tc);
 	arr_free(a);
 	*out = c;
 	return rc;
@@ -102,7 +109,9 @@ static int cursor_new(ah_txn *t, const char *name, bool at, const void *key,
 static int cursor_done(ah_txn *t, ah_cursor *c, int rc, ah_cursor **out)
 {
 	if (rc) {
-		txn_fail(t, rc, "arrangement '%s': %s", c->name, ah_strerror(rc));
+		if (!t->msg[0])
+			txn_fail(t, rc, "arrangement '%s': %s", c->name,
+			         ah_strerror(rc));
 		cursor_free(c);
 		return rc;
 	}
@@ -120,9 +129,10 @@ int ah_cursor_open(ah_txn *t, const char *name, ah_cursor **out)
 	ah_cursor *c = NULL;
 	int rc;
 
-	if (out)
-		*out = NULL;
-	rc = cursor_new(t, name, false, NULL, 0, &c);
+	if (!out)
+		return AH_EINVAL;
+	*out = NULL;
+	rc = cursor_new(t, name, FIRST_KEY, NULL, 0, 0, &c);
 	return c ? cursor_done(t, c, rc, out) : rc;
 }
 
@@ -132,11 +142,28 @@ int ah_cursor_open_at(ah_txn *t, const char *name, const void *key, size_t len,
 	ah_cursor *c = NULL;
 	int rc;
 
-	if (out)
-		*out = NULL;
+	if (!out)
+		return AH_EINVAL;
+	*out = NULL;
 	if (len && !key)
 		return AH_EINVAL;
-	rc = cursor_new(t, name, true, key, len, &c);
+	rc = cursor_new(t, name, AT_KEY, key, len, 0, &c);
+	return c ? cursor_done(t, c, rc, out) : rc;
+}
+
+int ah_cursor_open_batch(ah_txn *t, const char *name, uint64_t batch_id,
+                         ah_cursor **out)
+{
+	ah_cursor *c = NULL;
+	int rc;
+
+	if (!out)
+		return AH_EINVAL;
+	*out = NULL;
+	rc = cursor_new(t, name, ONE_BATCH, NULL, 0, batch_id, &c);
+	if (rc == AH_ENOTFOUND && c)
+		txn_fail(t, rc, "arrangement '%s' has no batch %" PRIu64, name,
+		         batch_id);
 	return c ? cursor_done(t, c, rc, out) : rc;
 }
 

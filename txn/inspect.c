@@ -222,5 +222,15 @@ int ah_backup(ah_heap *ah, const char *path)
 {
 	if (!ah)
 		return AH_EINVAL;
-	return heap_backup(ah->h, path);
+	return heap_backup(ah->h, path, false);
+}
+
+int ah_backup_v2(ah_heap *ah, const char *path, const ah_backup_opts *opts)
+{
+	unsigned flags = opts ? opts->flags : 0;
+
+	if (!ah || (opts && opts->size < sizeof *opts) ||
+	    (flags & ~AH_BACKUP_NEW_UUID))
+		return AH_EINVAL;
+	return heap_backup(ah->h, path, (flags & AH_BACKUP_NEW_UUID) != 0);
 }

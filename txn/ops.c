@@ -1,6 +1,6 @@
 /*
  * txn/ops.c - arrangement mutations of the public API: create, compare-and-
- * append (persist's compare_and_append), advance, since, maintenance.
+ * append (persist's compare_and_append), advance, since, maintenance, drop.
  *
  * Every mutation loads the arrangement's spine, checks the frontiers
  * before touching anything, does its work and stores the spine back in the
@@ -354,6 +354,21 @@ int ah_maintain(ah_txn *t, const char *name, uint64_t fuel, int *idle)
 	TRY(store(t, a));
 	if (idle)
 		*idle = is_idle;
+out:
+	arr_free(a);
+	return rc;
+}
+
+int ah_arrangement_drop(ah_txn *t, const char *name)
+{
+	arrangement *a = NULL;
+	int rc = txn_enter(t, true);
+
+	if (rc)
+		return rc;
+	TRY(load(t, name, &a));
+	if ((rc = arr_drop(t->ht, a)))
+		txn_poison(t, rc, "arrangement '%s': drop: %s", name, ah_strerror(rc));
 out:
 	arr_free(a);
 	return rc;

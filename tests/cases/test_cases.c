@@ -62,7 +62,7 @@ Test(cases, dump_bad_input, .init = bad_setup, .fini = bad_teardown)
 {
 	const char *build = tl_build();
 	const char *dir = bad.dir;
-	char cmd[1024], out[4096];
+	char cmd[1024], out[16384];
 	const char *setup = "cd '%s' && : > empty && head -c 65536 /dev/zero > zeros "
 	                    "&& printf 'hello\\n' > text && mkdir sub";
 	const char *heaps[] = { "missing", "empty", "zeros", "text", "sub" };

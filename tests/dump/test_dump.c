@@ -42,7 +42,7 @@ static void every_command(const char *heap, const char *arr)
 	static char files[1 << 16];
 	char args[256], cmd[sizeof files + 256], *out;
 	const char *per[] = { "batches", "chunks", "read", "keys", "keys %s --limit 1",
-	                      "get %s k" };
+	                      "keys %s --count" };
 
 	files[0] = 0;
 	for (size_t i = 0; i < sizeof every / sizeof *every; i++)
@@ -223,8 +223,9 @@ Test(dump, human_layout, .init = du_setup, .fini = du_teardown)
 		free(out);
 	}
 	cr_assert_eq(du_dump(heap, "--help", true, &out), 0);
-	for (const char *w = "batches NAME\0chunks NAME\0keys NAME [--prefix P] "
-	     "[--limit N]\0get NAME KEY [--as-of T]\0verify\0space\0backup OUT\0"
+	for (const char *w = "batches NAME\0chunks NAME\0keys NAME [RANGE] "
+	     "[--limit N | --count]\0get NAME KEY [--as-of T]\0verify\0space\0"
+	     "backup OUT\0"
 	     "class_pages\0file_offset\0oldest_reader\0"; *w; w += strlen(w) + 1)
 		cr_assert(strstr(out, w), "--help lacks %s", w);
 	free(out);
@@ -242,7 +243,7 @@ Test(dump, backup_equals_source, .init = du_setup, .fini = du_teardown)
 	snprintf(heap, sizeof heap, "%s/h", du_tmp.dir);
 	snprintf(copy, sizeof copy, "%s/copy", du_tmp.dir);
 	known_heap(heap);
-	snprintf(args, sizeof args, "backup '%s'", copy);
+	snprintf(args, sizeof args, "backup '%s' --same-uuid", copy);
 	cr_assert_eq(du_dump(heap, args, true, &a), 0, "%s", a);
 	free(a);
 	for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {

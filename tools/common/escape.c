@@ -1,6 +1,6 @@
 /*
  * tools/common/escape.c - the byte escape codec (see escape.h for the text
- * form).  Shared by the tools and the tests; knows nothing of the heap.
+ * form) and plain hex.  Shared by the tools and the tests; knows nothing of the heap.
  */
 #include "tools/common/escape.h"
 
@@ -35,6 +35,39 @@ size_t tool_escape(const void *in, size_t len, char *out)
 		}
 	}
 	return o;
+}
+
+size_t tool_hex(const void *in, size_t len, char *out)
+{
+	const uint8_t *p = in;
+
+	for (size_t i = 0; i < len; i++) {
+		out[2 * i] = hexdig[p[i] >> 4];
+		out[2 * i + 1] = hexdig[p[i] & 15];
+	}
+	return 2 * len;
+}
+
+int tool_unhex(const char *in, size_t len, void *out, size_t *out_len,
+               const char **reason)
+{
+	uint8_t *q = out;
+
+	if (len % 2) {
+		*reason = "odd number of hex digits";
+		return -1;
+	}
+	for (size_t i = 0; i < len; i += 2) {
+		int hi = tool_hexval(in[i]), lo = tool_hexval(in[i + 1]);
+
+		if (hi < 0 || lo < 0) {
+			*reason = "not a hex digit";
+			return -1;
+		}
+		q[i / 2] = (uint8_t)(hi << 4 | lo);
+	}
+	*out_len = len / 2;
+	return 0;
 }
 
 int tool_hexval(char c)

@@ -45,6 +45,7 @@ static void open_c(tool_json *j, char c)
 	if (j->depth + 1 < TOOL_JSON_DEPTH)
 		j->depth++;
 	j->first[j->depth] = true;
+	j->kind[j->depth] = c;
 }
 
 static void close_c(tool_json *j, char c)
@@ -136,6 +137,14 @@ void tj_null(tool_json *j)
 {
 	pre(j);
 	fputs("null", j->f);
+}
+
+void tj_unwind(tool_json *j, int depth)
+{
+	if (j->after_key)
+		tj_null(j);
+	while (j->depth > depth && j->depth > 0)
+		close_c(j, j->kind[j->depth] == '[' ? ']' : '}');
 }
 
 void tj_kstr(tool_json *j, const char *key, const char *s)

@@ -23,6 +23,7 @@ typedef struct tool_json {
 	FILE *f;
 	int depth;                     /* open containers */
 	bool first[TOOL_JSON_DEPTH];   /* no element yet at this depth */
+	char kind[TOOL_JSON_DEPTH];    /* '{' or '[' of each open container */
 	bool after_key;                /* a key was written, value follows */
 } tool_json;
 
@@ -40,6 +41,11 @@ void tj_bool(tool_json *j, bool v);
 /* A number with that many decimals ("%.*f"). */
 void tj_f64(tool_json *j, double v, int decimals);
 void tj_null(tool_json *j);
+/* Closes open containers until depth containers are left (a key left
+ * without its value gets null first), so that a document cut short by
+ * an error is still valid JSON: tj_unwind(j, 1) leaves the top object
+ * open for one more member, tj_unwind(j, 0) ends the document. */
+void tj_unwind(tool_json *j, int depth);
 
 /* Shorthands for "key": value. */
 void tj_kstr(tool_json *j, const char *key, const char *s);

@@ -82,6 +82,13 @@ static const struct kind_def kinds[] = {
 	{ "commit", TOOL_REC_COMMIT, 1 },
 };
 
+/* The hint for a field with spaces in it: the separator is one TAB. */
+static const char *space_hint(const char *f, size_t flen)
+{
+	return memchr(f, ' ', flen) ? " (fields are separated by one TAB, not "
+	                              "spaces)" : "";
+}
+
 /* Shows at most 40 bytes of a bad field, so a binary line stays one line. */
 static int field_err(char *err, size_t errlen, const char *what,
                      const char *f, size_t flen)
@@ -92,7 +99,8 @@ static int field_err(char *err, size_t errlen, const char *what,
 	for (size_t i = 0; i < flen && n < 40; i++)
 		shown[n++] = f[i] >= 0x20 && f[i] < 0x7f ? f[i] : '?';
 	shown[n] = '\0';
-	snprintf(err, errlen, "%s \"%s%s\"", what, shown, flen > 40 ? "..." : "");
+	snprintf(err, errlen, "%s \"%s%s\"%s", what, shown,
+	         flen > 40 ? "..." : "", space_hint(f, flen));
 	return -1;
 }
 
@@ -121,6 +129,13 @@ int tool_rec_parse(char *line, size_t len, tool_rec *rec, char *err,
 	memset(rec, 0, sizeof(*rec));
 	if (len == 0 || line[0] == '#')
 		return 0;
+	/* No field may end in a raw CR (DIFF, NAME and the words cannot hold
+	 * one): a CRLF file, named as such rather than as its symptom. */
+	if (line[len - 1] == '\r') {
+		snprintf(err, errlen, "line ends with CR: a CRLF (DOS) file? Lines "
+		         "end with LF alone (convert with dos2unix or sed 's/\\r$//')");
+		return -1;
+	}
 	for (size_t i = 0; i <= len; i++) {
 		if (i < len && line[i] != '\t')
 			continue;
@@ -139,8 +154,8 @@ int tool_rec_parse(char *line, size_t len, tool_rec *rec, char *err,
 	if (!k)
 		return field_err(err, errlen, "unknown record", f[0], fl[0]);
 	if (n != k->nfields) {
-		snprintf(err, errlen, "%s takes %d fields, not %d", k->word,
-		         k->nfields, n);
+		snprintf(err, errlen, "%s takes %d fields, not %d%s", k->word,
+		         k->nfields, n, space_hint(line, len));
 		return -1;
 	}
 	rec->kind = k->kind;

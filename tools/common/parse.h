@@ -10,7 +10,9 @@
  * an optional sign; KEY and VAL escaped (tools/common/escape.h).
  *
  * Parsing is syntax only: whether an arrangement exists or a time fits its
- * frontiers is ah-load's business.  Nothing here allocates or does I/O.
+ * frontiers is ah-load's business.  The two mistakes of hand-made files
+ * are named as such: a line ending in CR (a CRLF file) and spaces where a
+ * TAB belongs.  Nothing here allocates or does I/O.
  */
 #ifndef TOOLS_COMMON_PARSE_H
 #define TOOLS_COMMON_PARSE_H

@@ -1,32 +1,25 @@
 /*
  * tools/dump/data.c - ah-dump's commands over one arrangement's contents:
- * arrangements, batches, chunks, read, keys, get.
+ * arrangements, batches, chunks, read, keys, get (their options are
+ * tools/dump/args.c's).
  *
- * Keys and vals print in the canonical escape (tools/common/escape.h), in
- * the human form and as JSON strings alike, so that what `keys` prints can
- * be passed back to `get` and `--prefix` as it is.
+ * Keys and vals print in the canonical escape (tools/common/escape.h), or
+ * in hex with --hex, in the human form and as JSON strings alike, and the
+ * KEY, --from, --to, --prefix and --val arguments are read the same way,
+ * so that what one command prints can be passed back to another as it is.
+ *
+ * Reads need a readable time (since <= as_of < upper): without one the
+ * answer is an error naming why (nothing sealed, or compacted up to the
+ * upper), never an empty success; a key that `get` does not find is an
+ * error too (AH_ENOTFOUND), not an empty answer.
  */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/common/escape.h"
 #include "tools/common/fmt.h"
 #include "tools/dump/dump.h"
-
-/* Looks NAME up; an unknown arrangement is one line and exit 1. */
-static int arrangement(dump *d, const char *name, ah_arrangement_info *info)
-{
-	int rc = ah_arrangement_info_get(d->txn, name, info);
-
-	if (rc == AH_ENOTFOUND || rc == AH_EINVAL) {
-		fprintf(stderr, "ah-dump: %s: unknown arrangement %s\n",
-		        d->heap_path, name);
-		return 1;
-	}
-	return rc < 0 ? dump_lib_error(d, rc, name) : 0;
-}
 
 int cmd_arrangements(dump *d, int argc, char **argv)
 {
@@ -91,7 +84,7 @@ int cmd_batches(dump *d, int argc, char **argv)
 
 	if (argc != 1)
 		return 2;
-	if ((rc = arrangement(d, argv[0], &info)))
+	if ((rc = dump_arrangement(d, argv[0], &info)))
 		return rc;
 	dump_json_list(d, argv[0], "batches");
 	if (!d->json) {
@@ -139,12 +132,11 @@ static int print_chunk(const ah_chunk_info *c, void *user)
 
 int cmd_chunks(dump *d, int argc, char **argv)
 {
-	ah_arrangement_info info;
 	int rc;
 
 	if (argc != 1)
 		return 2;
-	if ((rc = arrangement(d, argv[0], &info)))
+	if ((rc = dump_arrangement(d, argv[0], NULL)))
 		return rc;
 	dump_json_list(d, argv[0], "chunks");
 	if (!d->json) {
@@ -162,75 +154,30 @@ int cmd_chunks(dump *d, int argc, char **argv)
 
 /* ------------------------------------------------------ read, keys, get */
 
-/* Options NAME [KEY] [--as-of T] [--prefix P] [--limit N]; which of them a
- * command takes is given by the flags. */
-typedef struct args {
-	const char *name, *key, *prefix;
-	uint64_t as_of, limit;
-	bool have_as_of;
-} args;
-
-enum { A_KEY = 1, A_AS_OF = 2, A_PREFIX = 4, A_LIMIT = 8 };
-
-static int parse_args(int argc, char **argv, unsigned which, args *a)
-{
-	memset(a, 0, sizeof *a);
-	for (int i = 0; i < argc; i++) {
-		const char *o = argv[i];
-		bool val = i + 1 < argc;
-
-		if ((which & A_AS_OF) && !strcmp(o, "--as-of") && val) {
-			if (dump_parse_u64(o, argv[++i], &a->as_of) < 0)
-				return 2;
-			a->have_as_of = true;
-		} else if ((which & A_LIMIT) && !strcmp(o, "--limit") && val) {
-			if (dump_parse_u64(o, argv[++i], &a->limit) < 0)
-				return 2;
-		} else if ((which & A_PREFIX) && !strcmp(o, "--prefix") && val) {
-			a->prefix = argv[++i];
-		} else if (!a->name && o[0] != '-') {
-			a->name = o;
-		} else if ((which & A_KEY) && !a->key && a->name) {
-			a->key = o;
-		} else {
-			return 2;
-		}
-	}
-	return a->name && (!(which & A_KEY) || a->key) ? 0 : 2;
-}
-
-/* Decodes a KEY or --prefix argument into *out (malloc'd). */
-static int unescape_arg(const char *what, const char *s, void **out,
-                        size_t *len)
-{
-	const char *reason;
-
-	*out = malloc(strlen(s) + 1);
-	if (!*out) {
-		fprintf(stderr, "ah-dump: out of memory\n");
-		return 1;
-	}
-	if (tool_unescape(s, strlen(s), *out, len, &reason) < 0) {
-		fprintf(stderr, "ah-dump: bad %s \"%s\": %s\n", what, s, reason);
-		free(*out);
-		*out = NULL;
-		return 2;
-	}
-	return 0;
-}
-
-/* The default as_of is upper - 1 (upper 0: nothing sealed, and as_of 0 then
- * fails as "not complete"); checks it against [since, upper). */
-static int resolve_as_of(dump *d, args *a, char *what, size_t wlen)
+/* The default as_of is upper - 1; an arrangement with no readable time
+ * (nothing sealed, or compacted up to its upper) says which, whatever the
+ * command; an --as-of outside [since, upper) gets the library's message. */
+static int resolve_as_of(dump *d, const char *cmd, dump_args *a, char *what,
+                         size_t wlen)
 {
 	ah_arrangement_info info;
 	int rc;
 
-	if ((rc = arrangement(d, a->name, &info)))
+	if ((rc = dump_arrangement(d, a->name, &info)))
 		return rc;
+	if (!a->have_as_of && info.upper == 0)
+		return dump_fail(d, AH_ENOTREADY, "%s: %s %s: no readable time yet: "
+		                 "nothing is sealed (upper 0); reads need since <= T "
+		                 "< upper", d->heap_path, cmd, a->name);
+	if (!a->have_as_of && info.since == info.upper)
+		return dump_fail(d, AH_ENOTREADY, "%s: %s %s: no readable time: "
+		                 "since = upper = %" PRIu64 " (compacted up to its "
+		                 "upper); it is readable at %" PRIu64 " once its upper "
+		                 "passes that", d->heap_path, cmd, a->name,
+		                 info.upper, info.since);
 	if (!a->have_as_of)
-		a->as_of = info.upper ? info.upper - 1 : 0;
-	snprintf(what, wlen, "read %s as of %" PRIu64, a->name, a->as_of);
+		a->as_of = info.upper - 1;
+	snprintf(what, wlen, "%s %s as of %" PRIu64, cmd, a->name, a->as_of);
 	rc = ah_check_as_of(d->txn, a->name, a->as_of);
 	return rc < 0 ? dump_lib_error(d, rc, what) : 0;
 }
@@ -244,8 +191,19 @@ static int cursor_end(ah_cursor *c, int rc)
 	return rc < 0 ? rc : ah_cursor_step_key(c);
 }
 
-/* Prints the current key's vals with a non-zero sum as of as_of. */
-static int print_vals(dump *d, ah_cursor *c, const char *key, uint64_t as_of)
+/* What a scan of vals prints and counts. */
+typedef struct scan {
+	const dump_args *a;
+	uint64_t rows;     /* printed (or counted) */
+	bool quiet;        /* count only (a's --count, or a first pass) */
+	bool cut;          /* --limit stopped it */
+	const void *cut_key;
+	size_t cut_len;
+} scan;
+
+/* Prints (or counts) the current key's vals with a non-zero sum as of
+ * as_of; key (printed form) NULL prints VAL<TAB>DIFF. */
+static int print_vals(dump *d, ah_cursor *c, const char *key, scan *s)
 {
 	const void *v;
 	size_t vl;
@@ -256,11 +214,18 @@ static int print_vals(dump *d, ah_cursor *c, const char *key, uint64_t as_of)
 		const char *ve;
 
 		if (rc < 0 || (rc = ah_cursor_val(c, &v, &vl)) < 0 ||
-		    (rc = ah_cursor_accumulate(c, as_of, &sum)) < 0)
+		    (rc = ah_cursor_accumulate(c, s->a->as_of, &sum)) < 0)
 			return rc;
 		if (sum == 0)
 			continue;
-		if (!(ve = dump_escape(d, v, vl)))
+		if (s->a->have_limit && s->rows == s->a->limit) {
+			s->cut = true;
+			return 0;
+		}
+		s->rows++;
+		if (s->quiet)
+			continue;
+		if (!(ve = dump_bytes(d, v, vl)))
 			return AH_ENOMEM;
 		if (d->json) {
 			tj_obj(&d->j);
@@ -278,31 +243,61 @@ static int print_vals(dump *d, ah_cursor *c, const char *key, uint64_t as_of)
 	return rc;
 }
 
-static void json_head(dump *d, const args *a, const char *list)
+static void json_head(dump *d, const dump_args *a, bool key, const char *list)
 {
 	tj_obj(&d->j);
 	tj_kstr(&d->j, "arrangement", a->name);
-	if (a->key)
-		tj_kstr(&d->j, "key", a->key);
+	if (key)
+		tj_kstr(&d->j, "key", dump_bytes(d, a->key, a->key_len));
 	tj_ku64(&d->j, "as_of", a->as_of);
-	tj_key(&d->j, list);
-	tj_arr(&d->j);
+	if (list) {
+		tj_key(&d->j, list);
+		tj_arr(&d->j);
+	}
+}
+
+/* The end of a listing: the count, or the list closed with truncated. */
+static int list_end(dump *d, const scan *s, bool always_truncated)
+{
+	int rc = 0;
+
+	if (s->a->count) {
+		if (d->json)
+			tj_ku64(&d->j, "count", s->rows);
+		else
+			printf("%" PRIu64 "\n", s->rows);
+	} else if (d->json) {
+		tj_arr_end(&d->j);
+		if (always_truncated || s->a->have_limit)
+			tj_kbool(&d->j, "truncated", s->cut);
+	}
+	if (s->cut)
+		rc = dump_limit_note(d, s->cut_key, s->cut_len);
+	if (d->json)
+		tj_obj_end(&d->j);
+	return rc;
 }
 
 int cmd_read(dump *d, int argc, char **argv)
 {
-	args a;
+	dump_args a;
+	scan s = { &a, 0, false, false, NULL, 0 };
 	ah_cursor *c = NULL;
+	const void *start;
+	size_t slen;
 	char what[128];
+	bool stopped = false;
 	int rc;
 
-	if ((rc = parse_args(argc, argv, A_AS_OF, &a)) ||
-	    (rc = resolve_as_of(d, &a, what, sizeof what)))
-		return rc;
-	if ((rc = ah_cursor_open(d->txn, a.name, &c)) < 0)
-		return dump_lib_error(d, rc, what);
+	if ((rc = dump_args_parse(d, argc, argv, DA_AS_OF | DA_RANGE, &a)) ||
+	    (rc = resolve_as_of(d, "read", &a, what, sizeof what)))
+		goto out;
+	s.quiet = a.count;
+	dump_range_start(&a, &start, &slen);
+	if ((rc = ah_cursor_open_at(d->txn, a.name, start, slen, &c)) < 0)
+		goto fail;
 	if (d->json)
-		json_head(d, &a, "rows");
+		json_head(d, &a, false, a.count ? NULL : "rows");
 	for (; ah_cursor_key_valid(c); rc = ah_cursor_step_key(c)) {
 		const void *k;
 		size_t kl;
@@ -311,56 +306,83 @@ int cmd_read(dump *d, int argc, char **argv)
 
 		if (rc < 0 || (rc = ah_cursor_key(c, &k, &kl)) < 0)
 			break;
-		if (!(ke = dump_escape(d, k, kl)) || !(key = strdup(ke))) {
+		if ((stopped = dump_range_past(&a, k, kl)))
+			break;
+		if (!(ke = dump_bytes(d, k, kl)) || !(key = strdup(ke))) {
 			rc = AH_ENOMEM;
 			break;
 		}
-		rc = print_vals(d, c, key, a.as_of);
+		rc = print_vals(d, c, key, &s);
 		free(key);
 		if (rc < 0)
 			break;
+		if ((stopped = s.cut)) {
+			s.cut_key = k;
+			s.cut_len = kl;
+			break;
+		}
 	}
-	{
-		int crc = ah_cursor_close(c);
-
-		if (rc >= 0)
-			rc = crc;
-	}
+	if (!stopped)
+		rc = cursor_end(c, rc);
 	if (rc < 0)
-		return dump_lib_error(d, rc, what);
-	if (d->json) {
-		tj_arr_end(&d->j);
-		tj_obj_end(&d->j);
-	}
-	return 0;
+		goto fail;
+	rc = list_end(d, &s, false) < 0 ? AH_ENOMEM : 0;
+	if (rc == 0)
+		goto out;
+fail:
+	rc = dump_lib_error(d, rc, what);
+out:
+	if (c && ah_cursor_close(c) < 0 && rc == 0)
+		rc = dump_lib_error(d, AH_ECORRUPT, what);
+	dump_args_free(&a);
+	return rc;
 }
 
 int cmd_get(dump *d, int argc, char **argv)
 {
-	args a;
+	dump_args a;
+	scan probe = { &a, 0, true, false, NULL, 0 };
+	scan s = { &a, 0, false, false, NULL, 0 };
 	ah_cursor *c = NULL;
 	char what[128];
-	void *key = NULL;
-	size_t klen;
 	const void *k;
 	size_t kl;
+	bool found = false;
 	int rc;
 
-	if ((rc = parse_args(argc, argv, A_KEY | A_AS_OF, &a)) ||
-	    (rc = unescape_arg("KEY", a.key, &key, &klen)) ||
-	    (rc = resolve_as_of(d, &a, what, sizeof what)))
+	if ((rc = dump_args_parse(d, argc, argv, DA_KEY | DA_AS_OF, &a)) ||
+	    (rc = resolve_as_of(d, "get", &a, what, sizeof what)))
 		goto out;
-	if ((rc = ah_cursor_open_at(d->txn, a.name, key, klen, &c)) < 0)
+	if ((rc = ah_cursor_open_at(d->txn, a.name, a.key, a.key_len, &c)) < 0)
 		goto fail;
-	if (d->json)
-		json_head(d, &a, "vals");
 	if (ah_cursor_key_valid(c)) {
 		if ((rc = ah_cursor_key(c, &k, &kl)) < 0)
 			goto fail;
-		if (kl == klen && (klen == 0 || !memcmp(k, key, klen)) &&
-		    (rc = print_vals(d, c, NULL, a.as_of)) < 0)
-			goto fail;
+		found = !dump_bytes_cmp(k, kl, a.key, a.key_len);
+	} else if ((rc = cursor_end(c, 0)) < 0) {
+		goto fail;
 	}
+	if (!found) {
+		rc = dump_fail(d, AH_ENOTFOUND, "%s: %s: no key %s", d->heap_path,
+		               what, a.key_s);
+		goto out;
+	}
+	/* Counted first: a key whose vals all sum to zero is not found
+	 * either, and then no document is begun. */
+	if ((rc = print_vals(d, c, NULL, &probe)) < 0 ||
+	    (rc = ah_cursor_rewind_vals(c)) < 0)
+		goto fail;
+	if (probe.rows == 0) {
+		rc = dump_fail(d, AH_ENOTFOUND, "%s: %s: key %s has no val with a "
+		               "non-zero sum (ah-dump %s history %s %s lists its "
+		               "updates)", d->heap_path, what, a.key_s, d->heap_path,
+		               a.name, a.key_s);
+		goto out;
+	}
+	if (d->json)
+		json_head(d, &a, true, "vals");
+	if ((rc = print_vals(d, c, NULL, &s)) < 0)
+		goto fail;
 	if (d->json) {
 		tj_arr_end(&d->j);
 		tj_obj_end(&d->j);
@@ -371,66 +393,70 @@ fail:
 	rc = dump_lib_error(d, rc, what);
 out:
 	ah_cursor_close(c);
-	free(key);
+	dump_args_free(&a);
 	return rc;
 }
 
 int cmd_keys(dump *d, int argc, char **argv)
 {
-	args a;
-	ah_arrangement_info info;
+	dump_args a;
+	scan s = { &a, 0, false, false, NULL, 0 };
 	ah_cursor *c = NULL;
-	void *pre = NULL;
-	size_t plen = 0;
-	uint64_t n = 0;
-	bool more = false;
-	const void *k;
-	size_t kl;
+	const void *start, *k;
+	size_t slen, kl;
+	bool stopped = false;
 	int rc;
 
-	if ((rc = parse_args(argc, argv, A_PREFIX | A_LIMIT, &a)) ||
-	    (a.prefix && (rc = unescape_arg("--prefix", a.prefix, &pre, &plen))) ||
-	    (rc = arrangement(d, a.name, &info)))
+	if ((rc = dump_args_parse(d, argc, argv, DA_RANGE, &a)) ||
+	    (rc = dump_arrangement(d, a.name, NULL)))
 		goto out;
-	if ((rc = ah_cursor_open_at(d->txn, a.name, pre, plen, &c)) < 0)
+	dump_range_start(&a, &start, &slen);
+	if ((rc = ah_cursor_open_at(d->txn, a.name, start, slen, &c)) < 0)
 		goto fail;
-	dump_json_list(d, a.name, "keys");
+	if (d->json) {
+		tj_obj(&d->j);
+		tj_kstr(&d->j, "arrangement", a.name);
+		if (!a.count) {
+			tj_key(&d->j, "keys");
+			tj_arr(&d->j);
+		}
+	}
 	for (; ah_cursor_key_valid(c); rc = ah_cursor_step_key(c)) {
 		const char *ke;
 
 		if (rc < 0 || (rc = ah_cursor_key(c, &k, &kl)) < 0)
 			goto fail;
-		if (kl < plen || (plen && memcmp(k, pre, plen) != 0))
+		if ((stopped = dump_range_past(&a, k, kl)))
 			break;
-		if (a.limit && n == a.limit) {
-			more = true;
+		if (a.have_limit && s.rows == a.limit) {
+			s.cut = stopped = true;
+			s.cut_key = k;
+			s.cut_len = kl;
 			break;
 		}
-		if (!(ke = dump_escape(d, k, kl))) {
+		s.rows++;
+		if (a.count)
+			continue;
+		if (!(ke = dump_bytes(d, k, kl))) {
 			rc = AH_ENOMEM;
 			goto fail;
 		}
-		n++;
 		if (d->json)
 			tj_str(&d->j, ke);
 		else
 			printf("%s\n", ke);
 	}
-	if (!more)
+	if (!stopped)
 		rc = cursor_end(c, rc);
 	if (rc < 0)
 		goto fail;
-	if (d->json) {
-		tj_arr_end(&d->j);
-		tj_kbool(&d->j, "truncated", more);
-		tj_obj_end(&d->j);
-	}
-	rc = 0;
-	goto out;
+	rc = list_end(d, &s, true) < 0 ? AH_ENOMEM : 0;
+	if (rc == 0)
+		goto out;
 fail:
 	rc = dump_lib_error(d, rc, a.name);
 out:
 	ah_cursor_close(c);
-	free(pre);
+	dump_args_free(&a);
 	return rc;
 }

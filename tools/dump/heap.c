@@ -1,35 +1,106 @@
 /*
- * tools/dump/heap.c - ah-dump's whole-heap commands: the summary, verify,
- * space and backup.
+ * tools/dump/heap.c - ah-dump's whole-heap commands: the summary, source
+ * and verify (space and backup are in space.c).
  *
  * The summary starts with one "arrangement NAME: ..." line per arrangement
  * and one "source NAME: position P" line per source (scripts and tests grep
- * these), then the heap's own figures as aligned "label  value" lines.
+ * these; a position of several lines of text follows its line, indented,
+ * and a long one is cut: `source NAME` prints any position whole), then
+ * the heap's own figures as aligned "label  value" lines.
  */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 
+#include "tools/common/escape.h"
 #include "tools/common/fmt.h"
 #include "tools/dump/dump.h"
 
 /* ------------------------------------------------------------ summary */
 
-static bool printable(const unsigned char *p, size_t len)
+/* Text: printable ASCII, TAB and LF (a position of several lines, as
+ * ah-pgsync's pg.tables). */
+static bool is_text(const unsigned char *p, size_t len)
 {
 	for (size_t i = 0; i < len; i++)
-		if (p[i] < 0x20 || p[i] >= 0x7f)
+		if ((p[i] < 0x20 && p[i] != '\t' && p[i] != '\n') || p[i] >= 0x7f)
 			return false;
 	return len > 0;
 }
 
-static void hex(const unsigned char *p, size_t len, char *out)
+/* What the summary shows of a position: at most this much. */
+#define SHOW_BYTES 200
+#define SHOW_LINES 8
+#define SHOW_HEX 64
+
+/* The summary's line for source NAME and, for text of several lines, the
+ * lines after it; a cut position says how to see all of it. */
+static int human_position(dump *d, const char *name, const unsigned char *p,
+                          size_t len)
 {
-	for (size_t i = 0; i < len; i++)
-		sprintf(out + 2 * i, "%02x", p[i]);
-	out[2 * len] = 0;
+	char n[TOOL_FMT_LEN], more[200];
+	const char *e;
+
+	snprintf(more, sizeof more, " (%s bytes; ah-dump %s source %s prints "
+	         "it whole)", tool_fmt_count(n, len), d->heap_path, name);
+	if (!is_text(p, len)) {
+		size_t show = len > SHOW_HEX ? SHOW_HEX : len;
+
+		printf("source %s: position hex:", name);
+		for (size_t i = 0; i < show; i++)
+			printf("%02x", p[i]);
+		printf("%s\n", show < len ? more : "");
+		return 0;
+	}
+	if (!memchr(p, '\n', len)) {
+		size_t show = len > SHOW_BYTES ? SHOW_BYTES : len;
+
+		if (!(e = dump_escape(d, p, show)))
+			return 1;
+		printf("source %s: position %s%s\n", name, e,
+		       show < len ? more : "");
+		return 0;
+	}
+	{
+		size_t lines = 0, shown = 0, off = 0;
+
+		for (size_t i = 0; i < len; i++)
+			lines += p[i] == '\n' || i + 1 == len;
+		printf("source %s: position, %zu line%s of text:\n", name, lines,
+		       lines == 1 ? "" : "s");
+		while (off < len && shown < SHOW_LINES && off < SHOW_BYTES * 4) {
+			const unsigned char *nl = memchr(p + off, '\n', len - off);
+			size_t l = nl ? (size_t)(nl - (p + off)) : len - off;
+
+			if (!(e = dump_escape(d, p + off, l > SHOW_BYTES ? SHOW_BYTES : l)))
+				return 1;
+			printf("    %s%s\n", e, l > SHOW_BYTES ? "..." : "");
+			off += l + (nl != NULL);
+			shown++;
+		}
+		if (shown < lines)
+			printf("    ... %zu more line%s%s\n", lines - shown,
+			       lines - shown == 1 ? "" : "s", more);
+	}
+	return 0;
+}
+
+static void json_position(dump *d, const unsigned char *p, size_t len)
+{
+	char *hx = malloc(2 * len + 1);
+
+	tj_key(&d->j, "position");
+	if (is_text(p, len))
+		tj_strn(&d->j, p, len);
+	else
+		tj_null(&d->j);
+	if (hx)
+		hx[tool_hex(p, len, hx)] = 0;
+	tj_kstr(&d->j, "position_hex", hx ? hx : "");
+	free(hx);
 }
 
 static int summary_arrangements(dump *d)
@@ -77,7 +148,7 @@ static int summary_arrangements(dump *d)
 
 static int summary_sources(dump *d)
 {
-	char name[AH_NAME_MAX + 1], hx[2 * 65536 + 1];
+	char name[AH_NAME_MAX + 1];
 	const void *pos;
 	size_t len;
 	int rc;
@@ -90,31 +161,52 @@ static int summary_sources(dump *d)
 	     rc = ah_source_next(d->txn, name, name)) {
 		if ((rc = ah_source_get(d->txn, name, &pos, &len)) < 0)
 			return dump_lib_error(d, rc, name);
-		if (len > 65536)
-			len = 65536;
-		hex(pos, len, hx);
 		if (!d->json) {
-			if (printable(pos, len))
-				printf("source %s: position %.*s\n", name, (int)len,
-				       (const char *)pos);
-			else
-				printf("source %s: position hex:%s\n", name, hx);
+			if (human_position(d, name, pos, len))
+				return 1;
 			continue;
 		}
 		tj_obj(&d->j);
 		tj_kstr(&d->j, "name", name);
-		tj_key(&d->j, "position");
-		if (printable(pos, len))
-			tj_strn(&d->j, pos, len);
-		else
-			tj_null(&d->j);
-		tj_kstr(&d->j, "position_hex", hx);
+		json_position(d, pos, len);
 		tj_obj_end(&d->j);
 	}
 	if (rc != AH_ENOTFOUND)
 		return dump_lib_error(d, rc, "list sources");
 	if (d->json)
 		tj_arr_end(&d->j);
+	return 0;
+}
+
+/* The whole position of one source: its bytes exactly (nothing added), or
+ * with --hex in hex and a newline. */
+int cmd_source(dump *d, int argc, char **argv)
+{
+	const void *pos;
+	size_t len;
+	int rc;
+
+	if (argc != 1)
+		return 2;
+	rc = ah_source_get(d->txn, argv[0], &pos, &len);
+	if (rc == AH_ENOTFOUND || rc == AH_EINVAL)
+		return dump_fail(d, AH_ENOTFOUND, "%s: unknown source %s",
+		                 d->heap_path, argv[0]);
+	if (rc < 0)
+		return dump_lib_error(d, rc, argv[0]);
+	if (d->json) {
+		tj_obj(&d->j);
+		tj_kstr(&d->j, "source", argv[0]);
+		tj_ku64(&d->j, "bytes", len);
+		json_position(d, pos, len);
+		tj_obj_end(&d->j);
+	} else if (d->hex) {
+		for (size_t i = 0; i < len; i++)
+			printf("%02x", ((const unsigned char *)pos)[i]);
+		printf("\n");
+	} else if (len && fwrite(pos, 1, len, stdout) != len) {
+		return dump_fail(d, AH_EIO, "write error");
+	}
 	return 0;
 }
 
