@@ -216,7 +216,7 @@ static int check_arrangements(verifier *v)
 {
 	const void *k = NULL, *val;
 	size_t klen = 0, vlen;
-	int rc;
+	int rc = AH_ENOTFOUND; /* the end, if stopped at once */
 
 	for (;;) {
 		const void *nk;
