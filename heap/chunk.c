@@ -51,9 +51,12 @@
  * LMDB value holding it, or a checksum that does not match, is
  * AH_ECORRUPT.  Never trust a byte of a page before its checksum passed.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -292,6 +295,56 @@ static int lookup(heap_txn *t, uint64_t id, MDB_val *v, chdr *c)
 	return 0;
 }
 
+/* mdb_env_info's me_mapaddr is only the MDB_FIXEDMAP address, so the file
+ * offset comes from the page itself: a chunk is an overflow value starting
+ * right after its first page's 16-byte header, whose first field is the
+ * page number (LMDB's MDB_page.mp_pgno). */
+static int file_offset(const heap *h, const MDB_val *v, uint64_t *off)
+{
+	const char *page = (const char *)v->mv_data - VALUE_PAD;
+	uint64_t pgno;
+
+	memcpy(&pgno, page, sizeof pgno);
+	if ((uintptr_t)page % h->psize != 0 ||
+	    pgno >= h->map_bytes / h->psize)
+		return CORRUPT("chunk page header");
+	*off = pgno * h->psize + VALUE_PAD;
+	return 0;
+}
+
+/* Is the map the file's pages (MDB_WRITEMAP: every writable heap)? */
+static bool writemap(const heap *h)
+{
+	unsigned fl;
+
+	return mdb_env_get_flags(h->env, &fl) == 0 && (fl & MDB_WRITEMAP);
+}
+
+/* lookup() for heap_chunk_seal: the header of a chunk assembled in
+ * h->wbuf is read there (its place in the map is not written yet). */
+static int lookup_reserved(heap_txn *t, uint64_t id, MDB_val *v, chdr *c)
+{
+	MDB_val k = { sizeof id, &id }, w;
+	const char *problem;
+	int rc;
+
+	if (t->wb_id == 0 || t->wb_id != id)
+		return lookup(t, id, v, c);
+	rc = heap_trees_usable(t->h, CHUNKS);
+	if (rc == 0)
+		rc = heap_err(HEAP_MDB(mdb_get(t->txn, t->h->dbi[HEAP_DBI_CHUNKS],
+		                               &k, v)));
+	if (rc != 0)
+		return rc;
+	if (v->mv_size != t->wb_size)
+		return CORRUPT("reserved chunk changed size");
+	w.mv_size = v->mv_size;
+	w.mv_data = t->h->wbuf + VALUE_PAD;
+	if ((problem = parse(t->h, id, &w, c)) != NULL)
+		return CORRUPT(problem);
+	return 0;
+}
+
 static int next_id(heap_txn *t)
 {
 	MDB_cursor *cur = NULL;
@@ -326,7 +379,8 @@ int heap_chunk_reserve(heap_txn *t, size_t body_bytes, uint64_t *id,
 {
 	struct hdr2 hd = { 0 };
 	MDB_val k, v;
-	uint64_t pages, nid;
+	uint64_t pages, nid, off = 0;
+	uint8_t *val;
 	int rc;
 
 	if ((rc = heap_txn_usable(t, true)) != 0)
@@ -351,18 +405,59 @@ int heap_chunk_reserve(heap_txn *t, size_t body_bytes, uint64_t *id,
 		rc = CORRUPT("reserved chunk not 16-byte aligned");
 		goto out;
 	}
+	/* A regular chunk is assembled in memory and written with one pwrite
+	 * at seal: filling fresh map pages costs a page fault each, several
+	 * times a pwrite of the same page (the map and pwrite share the page
+	 * cache, so readers of the map see it).  Jumbo chunks, and a second
+	 * chunk reserved before the first is sealed, are filled in the map. */
+	val = v.mv_data;
+	if (pages <= LARGEST && t->wb_id == 0 && writemap(t->h) &&
+	    file_offset(t->h, &v, &off) == 0) {
+		if (t->h->wbuf == NULL &&
+		    posix_memalign((void **)&t->h->wbuf, 4096,
+		                   (size_t)LARGEST * t->h->psize) != 0)
+			t->h->wbuf = NULL;
+		if (t->h->wbuf != NULL) {
+			val = t->h->wbuf + VALUE_PAD;
+			t->wb_id = nid;
+			t->wb_size = v.mv_size;
+			t->wb_off = off;
+		}
+	}
 	memcpy(hd.magic, magic2, 4);
 	hd.class_pages = (uint32_t)pages;
 	hd.nblocks = nblocks_of(pages);
 	hd.id = nid;
-	memcpy(v.mv_data, &hd, sizeof hd);
+	memcpy(val, &hd, sizeof hd);
 	t->next_id++;
 	*id = nid;
-	*body = (char *)v.mv_data + body_off(pages);
+	*body = (char *)val + body_off(pages);
 	if (body_cap != NULL)
 		*body_cap = v.mv_size - body_off(pages);
 out:
 	return heap_txn_fail(t, rc);
+}
+
+/* Writes the assembled value to its place in the file. */
+static int write_value(heap_txn *t, const uint8_t *val)
+{
+	size_t done = 0;
+	ssize_t n;
+
+	while (done < t->wb_size) {
+		n = pwrite(t->h->fd, val + done, t->wb_size - done,
+		           (off_t)(t->wb_off + done));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 && errno == ENOSPC ? AH_EFULL : AH_EIO;
+		done += (size_t)n;
+	}
+	/* Start writeback now, so that the commit's sync waits for less. */
+	if (!(t->h->flags & AH_OPEN_NOSYNC))
+		(void)sync_file_range(t->h->fd, (off_t)t->wb_off,
+		                      (off_t)t->wb_size, SYNC_FILE_RANGE_WRITE);
+	return 0;
 }
 
 int heap_chunk_seal(heap_txn *t, uint64_t id, void *body, size_t body_used)
@@ -373,12 +468,16 @@ int heap_chunk_seal(heap_txn *t, uint64_t id, void *body, size_t body_used)
 	char *p, *end;
 	uint64_t sum;
 	uint32_t s;
+	bool buffered;
 	int rc;
 
 	if ((rc = heap_txn_usable(t, true)) != 0)
 		return rc;
-	TRY(lookup(t, id, &v, &c));
+	TRY(lookup_reserved(t, id, &v, &c));
 	val = v.mv_data;
+	buffered = t->wb_id != 0 && t->wb_id == id;
+	if (buffered)
+		val = t->h->wbuf + VALUE_PAD;
 	if (c.format != 2 || body != val + c.body_off ||
 	    body_used > v.mv_size - c.body_off)
 		return AH_EINVAL;
@@ -399,10 +498,16 @@ int heap_chunk_seal(heap_txn *t, uint64_t id, void *body, size_t body_used)
 	if (c.nblocks == 0) { /* jumbo: no page sums, xxh3 covers it all */
 		sum = XXH3_64bits(val + 8, v.mv_size - 8);
 	} else {
+		MDB_val w = { v.mv_size, val };
+
 		c.body_used = body_used;
-		sum = checksum(&v, &c);
+		sum = checksum(&w, &c);
 	}
 	memcpy(val, &sum, sizeof sum);
+	if (buffered) {
+		rc = write_value(t, val);
+		t->wb_id = 0;
+	}
 out:
 	return heap_txn_fail(t, rc);
 }
@@ -678,23 +783,6 @@ int heap_chunk_free(heap_txn *t, uint64_t id)
 		rc = heap_err(HEAP_MDB(mdb_del(t->txn, t->h->dbi[HEAP_DBI_CHUNKS], &k,
 		                      NULL)));
 	return heap_txn_fail(t, rc);
-}
-
-/* mdb_env_info's me_mapaddr is only the MDB_FIXEDMAP address, so the file
- * offset comes from the page itself: a chunk is an overflow value starting
- * right after its first page's 16-byte header, whose first field is the
- * page number (LMDB's MDB_page.mp_pgno). */
-static int file_offset(const heap *h, const MDB_val *v, uint64_t *off)
-{
-	const char *page = (const char *)v->mv_data - VALUE_PAD;
-	uint64_t pgno;
-
-	memcpy(&pgno, page, sizeof pgno);
-	if ((uintptr_t)page % h->psize != 0 ||
-	    pgno >= h->map_bytes / h->psize)
-		return CORRUPT("chunk page header");
-	*off = pgno * h->psize + VALUE_PAD;
-	return 0;
 }
 
 int heap_chunk_next(heap_txn *t, uint64_t after, bool first,

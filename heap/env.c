@@ -410,6 +410,7 @@ int heap_close(heap *h)
 	mdb_env_close(h->env);
 	heap_path_unclaim(h);
 	heap_vcache_free(h);
+	free(h->wbuf);
 	pool_destroy(h->pool);
 	pthread_mutex_destroy(&h->mu);
 	free(h);

@@ -114,16 +114,23 @@ size_t heap_chunk_stored(const heap *h, size_t want);
 
 /* Reserves a chunk whose body holds at least body_bytes (the smallest class
  * that fits), allocating a fresh id (the largest id committed + 1, so the id
- * of a freed last chunk may be handed out again by a later txn).  *body points into the map and is
- * 16-byte aligned; it stays valid until the txn ends (WRITEMAP overflow pages
- * do not move).  The caller writes the body, then calls heap_chunk_seal
- * before the txn commits (an unsealed chunk fails verification).
+ * of a freed last chunk may be handed out again by a later txn).  *body is
+ * 16-byte aligned and is where the caller writes the body: for a regular
+ * class, the heap's write buffer when it is free (one pwrite at seal
+ * instead of a page fault per fresh map page), else the map.  It is valid
+ * until heap_chunk_seal; read the stored chunk with heap_chunk_open.  The
+ * caller calls heap_chunk_seal before the txn commits (an unsealed chunk
+ * fails verification).
  * Errors: AH_EFULL (disk full or max_bytes), AH_ELIMIT (over 4 GiB),
  * AH_EREADONLY, AH_EIO, AH_ENOMEM. */
 int heap_chunk_reserve(heap_txn *t, size_t body_bytes, uint64_t *id,
                        void **body, size_t *body_cap);
 /* Records body_used, zeroes the rest of the chunk, computes its checksums
- * (one per page, then the whole chunk's XXH3-64). */
+ * (one per page, then the whole chunk's XXH3-64), and writes a buffered
+ * chunk to its place in the file (pwrite, then writeback started with
+ * sync_file_range unless AH_OPEN_NOSYNC; the commit's msync covers it).
+ * Errors: AH_EINVAL (body is not the reserved chunk's), AH_ECORRUPT,
+ * AH_EIO, AH_EFULL (the pwrite); any error poisons the txn. */
 int heap_chunk_seal(heap_txn *t, uint64_t id, void *body, size_t body_used);
 
 /* A chunk opened for reading: where its body is, and which of its pages

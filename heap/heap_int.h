@@ -38,6 +38,9 @@ struct heap {
 	uint32_t format;       /* HEAP_FORMAT_VERSION of the file (1 or 2) */
 	pool *pool;
 	struct heap_vcache *vcache; /* pages checked by seeks (chunk.c) */
+	uint8_t *wbuf;         /* chunk.c: a regular chunk's value assembled
+	                        * before one pwrite (writer only; page-aligned,
+	                        * the value at +16 as in the map), or NULL */
 	pthread_mutex_t mu;    /* guards ntxn and the writer fields */
 	unsigned ntxn;         /* open txns (heap_close refuses while > 0) */
 	bool writer_active;
@@ -58,6 +61,11 @@ struct heap_txn {
 	unsigned names_ok;     /* tables (bits) walked and found in step */
 	uint64_t names[4];
 	uint64_t bound_pages;  /* pages this write txn may touch (space.c) */
+	/* chunk.c: the reserved chunk being assembled in h->wbuf (0: none),
+	 * its value's size and its offset in the file. */
+	uint64_t wb_id;
+	size_t wb_size;
+	uint64_t wb_off;
 };
 
 /* error.c */
