@@ -16,6 +16,11 @@
  * on /dev/shm (tmpfs: RAM) opened with AH_OPEN_NOSYNC and removed after.
  * A query is a read transaction, a cursor, seek_key and an accumulate per
  * val as of the latest time; it never writes.
+ *
+ * It must never carry on past a failed call: every library error ends the
+ * child through bench_die (exit 1, which stops the driver), so no figure
+ * comes from a run that failed.  rebuild's heap on /dev/shm is unlinked
+ * right after it is opened, so a killed run leaves nothing there.
  */
 #include <stdio.h>
 #include <stdlib.h>

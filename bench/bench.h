@@ -12,6 +12,9 @@
  * Like tools/, these are thin programs over public interfaces (arrheap.h,
  * rocksdb/c.h, lmdb.h).  They measure and report; they never assert
  * anything about speed.
+ *
+ * Nothing here may name a system's types: this header and bench/common.c
+ * include no system's header, so the driver links none.
  */
 #ifndef BENCH_BENCH_H
 #define BENCH_BENCH_H

@@ -11,6 +11,10 @@
  * scrambled by a bijection so they spread over the key space.
  *
  * Never linked with a system library: each system program adds its own.
+ *
+ * It must never make the workload depend on anything but its arguments
+ * (seed, n, j; for queries run and q): no clock, no global state, so every
+ * system and every run sees the same updates and the same query keys.
  */
 #include <dirent.h>
 #include <errno.h>

@@ -20,6 +20,11 @@
  *
  * The driver only measures: it asserts nothing about speed.  It links no
  * system library (bench/common.c only).
+ *
+ * It must never count the warm-up start among the R runs (its open time is
+ * reported apart, as first_open_after_load_ms), nor time a cold start before
+ * its system's files were evicted (fsync, POSIX_FADV_DONTNEED, then mincore
+ * counts what stayed resident).
  */
 #include <errno.h>
 #include <fcntl.h>

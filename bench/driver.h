@@ -5,6 +5,10 @@
  *
  * A figure is a named double; NAN means "not measured for this row" and is
  * written as null.  Nothing here runs a system or judges a result.
+ *
+ * It must never drop a figure or a row silently: the tables are fixed-size
+ * (DRV_MAX_FIGS, DRV_MAX_ROWS) and a full one ends the run through
+ * bench_die.
  */
 #ifndef BENCH_DRIVER_H
 #define BENCH_DRIVER_H

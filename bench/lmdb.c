@@ -8,6 +8,10 @@
  * 8-byte prefix and a walk summing diffs with time <= the latest time.
  *
  *   load DIR LOG N | start DIR N RUN T0_NS | scan DIR N
+ *
+ * It must never weaken LMDB's durability (no MDB_NOSYNC, MDB_NOMETASYNC,
+ * MDB_MAPASYNC or MDB_WRITEMAP): every append's commit is synced, as in the
+ * systems it is compared with.
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,6 +5,10 @@
  *
  * It formats what bench/driver.c measured; it never runs a system and
  * never judges a figure.
+ *
+ * It must never hide a disagreement: an answer that differs from an earlier
+ * system's is a warning on stderr, counted in results.json's
+ * answer_mismatches, never dropped and never fatal.
  */
 #include <math.h>
 #include <stdio.h>

@@ -13,6 +13,10 @@
  *   load DIR LOG N | start DIR N RUN T0_NS | scan DIR N
  *   kill DIR N     writes one more unsynced append, then SIGKILLs itself, so
  *                  the next open replays the WAL
+ *
+ * It must never let the kill test's unsynced append into an answer (get and
+ * scan count only times <= the loaded state's latest), nor load without
+ * sync: every load append is one WriteBatch written with sync = true.
  */
 #include <signal.h>
 #include <stdio.h>

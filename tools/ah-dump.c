@@ -18,6 +18,10 @@
  * directory, a file that is no heap, a damaged heap) is a one-line error
  * and exit 1, a usage error exits 2; with --json either is the document's
  * "error" member on stdout.  Never crashes on what it reads.
+ *
+ * It must never open the heap for writing for a command the table does not
+ * mark WRITE, and never run any command but verify or salvage before the
+ * page check found LMDB's trees sound.
  */
 #include <errno.h>
 #include <stdio.h>

@@ -22,6 +22,11 @@
  * where the source now stands (or that it already stood at the end).
  * Exit status: 0 done, 1 a bad record or a library error (the uncommitted
  * group is discarded, committed groups stay), 2 a usage error.
+ *
+ * It must never commit a group while updates are still staged (a `commit`
+ * after an `update` with no `advance` is a bad record: the position would
+ * count updates the heap lacks), and never resume from a stored position at
+ * which the changelog shows no `commit` record ending.
  */
 #include <errno.h>
 #include <fcntl.h>

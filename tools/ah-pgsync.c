@@ -21,6 +21,11 @@
  * A thin program over include/arrheap.h and libpq.  Exit status: 0 stopped
  * by SIGTERM/SIGINT after its last commit, 1 an error (one line on stderr
  * naming the cause and the fix), 2 a usage error.
+ *
+ * It must never confirm a flush position to the server beyond what a
+ * committed heap transaction holds (status() sends the sink's committed
+ * LSN), and never replace an existing heap on a first run: the copy is built
+ * under HEAP.creating.<pid> and published with RENAME_NOREPLACE (or link).
  */
 #include <errno.h>
 #include <fcntl.h>

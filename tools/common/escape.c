@@ -1,6 +1,11 @@
 /*
  * tools/common/escape.c - the byte escape codec (see escape.h for the text
  * form) and plain hex.  Shared by the tools and the tests; knows nothing of the heap.
+ *
+ * It must never write past the sizes escape.h gives (TOOL_ESCAPE_MAX(len) to
+ * escape, 2 * len to hex, len to unescape, len / 2 to unhex), and never
+ * emit from tool_escape a byte outside printable ASCII: escaped text is
+ * always safe to print.
  */
 #include "tools/common/escape.h"
 

@@ -11,6 +11,10 @@
  *
  * Pure functions over caller buffers: no allocation, no I/O, never reads
  * beyond the lengths it is given.
+ *
+ * It must never change the canonical form: changelogs, ah-dump's output and
+ * ah-pgsync's pg.tables record are written in it, and what one tool prints
+ * another reads back.
  */
 #ifndef TOOLS_COMMON_ESCAPE_H
 #define TOOLS_COMMON_ESCAPE_H

@@ -1,5 +1,8 @@
 /*
  * tools/common/fmt.c - the number formats of fmt.h.  No allocation, no I/O.
+ *
+ * It must never write more than TOOL_FMT_LEN bytes: the longest count, 20
+ * digits and 6 commas, takes 27 with its NUL.
  */
 #include <inttypes.h>
 #include <stdio.h>

@@ -4,6 +4,9 @@
  *
  * Pure functions writing into the caller's buffer (TOOL_FMT_LEN bytes);
  * each returns that buffer, so calls can sit inside one printf.
+ *
+ * Nothing here may depend on the locale: the separators are always ',' and
+ * '.', so the tables, and the tests that read them, are the same everywhere.
  */
 #ifndef TOOLS_COMMON_FMT_H
 #define TOOLS_COMMON_FMT_H

@@ -42,6 +42,11 @@
  * reads the heap beyond the group's writes, never interprets a source
  * position (the tools own their formats: byte offsets, LSNs), never prints,
  * and never commits anything but through ingest_commit.
+ *
+ * It must never commit a group while a source transaction is open
+ * (ingest_commit refuses with AH_ESTATE: its updates have no time yet), nor
+ * store a position in any transaction but the group's, after the group's
+ * data.
  */
 #ifndef TOOLS_COMMON_INGEST_H
 #define TOOLS_COMMON_INGEST_H

@@ -2,6 +2,10 @@
  * tools/common/json.c - the JSON writer of json.h.  Formatting only: it
  * never allocates and never fails by itself (write errors stay in the
  * FILE for the caller's final ferror check).
+ *
+ * It must never write a byte of a string as it is unless it is printable
+ * ASCII other than '"' and '\\': everything else is escaped, so the document
+ * stays valid JSON whatever a heap holds.
  */
 #include <inttypes.h>
 #include <string.h>

@@ -8,6 +8,9 @@
  * JSON, even for a path that is not UTF-8).  Callers keep the nesting
  * right; the writer keeps commas and indentation.  No allocation; errors
  * surface as the stream's ferror.
+ *
+ * Nothing here may allocate or keep more than the nesting (at most
+ * TOOL_JSON_DEPTH levels): every call writes straight to the FILE.
  */
 #ifndef TOOLS_COMMON_JSON_H
 #define TOOLS_COMMON_JSON_H

@@ -1,6 +1,11 @@
 /*
  * tools/common/parse.c - strict parsing of names, numbers and changelog
  * records (format in parse.h).  Syntax only: no heap access, no allocation.
+ *
+ * It must never accept a near miss: a sign on a uint64, a second sign, a
+ * space in a number, an overflow, a name outside the set or a bad escape is
+ * an error, never a guess.  A bad field is quoted in the message as at most
+ * 40 bytes, every non-printable one shown as '?'.
  */
 #include "tools/common/parse.h"
 

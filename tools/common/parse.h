@@ -13,6 +13,10 @@
  * frontiers is ah-load's business.  The two mistakes of hand-made files
  * are named as such: a line ending in CR (a CRLF file) and spaces where a
  * TAB belongs.  Nothing here allocates or does I/O.
+ *
+ * It must never accept a record that is not exactly this format: a wrong
+ * number of fields, a CR, a space in a word, name or number, a number out of
+ * range or a bad escape is an error with a one-line reason.
  */
 #ifndef TOOLS_COMMON_PARSE_H
 #define TOOLS_COMMON_PARSE_H

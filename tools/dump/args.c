@@ -8,6 +8,10 @@
  * in (the escape, or hex with --hex), so what one command prints can be
  * passed back to another.  The key order is arrheap's: unsigned bytes, a
  * prefix first.  Parsing only: nothing here reads the heap.
+ *
+ * It must never accept an option the command did not ask for (which), an
+ * extra positional argument, --count with --limit, or a KEY or bound that
+ * does not decode: each is a usage error.
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -12,6 +12,10 @@
  * answer is an error naming why (nothing sealed, or compacted up to the
  * upper), never an empty success; a key that `get` does not find is an
  * error too (AH_ENOTFOUND), not an empty answer.
+ *
+ * It must never print a key or val but through dump_bytes (the escape, or
+ * hex with --hex), and never write the heap: it reads the run's snapshot
+ * only.
  */
 #include <inttypes.h>
 #include <stdio.h>

@@ -16,6 +16,10 @@
  * prints the usage).  Every failure goes through dump_fail: one line on
  * stderr, or with --json the "error" member of the one JSON document on
  * stdout (main writes it, also after a document cut short).
+ *
+ * Nothing here may use a header of the library but arrheap.h, and no
+ * handler may change the heap it opened but through dump_write (the write
+ * commands), nor create any file but a new one (backup, salvage).
  */
 #ifndef TOOLS_DUMP_DUMP_H
 #define TOOLS_DUMP_DUMP_H

@@ -7,6 +7,13 @@
  * these; a position of several lines of text follows its line, indented,
  * and a long one is cut: `source NAME` prints any position whole), then
  * the heap's own figures as aligned "label  value" lines.
+ *
+ * It must never print stored bytes that may not be printable as they are,
+ * except in `source NAME` without --hex, whose point is a position's exact
+ * bytes: the summary shows positions escaped or in hex, and verify's
+ * arrangement names are escaped (names from ah_arrangement_next and
+ * ah_source_next are valid names, checked by the library).  It never
+ * writes the heap.
  */
 #include <inttypes.h>
 #include <stdio.h>

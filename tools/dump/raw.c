@@ -10,6 +10,9 @@
  * a time below the arrangement's since is one a read advances to since
  * (the batch was not merged since then).  Neither sums anything: `get` and
  * `read` give the answers.
+ *
+ * It must never print a key or val but through dump_bytes, nor a time other
+ * than the stored one: nothing here advances, sums or consolidates.
  */
 #include <inttypes.h>
 #include <stdio.h>

@@ -23,6 +23,9 @@
  *
  * It reads the damaged heap read-only and never writes it.  Exit 0 when
  * everything was copied, 1 when anything was left behind or on an error.
+ *
+ * It must never replace an existing OUT or publish one that failed its own
+ * ah_verify, and never copy a source position once anything was left behind.
  */
 #include <errno.h>
 #include <fcntl.h>

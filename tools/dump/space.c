@@ -11,6 +11,10 @@
  * (dump->pages, ah_verify_pages), so the lines describe one commit and
  * their sum is exact; the free list's fragmentation and the pages pinned
  * by readers come from ah_space_get over the same snapshot.
+ *
+ * It must never write the heap, and never print a key or val: --scan counts
+ * them and their sizes only.  backup writes only the new file OUT and
+ * refuses one that exists (AH_EEXIST).
  */
 #include <inttypes.h>
 #include <stdio.h>

@@ -17,6 +17,10 @@
  * transaction is begun and committed in a thread of its own, because the
  * lock belongs to the thread that took it, while the main thread watches
  * the clock.
+ *
+ * It must never commit a transaction whose command failed (a non-zero status
+ * from fn aborts it), never print a result before its commit returned, and
+ * never write a source position.
  */
 #include <dirent.h>
 #include <errno.h>

@@ -7,6 +7,10 @@
  * fix, and marks the sink stuck: the stream holds the same change after a
  * restart.  It never writes the heap (sink_flush does) and never lets a
  * change it refused reach the sink's staging.
+ *
+ * It must never retract a row the message does not carry: an update or
+ * delete without the whole old row (REPLICA IDENTITY other than FULL) is
+ * refused, never applied by key alone.
  */
 #include <stdio.h>
 #include <string.h>

@@ -3,6 +3,11 @@
  * heap's identity and table records, read back and checked.  The commands
  * themselves are in tools/ah-pgsync.c (sync) and tools/pg/verify.c
  * (verify, status, wait).
+ *
+ * Nothing declared here may write the heap: stored_read and the read-only
+ * commands take read transactions, follow_table only queries the catalog,
+ * and apply_msg stages into the sink; the writes are the sink's (sink_flush)
+ * and the first copy's (tools/ah-pgsync.c).
  */
 #ifndef TOOLS_PG_ENGINE_H
 #define TOOLS_PG_ENGINE_H

@@ -27,6 +27,10 @@
  * refusal never loses rows, a wrong yes would.  A relid that wrapped
  * around below relid_max is refused as well.  Queries run on the SQL
  * connection; nothing here writes the heap.
+ *
+ * It must never answer yes on a doubt: a check it cannot make (a heap
+ * without pg.snapshot, a relation dropped meanwhile, a failed query) is a
+ * refusal or an error, never a follow.
  */
 #include <inttypes.h>
 #include <stdio.h>

@@ -2,6 +2,10 @@
  * tools/pg/pgoutput.c - the pgoutput v1 message decoder (see pgoutput.h).
  * Integers on the wire are big-endian; strings are NUL-terminated.  Every
  * read is checked against the message's end.
+ *
+ * It must never read past the message's end, and never guess at what it does
+ * not know: an unknown message type or column kind, or a count or length
+ * that runs past the end, is an error.
  */
 #include <stdlib.h>
 #include <string.h>

@@ -9,6 +9,10 @@
  * decoded from (or into the decoder's arrays): valid until the next decode
  * or until those bytes are freed.  Message bytes are untrusted: a short or
  * malformed message is an error, never a read past its end.
+ *
+ * It must never copy a field: a decoded message lives exactly as long as the
+ * bytes it came from, so what a caller keeps it copies (the sink encodes
+ * rows into its staging) before the next receive frees them.
  */
 #ifndef TOOLS_PG_PGOUTPUT_H
 #define TOOLS_PG_PGOUTPUT_H

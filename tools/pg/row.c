@@ -1,6 +1,11 @@
 /*
  * tools/pg/row.c - the field encoding of ah-pgsync's keys and vals and the
  * COPY text-format reader (see row.h for the byte layout).  No I/O.
+ *
+ * It must never read past the lengths given, and never encode two different
+ * field lists alike nor one list two ways: NULL (varint 0) and the empty
+ * string (varint 1) differ, and every length is written in its shortest
+ * LEB128.
  */
 #include <stdlib.h>
 #include <string.h>

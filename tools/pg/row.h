@@ -15,6 +15,10 @@
  * So equal rows always encode to equal bytes and any byte (tab, newline,
  * NUL-free UTF-8 or not) survives.  Pure functions over caller buffers and
  * a growable byte buffer: no I/O, never reads past the lengths given.
+ *
+ * Nothing here may change the encoding: every stored key and val is in it,
+ * so a change would make a restarted engine's retractions miss the rows they
+ * retract.
  */
 #ifndef TOOLS_PG_ROW_H
 #define TOOLS_PG_ROW_H

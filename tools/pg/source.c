@@ -2,6 +2,11 @@
  * tools/pg/source.c - libpq connections, catalog queries, the snapshot COPY
  * and the replication stream of ah-pgsync (see source.h).  It never writes
  * the heap and never parses pgoutput: it hands the bytes on.
+ *
+ * It must never leave a connection with text settings other than
+ * TEXT_SETTINGS (each is set, then read back, and a difference fails the
+ * connect), and never put a catalog name into SQL unquoted: table and column
+ * names go through PQescapeIdentifier, lookups take parameters.
  */
 #include <errno.h>
 #include <stdarg.h>

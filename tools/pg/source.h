@@ -11,6 +11,10 @@
  * the environment or the conninfo says, and read them back: COPY and
  * pgoutput print every value alike, on every run.  Every failure leaves
  * one line naming the cause and the fix in src->err.
+ *
+ * It must never tell the server a position it was not given: src_status
+ * reports exactly the written and flushed LSNs its caller passes.  Nothing
+ * here reads or writes the heap.
  */
 #ifndef TOOLS_PG_SOURCE_H
 #define TOOLS_PG_SOURCE_H

@@ -1,6 +1,11 @@
 /*
  * tools/pg/stored.c - reads what a heap records about its PostgreSQL source
  * (see engine.h and sink.h).  Read-only: one read transaction.
+ *
+ * It must never write the heap, and never take a damaged record for a valid
+ * one: once pg.lsn exists, a missing pg.identity or pg.tables, or any record
+ * that does not parse or fit its buffer, fails the whole read; only
+ * pg.stats, totals for messages, is read leniently.
  */
 #include <inttypes.h>
 #include <stdio.h>

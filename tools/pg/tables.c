@@ -3,6 +3,11 @@
  * "pg.tables" record that tells a restarted engine (and `ah-pgsync verify`)
  * which arrangement holds which table with which key.  Pure data handling:
  * no I/O, no heap access.  The stored record is untrusted input.
+ *
+ * It must never make an invalid arrangement name (schema.table only when it
+ * is at most 64 bytes of [A-Za-z0-9_-] and its dot, else rel.<relid>), and
+ * never write a schema, table or column name unescaped into pg.tables, where
+ * a TAB or LF in a name would split its fields.
  */
 #include <inttypes.h>
 #include <stdio.h>

@@ -8,6 +8,11 @@
  *   status: the stored LSN, identity and arrangements;
  *   wait:   polls the stored LSN until it reaches a target.
  * They open the heap read-only, so they may run beside the engine.
+ *
+ * It must never call a table equal unless both hash sums and the row counts
+ * agree, never stop at the first difference, and never write the heap or the
+ * database: the heap is opened read-only and the tables are read by COPY TO
+ * in one REPEATABLE READ transaction.
  */
 #include <inttypes.h>
 #include <stdio.h>
