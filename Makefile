@@ -24,7 +24,7 @@ TOOL_COMMON_OBJ := $(TOOL_COMMON:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := $(wildcard tests/*/*.c tests/*/*/*.c)
 TEST_SRC := $(filter-out tests/fuzz/%,$(TEST_SRC))
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
-TOOLS := $(BUILD)/ah-load $(BUILD)/ah-dump
+TOOLS := $(BUILD)/ah-load $(BUILD)/ah-dump $(BUILD)/ah-snapshot
 HDRS := $(wildcard include/*.h heap/*.h arrangement/*.h txn/*.h tools/common/*.h tests/*.h tests/*/*.h tests/*/*/*.h)
 
 # ---- ah-pgsync (PostgreSQL logical replication engine, tools/pg/) ----------

@@ -832,3 +832,50 @@ out:
 		mdb_cursor_close(cur);
 	return rc;
 }
+
+int heap_chunk_put_raw(heap_txn *t, uint64_t id, const void *value,
+                       size_t len)
+{
+	MDB_val k = { sizeof id, &id }, v = { len, (void *)value };
+	const char *problem;
+	uint64_t off = 0;
+	chdr c;
+	int rc;
+
+	if ((rc = heap_txn_usable(t, true)) != 0)
+		return rc;
+	if (value == NULL || id == 0 || (uintptr_t)value % 16 != 0)
+		return AH_EINVAL;
+	/* Checked before anything changes: a bad value poisons nothing. */
+	if ((problem = parse(t->h, id, &v, &c)) != NULL ||
+	    (problem = check_all(t->h, &v, &c)) != NULL)
+		return CORRUPT(problem);
+	TRY(heap_trees_usable(t->h, CHUNKS | FREE));
+	TRY(heap_space_need(t, (len + VALUE_PAD) / t->h->psize));
+	v.mv_data = NULL;
+	rc = HEAP_MDB(mdb_put(t->txn, t->h->dbi[HEAP_DBI_CHUNKS], &k, &v,
+	                      MDB_RESERVE | MDB_NOOVERWRITE));
+	if (rc == MDB_KEYEXIST) {
+		rc = AH_EEXIST; /* nothing changed */
+		goto out;
+	}
+	TRY(heap_err(rc));
+	heap_fault_order();
+	/* Written like a sealed buffered chunk: one pwrite to its place,
+	 * not a page fault per fresh map page. */
+	if (writemap(t->h) && file_offset(t->h, &v, &off) == 0) {
+		uint64_t save_size = t->wb_size, save_off = t->wb_off;
+
+		t->wb_size = len;
+		t->wb_off = off;
+		rc = write_value(t, value);
+		t->wb_size = save_size;
+		t->wb_off = save_off;
+	} else {
+		memcpy(v.mv_data, value, len);
+	}
+	if (rc == 0 && t->next_id != 0 && id >= t->next_id)
+		t->next_id = id + 1;
+out:
+	return rc == AH_EEXIST ? rc : heap_txn_fail(t, rc);
+}

@@ -307,3 +307,25 @@ out:
 		heap_txn_abort(t);
 	return rc;
 }
+
+int heap_set_uuid(heap_txn *t, const uint8_t uuid[16])
+{
+	heap *h = t->h;
+	MDB_val k = { sizeof HEAP_META_KEY - 1, (void *)HEAP_META_KEY }, v;
+	uint8_t rec[HEAP_META_BYTES], old[16];
+	uint32_t ver;
+	int rc;
+
+	if ((rc = heap_txn_usable(t, true)) != 0)
+		return rc;
+	TRY(heap_err(HEAP_MDB(mdb_get(t->txn, h->dbi[HEAP_DBI_META], &k, &v))));
+	TRY(heap_meta_check(v.mv_data, v.mv_size, h->psize, old, &ver));
+	heap_meta_encode(rec, h->psize, uuid, ver);
+	v.mv_size = sizeof rec;
+	v.mv_data = rec;
+	TRY(heap_space_need(t, 2));
+	TRY(heap_err(HEAP_MDB(mdb_put(t->txn, h->dbi[HEAP_DBI_META], &k, &v, 0))));
+	memcpy(h->uuid, uuid, 16);
+out:
+	return heap_txn_fail(t, rc);
+}

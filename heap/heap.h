@@ -17,6 +17,7 @@
 #ifndef HEAP_HEAP_H
 #define HEAP_HEAP_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -132,6 +133,23 @@ int heap_chunk_reserve(heap_txn *t, size_t body_bytes, uint64_t *id,
  * Errors: AH_EINVAL (body is not the reserved chunk's), AH_ECORRUPT,
  * AH_EIO, AH_EFULL (the pwrite); any error poisons the txn. */
 int heap_chunk_seal(heap_txn *t, uint64_t id, void *body, size_t body_used);
+
+/* Stores a whole chunk value made elsewhere (a snapshot's object, by
+ * ah_snapshot_restore) under its own id: value is the LMDB value a
+ * heap_chunk_open view calls `value`, len bytes (value_bytes), 16-byte
+ * aligned.  Its header and every checksum are checked first; a bad value
+ * is AH_ECORRUPT and changes nothing.  Written to the file with pwrite
+ * like a sealed chunk.  Later heap_chunk_reserve ids follow the largest.
+ * Errors: AH_EINVAL, AH_ECORRUPT, AH_EEXIST (id in use; nothing changed),
+ * AH_EFULL, AH_EIO, AH_EREADONLY; other errors poison the txn. */
+int heap_chunk_put_raw(heap_txn *t, uint64_t id, const void *value,
+                       size_t len);
+
+/* Rewrites the meta record with uuid (same format version), for a heap
+ * nobody else knows yet (ah_snapshot_restore's new file): the handle's
+ * copy (heap_stat) changes at once, even if t aborts.  Errors:
+ * AH_ECORRUPT (meta record), AH_EFULL, AH_EIO; poisons t on failure. */
+int heap_set_uuid(heap_txn *t, const uint8_t uuid[16]);
 
 /* A chunk opened for reading: where its body is, and which of its pages
  * this view has checked.  Plain data: it may be copied (a copy keeps what
@@ -407,5 +425,18 @@ int heap_reader_list(heap *h, int (*fn)(const heap_reader *r, void *user),
  * is left.  Errors: AH_EEXIST, AH_ENOTFOUND, AH_EREADONLY, AH_EFULL,
  * AH_EIO. */
 int heap_backup(heap *h, const char *path, bool fresh_uuid);
+
+/* Paths (path.c), for files made beside a heap (backup, restore): the
+ * canonical path (realpath; for a file to be created, its directory's
+ * realpath and its name; AH_ENOTFOUND for a missing directory or a
+ * dangling symlink, AH_EINVAL for a name too long); this creator's
+ * temporary name for path (stale ones of dead creators are removed); and
+ * its publication, which never replaces an existing path (*exists when
+ * one was there; tmp is then removed). */
+int heap_path_resolve(const char *path, char out[PATH_MAX]);
+int heap_path_temp(const char *path, char tmp[PATH_MAX]);
+int heap_path_publish(const char *tmp, const char *path, bool *exists);
+/* A fresh random (version 4) UUID; AH_EIO when getrandom fails. */
+int heap_uuid_new(uint8_t uuid[16]);
 
 #endif /* HEAP_HEAP_H */

@@ -86,19 +86,10 @@ int heap_space_lockfile(const char *path, unsigned readers);
 
 /* path.c: one lock file per data file (see there). */
 #include <limits.h>
-/* The canonical path (realpath; for a file to be created, its directory's
- * realpath and its name).  AH_ENOTFOUND for a missing directory or a
- * dangling symlink, AH_EINVAL for a name too long. */
-int heap_path_resolve(const char *path, char out[PATH_MAX]);
 /* Takes the opener claim on the data file (h->dev/ino, already checked):
  * AH_EBUSY when another process has it open through another lock file. */
 int heap_path_claim(heap *h, const char *path);
 void heap_path_unclaim(heap *h);
-/* This creator's temporary name for path (stale ones of dead creators are
- * removed), and its publication: never replaces an existing path; *exists
- * when one was there (tmp is then removed). */
-int heap_path_temp(const char *path, char tmp[PATH_MAX]);
-int heap_path_publish(const char *tmp, const char *path, bool *exists);
 
 /* record.c: the checksum frame of every table value (see there). */
 #define HEAP_RECORD_FRAME 8
@@ -134,8 +125,6 @@ bool heap_format_unborn(int fd, uint32_t psize);
 #define HEAP_META_BYTES 64
 void heap_meta_encode(uint8_t out[HEAP_META_BYTES], uint32_t psize,
                       const uint8_t uuid[16], uint32_t version);
-/* A fresh random (version 4) UUID; AH_EIO when getrandom fails. */
-int heap_uuid_new(uint8_t uuid[16]);
 /* Checks a stored meta record; *version gets its format version. */
 int heap_meta_check(const void *val, size_t len, uint32_t psize,
                     uint8_t uuid[16], uint32_t *version);

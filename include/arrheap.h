@@ -708,6 +708,127 @@ typedef struct ah_backup_opts {
  * xfs_copy (a new UUID for every copy unless -d). */
 int ah_backup_v2(ah_heap *heap, const char *path, const ah_backup_opts *opts);
 
+/* ----------------------------------------------------------- snapshots */
+
+/* Incremental snapshots of a heap in a directory DIR of plain files whose
+ * names are fixed once written, so `rclone sync` ships DIR to any object
+ * store (ARCHITECTURE.md §9, layout and manifest format in §2):
+ *
+ *   DIR/objects/ID-XXH3    one chunk's stored bytes (an LMDB value, byte
+ *                          for byte); sealed chunks never change, so an
+ *                          object is written once and named by many
+ *                          snapshots
+ *   DIR/manifests/SNAP     one text manifest per snapshot, published last
+ *   DIR/tmp/, DIR/lock     work files of pushes (not needed to restore)
+ *
+ * A snapshot id SNAP is "UUID8-SEQ": the first 8 hex digits of the heap's
+ * UUID and the snapshot's number among that heap's, from 1, 6 digits
+ * ("3f2a9c1e-000007").  Snapshots of several heaps may share one DIR and
+ * its objects; each manifest names its heap's whole UUID.  Source:
+ * Feldera's checkpoint sync (rclone), Flink's incremental checkpoints
+ * (shared immutable files plus a manifest). */
+
+#define AH_SNAPSHOT_ID_MAX 24  /* bytes of an id, NUL included */
+
+typedef struct ah_snapshot_source {
+	const char *name;       /* source name (NUL-terminated) */
+	const void *pos;        /* its stored position bytes */
+	size_t len;
+} ah_snapshot_source;
+
+/* One snapshot, as a push made it or a manifest describes it. */
+typedef struct ah_snapshot_info {
+	char id[AH_SNAPSHOT_ID_MAX];  /* "UUID8-SEQ" */
+	uint8_t uuid[16];       /* the heap's (ah_heap_stat.uuid) */
+	uint64_t seq;           /* 1, 2, ... per heap */
+	int64_t time_ns;        /* push time, ns since the Unix epoch */
+	uint64_t txn_id;        /* the heap commit the snapshot shows */
+	uint64_t arrangements;
+	uint64_t objects;       /* chunks it names */
+	uint64_t bytes;         /* their bytes: the restored heap's chunks */
+	uint64_t objects_new;   /* of those, written by this push */
+	uint64_t bytes_new;
+	uint64_t manifest_bytes;
+	size_t nsources;        /* source positions, by name order */
+	const ah_snapshot_source *sources; /* valid during the callback only;
+	                                    * NULL from ah_snapshot_push */
+	int status;             /* ah_snapshot_foreach: 0, or AH_ECORRUPT for
+	                         * a damaged manifest (only id is set then) */
+	char message[160];      /* on failure: what and which file; else "" */
+} ah_snapshot_info;
+
+/* Writes a snapshot of HEAP's latest commit into DIR (created if missing;
+ * its parent must exist).  One read transaction: the writer, in this or
+ * another process, goes on committing and merging meanwhile.  Every chunk
+ * is read whole and its checksums checked (a damaged heap is refused:
+ * AH_ECORRUPT, nothing published); chunks whose object an earlier
+ * snapshot of this heap already wrote are not read or written again, so a
+ * push writes the chunks sealed since the last push, plus the manifest
+ * (the heap's records: spines, batch records, source positions, about
+ * 100 bytes per chunk).  Objects are written under DIR/tmp and renamed,
+ * each fsync'd, and the manifest is published last with link(2), which
+ * never replaces: a push killed at any moment leaves every earlier
+ * snapshot whole and no manifest of its own.  Pushes of one heap to one
+ * DIR may run at once (each gets its own SEQ); ah_snapshot_prune waits
+ * for them (flock on DIR/lock).  *out (may be NULL) gets the snapshot;
+ * its message says what failed.  Errors: AH_EINVAL, AH_ENOTFOUND (DIR's
+ * parent missing), AH_EREADONLY (DIR not writable), AH_ECORRUPT (a damaged
+ * chunk or record in the heap), AH_EEXIST (DIR holds another heap whose
+ * UUID starts with the same 8 digits), AH_EFULL, AH_EIO, AH_ENOMEM,
+ * AH_EFORK, AH_EBUSY (as ah_verify_pages). */
+int ah_snapshot_push(ah_heap *heap, const char *dir, ah_snapshot_info *out);
+
+/* ah_snapshot_restore flags */
+#define AH_RESTORE_NEW_UUID 0x1u  /* the new heap gets a UUID of its own */
+
+/* Builds a new heap at PATH (which must not exist) from snapshot ID of DIR
+ * (NULL: the newest, when DIR holds one heap's snapshots).  The manifest's
+ * checksum is checked, then every object against the manifest (size and
+ * XXH3-128) and its chunk checksums, before it is stored; the heap is
+ * written under a temporary name beside PATH, committed, checked whole
+ * with ah_verify, and published without replacing anything, so PATH
+ * never holds a partial heap, even if the process is killed; on failure
+ * nothing is left.  The new heap reads exactly as the snapshot's
+ * transaction did: arrangements, frontiers, batches, source positions;
+ * it keeps the snapshot's UUID (it continues that heap: its later pushes
+ * to DIR follow its SEQs) unless AH_RESTORE_NEW_UUID (a copy that lives
+ * beside the original; give it its own).  *out (may be NULL) gets the
+ * snapshot's description; its message names what failed.  Errors:
+ * AH_EINVAL (bad arguments or flags, malformed id), AH_EEXIST (PATH
+ * exists), AH_ENOTFOUND (no such DIR or snapshot), AH_ESTATE (ID NULL and
+ * DIR holds snapshots of more than one heap), AH_ECORRUPT (a damaged
+ * manifest; an object missing, truncated or altered; the result does not
+ * verify), AH_EFORMAT (another manifest version or page size), AH_EFULL,
+ * AH_EIO, AH_ENOMEM. */
+int ah_snapshot_restore(const char *dir, const char *id, const char *path,
+                        unsigned flags, ah_snapshot_info *out);
+
+typedef int (*ah_snapshot_fn)(const ah_snapshot_info *s, void *user);
+
+/* Calls fn for each snapshot in DIR, by heap UUID then SEQ (oldest
+ * first), reading each manifest (its checksum checked).  A damaged
+ * manifest is passed with status AH_ECORRUPT.  A nonzero return from fn
+ * stops the walk and is returned.  Errors: AH_EINVAL, AH_ENOTFOUND (no
+ * DIR), AH_ENOMEM, AH_EIO, or fn's value. */
+int ah_snapshot_foreach(const char *dir, ah_snapshot_fn fn, void *user);
+
+typedef struct ah_prune_info {
+	uint64_t snapshots_removed;
+	uint64_t objects_removed;   /* objects no kept snapshot names */
+	uint64_t bytes_removed;
+	uint64_t snapshots_kept;
+} ah_prune_info;
+
+/* Keeps the KEEP (>= 1) newest snapshots of each heap in DIR and deletes
+ * the older manifests, then every object no kept manifest names and the
+ * leftovers of killed pushes.  An object a kept snapshot needs is never
+ * deleted.  Waits for running pushes (exclusive flock on DIR/lock).  A
+ * damaged manifest among the kept ones stops it before anything is
+ * deleted (AH_ECORRUPT; older damaged ones are deleted).  *out may be
+ * NULL.  Errors: AH_EINVAL, AH_ENOTFOUND, AH_ECORRUPT, AH_EREADONLY,
+ * AH_EIO, AH_ENOMEM. */
+int ah_snapshot_prune(const char *dir, unsigned keep, ah_prune_info *out);
+
 #ifdef __cplusplus
 }
 #endif
