@@ -203,7 +203,11 @@ static void sweep_stale(const char *path)
 		    strncmp(s + blen, ".creating.", 10) != 0)
 			continue;
 		pid = strtol(s + blen + 10, &end, 10);
-		if (pid <= 0 || (*end != '\0' && strcmp(end, "-lock") != 0))
+		/* PATH.creating.PID, its -lock, and files made under that
+		 * name in turn (a restore creates its heap at
+		 * PATH.creating.PID: PATH.creating.PID.creating.PID...). */
+		if (pid <= 0 || (*end != '\0' && strcmp(end, "-lock") != 0 &&
+		                 strncmp(end, ".creating.", 10) != 0))
 			continue;
 		if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
 			continue;

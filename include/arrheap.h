@@ -719,7 +719,8 @@ int ah_backup_v2(ah_heap *heap, const char *path, const ah_backup_opts *opts);
  *                          object is written once and named by many
  *                          snapshots
  *   DIR/manifests/SNAP     one text manifest per snapshot, published last
- *   DIR/tmp/, DIR/lock     work files of pushes (not needed to restore)
+ *   DIR/tmp/, DIR/lock     work files of pushes and prunes (not shipped,
+ *                          not needed to restore)
  *
  * A snapshot id SNAP is "UUID8-SEQ": the first 8 hex digits of the heap's
  * UUID and the snapshot's number among that heap's, from 1, 6 digits
@@ -792,7 +793,11 @@ int ah_snapshot_push(ah_heap *heap, const char *dir, ah_snapshot_info *out);
  * transaction did: arrangements, frontiers, batches, source positions;
  * it keeps the snapshot's UUID (it continues that heap: its later pushes
  * to DIR follow its SEQs) unless AH_RESTORE_NEW_UUID (a copy that lives
- * beside the original; give it its own).  *out (may be NULL) gets the
+ * beside the original; give it its own).  Its commit ids (txn_id,
+ * ah_heap_stat.last_txn_id) start again from 1: they are LMDB's, per
+ * file; SEQ, not the commit id, orders a heap's snapshots.  DIR is only
+ * read (DIR/lock is taken shared when it exists, so a prune in DIR waits).
+ * *out (may be NULL) gets the
  * snapshot's description; its message names what failed.  Errors:
  * AH_EINVAL (bad arguments or flags, malformed id), AH_EEXIST (PATH
  * exists), AH_ENOTFOUND (no such DIR or snapshot), AH_ESTATE (ID NULL and

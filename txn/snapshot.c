@@ -148,9 +148,10 @@ static int slurp(const char *path, char **out, size_t *len)
 	return 0;
 }
 
-/* DIR/lock, flocked: LOCK_SH or LOCK_EX.  -1 and *rc on failure.  A
- * read-only DIR without a lock file (a copy being restored) is not
- * locked: nobody can prune it either. */
+/* DIR/lock, flocked: LOCK_SH or LOCK_EX.  -1 and *rc on failure.  With
+ * need false (a restore, which only reads DIR) the lock is taken only
+ * when the file exists and can be opened: a DIR copied from an object
+ * store has none, and nobody prunes it meanwhile. */
 static int lock_dir(const char *dir, int how, bool need, int *rc)
 {
 	char path[PATH_MAX];
@@ -158,9 +159,9 @@ static int lock_dir(const char *dir, int how, bool need, int *rc)
 
 	if ((*rc = join(path, dir, "lock", NULL)) != 0)
 		return -1;
-	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-	if (fd < 0 && !need && (errno == EACCES || errno == EROFS))
-		fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* A restore only reads DIR: it takes the lock when there is one. */
+	fd = need ? open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644)
+	          : open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		if (!need && (errno == EACCES || errno == EROFS || errno == ENOENT)) {
 			*rc = 0;
