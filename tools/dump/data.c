@@ -200,7 +200,7 @@ typedef struct scan {
 	const dump_args *a;
 	uint64_t rows;     /* printed (or counted) */
 	bool quiet;        /* count only (a's --count, or a first pass) */
-	bool cut;          /* --limit stopped it */
+	bool cut;          /* --limit stopped it (before key cut_key) */
 	const void *cut_key;
 	size_t cut_len;
 } scan;
@@ -222,10 +222,6 @@ static int print_vals(dump *d, ah_cursor *c, const char *key, scan *s)
 			return rc;
 		if (sum == 0)
 			continue;
-		if (s->a->have_limit && s->rows == s->a->limit) {
-			s->cut = true;
-			return 0;
-		}
 		s->rows++;
 		if (s->quiet)
 			continue;
@@ -312,6 +308,21 @@ int cmd_read(dump *d, int argc, char **argv)
 			break;
 		if ((stopped = dump_range_past(&a, k, kl)))
 			break;
+		/* --limit cuts between keys only, so that --from the next key
+		 * resumes exactly where this listing stopped; a key with no
+		 * row to print is passed over, not named. */
+		if (a.have_limit && s.rows >= a.limit) {
+			scan probe = { &a, 0, true, false, NULL, 0 };
+
+			if ((rc = print_vals(d, c, NULL, &probe)) < 0)
+				break;
+			if (probe.rows == 0)
+				continue;
+			s.cut = stopped = true;
+			s.cut_key = k;
+			s.cut_len = kl;
+			break;
+		}
 		if (!(ke = dump_bytes(d, k, kl)) || !(key = strdup(ke))) {
 			rc = AH_ENOMEM;
 			break;
@@ -320,11 +331,6 @@ int cmd_read(dump *d, int argc, char **argv)
 		free(key);
 		if (rc < 0)
 			break;
-		if ((stopped = s.cut)) {
-			s.cut_key = k;
-			s.cut_len = kl;
-			break;
-		}
 	}
 	if (!stopped)
 		rc = cursor_end(c, rc);
