@@ -476,3 +476,40 @@ Test(ops_read, bad_arguments, .init = setup, .fini = du_teardown)
 	           "[--json] [--hex]\n");
 	ops_expect(heap, "get a", 2, "", NULL);
 }
+
+/* JSON strings copy well-formed UTF-8 as it is and write any other byte as
+ * \u00XX: a heap named "hé" is "hé" in the document (not "h\u00c3\u00a9"),
+ * and one whose name holds a stray 0xff, an overlong "/" (C0 AF), a lone
+ * continuation byte (80) or an encoded surrogate (ED A0 80) is still valid
+ * JSON that python's json.tool reads. */
+Test(ops_read, json_strings_keep_utf8, .init = setup, .fini = du_teardown)
+{
+	static const struct { const char *name, *json; } cases[] = {
+		{ "h\xc3\xa9", "h\xc3\xa9" },
+		{ "x\xff", "x\\u00ff" },
+		{ "o\xc0\xaf", "o\\u00c0\\u00af" },
+		{ "c\x80", "c\\u0080" },
+		{ "s\xed\xa0\x80", "s\\u00ed\\u00a0\\u0080" },
+		{ "e\xe2\x82\xac\xf0\x9f\x98\x80", "e\xe2\x82\xac\xf0\x9f\x98\x80" },
+		{ "t\xe2\x82", "t\\u00e2\\u0082" },
+	};
+
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		char p[300], cmd[1200], want[400], *out;
+
+		snprintf(p, sizeof p, "%s/%s", du_tmp.dir, cases[i].name);
+		du_ok(ah_close(tl_open_path(p, 0, 0)), "create");
+		snprintf(cmd, sizeof cmd, "'%s/ah-dump' '%s' --json | grep '\"heap\"'",
+		         tl_build(), p);
+		cr_assert_eq(tl_sh(cmd, false, &out), 0, "%s", cmd);
+		snprintf(want, sizeof want, "  \"heap\": \"%s/%s\",\n", du_tmp.dir,
+		         cases[i].json);
+		cr_assert_str_eq(out, want, "%zu", i);
+		free(out);
+		snprintf(cmd, sizeof cmd, "'%s/ah-dump' '%s' --json | LC_ALL=C.UTF-8 "
+		         "PYTHONIOENCODING=utf-8 python3 -m json.tool >/dev/null",
+		         tl_build(), p);
+		cr_assert_eq(tl_sh(cmd, true, &out), 0, "%s: %s", cmd, out);
+		free(out);
+	}
+}
