@@ -25,8 +25,10 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "tools/common/escape.h"
 #include "tools/dump/dump.h"
 
 enum { CHECK = 1, WRITE = 2 };
@@ -232,6 +234,7 @@ int main(int argc, char **argv)
 	dump d = { 0 };
 	const command *cmd = NULL;
 	const char *cname;
+	char *heap_esc;
 	int status;
 
 	for (int i = 1; i < argc; i++) {
@@ -251,7 +254,15 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	d.heap_path = argv[1];
+	d.path = argv[1];
+	/* Messages name HEAP escaped: a newline or a stray byte in it would
+	 * break their one line. */
+	if (!(heap_esc = malloc(TOOL_ESCAPE_MAX(strlen(argv[1])) + 1))) {
+		fprintf(stderr, "ah-dump: out of memory\n");
+		return 1;
+	}
+	heap_esc[tool_escape(argv[1], strlen(argv[1]), heap_esc)] = 0;
+	d.heap_path = heap_esc;
 	cname = argc > 2 ? argv[2] : "";
 	for (size_t i = 0; i < NCOMMANDS; i++)
 		if (!strcmp(commands[i].name, cname))
@@ -259,10 +270,14 @@ int main(int argc, char **argv)
 	if (!cmd) {
 		dump_fail(&d, DUMP_USAGE, "unknown command \"%s\" (see ah-dump "
 		          "--help)", cname);
-		return finish(&d, NULL, 2);
+		status = finish(&d, NULL, 2);
+		free(heap_esc);
+		return status;
 	}
 	if ((status = dump_open(&d, cmd->flags & CHECK, cmd->flags & WRITE)) == 0)
 		status = cmd->run(&d, argc > 2 ? argc - 3 : 0, argv + 3);
 	status = dump_close(&d, status);
-	return finish(&d, cmd, status);
+	status = finish(&d, cmd, status);
+	free(heap_esc);
+	return status;
 }

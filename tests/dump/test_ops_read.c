@@ -513,3 +513,47 @@ Test(ops_read, json_strings_keep_utf8, .init = setup, .fini = du_teardown)
 		free(out);
 	}
 }
+
+/* A path or name with a newline or a byte that is not printable stays on
+ * one line, escaped as keys are (\n, \xHH), in ah-dump's messages and
+ * summary and in ah-load's messages. */
+Test(ops_read, paths_and_names_escaped, .init = setup, .fini = du_teardown)
+{
+	char p[300], want[1200], cmd[1200], *out, *err;
+
+	snprintf(p, sizeof p, "%s/H\nx\xff", du_tmp.dir);
+	ops_heap(p);
+	snprintf(cmd, sizeof cmd, "'%s/ah-dump' '%s' | grep '^heap '", tl_build(),
+	         p);
+	cr_assert_eq(tl_sh(cmd, false, &out), 0);
+	snprintf(want, sizeof want, "heap           %s/H\\nx\\xff\n", du_tmp.dir);
+	cr_assert_str_eq(out, want);
+	free(out);
+	snprintf(want, sizeof want, "ah-dump: %s/H\\nx\\xff: get a as of 3: no key "
+	         "k9\n", du_tmp.dir);
+	ops_expect(p, "get a k9", 1, "", want);
+	snprintf(want, sizeof want, "ah-dump: %s/H\\nx\\xff: unknown arrangement "
+	         "n\\no\\xff\n", du_tmp.dir);
+	ops_expect(p, "read \"$(printf 'n\\no\\377')\"", 1, "", want);
+	snprintf(want, sizeof want, "ah-dump: %s/H\\nx\\xff: maintain n\\no: "
+	         "unknown arrangement n\\no\n", du_tmp.dir);
+	ops_expect(p, "maintain \"$(printf 'n\\no')\"", 1, "", want);
+	ops_expect(p, "backup /nonexistent/\"$(printf 'b\\nk')\"", 1, "",
+	           "ah-dump: backup /nonexistent/b\\nk: not found\n");
+	ops_expect(p, "salvage /nonexistent/\"$(printf 's\\nv')\"", 1, "",
+	           "ah-dump: salvage /nonexistent/s\\nv: no such directory\n");
+	snprintf(cmd, sizeof cmd, "'%s/ah-load' '%s' /dev/null --source \"$(printf "
+	         "'a\\nb\\377')\"", tl_build(), p);
+	cr_assert_eq(ops_run(cmd, &out, &err), 2);
+	cr_assert_str_eq(err, "ah-load: bad source name \"a\\nb\\xff\" (1 to 64 of "
+	                 "[A-Za-z0-9_.:/-])\n");
+	free(out);
+	free(err);
+	snprintf(cmd, sizeof cmd, "'%s/ah-load' '%s' \"$(printf '/nonexistent/"
+	         "c\\nl')\"", tl_build(), p);
+	cr_assert_eq(ops_run(cmd, &out, &err), 1);
+	cr_assert_str_eq(err, "ah-load: /nonexistent/c\\nl: No such file or "
+	                 "directory\n");
+	free(out);
+	free(err);
+}

@@ -401,7 +401,8 @@ int cmd_backup(dump *d, int argc, char **argv)
 	if (!out)
 		return 2;
 	if ((rc = ah_backup_v2(d->heap, out, &bo)) < 0)
-		return dump_fail(d, rc, "backup %s: %s", out,
+		return dump_fail(d, rc, "backup %s: %s",
+		                 dump_escape(d, out, strlen(out)),
 		                 rc == AH_EEXIST ? "file exists" : ah_strerror(rc));
 	if (stat(out, &st) < 0)
 		st.st_size = 0;
@@ -412,7 +413,8 @@ int cmd_backup(dump *d, int argc, char **argv)
 		tj_kbool(&d->j, "new_uuid", bo.flags != 0);
 		tj_obj_end(&d->j);
 	} else {
-		printf("backup %s: %s (%" PRIu64 " bytes), %s\n", out,
+		printf("backup %s: %s (%" PRIu64 " bytes), %s\n",
+		       dump_escape(d, out, strlen(out)),
 		       tool_fmt_bytes(b, (uint64_t)st.st_size), (uint64_t)st.st_size,
 		       bo.flags ? "with a UUID of its own (--same-uuid keeps the "
 		                  "heap's)" : "with the heap's UUID");

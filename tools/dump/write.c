@@ -145,7 +145,7 @@ int dump_write(dump *d, int (*fn)(dump *d, ah_txn *t, void *arg), void *arg)
 		    !w.locked) {
 			char users[400];
 
-			heap_users(d->heap_path, users, sizeof users);
+			heap_users(d->path, users, sizeof users);
 			fprintf(stderr, "ah-dump: %s: waiting for the heap's writer "
 			        "lock: another process has a write transaction open%s%s%s; "
 			        "^C gives up, nothing written\n", d->heap_path,
@@ -176,7 +176,7 @@ static int info_of(dump *d, ah_txn *t, const char *name, const char *what,
 
 	if (rc == AH_ENOTFOUND || rc == AH_EINVAL)
 		return dump_fail(d, AH_ENOTFOUND, "%s: %s: unknown arrangement %s",
-		                 d->heap_path, what, name);
+		                 d->heap_path, what, dump_escape(d, name, strlen(name)));
 	return rc < 0 ? write_error(d, t, rc, what) : 0;
 }
 
