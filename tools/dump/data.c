@@ -81,9 +81,16 @@ static int print_batch(const ah_batch_info *b, void *user)
 	return 0;
 }
 
+static int count_partial(const ah_batch_info *b, void *user)
+{
+	*(uint64_t *)user += b->partial;
+	return 0;
+}
+
 int cmd_batches(dump *d, int argc, char **argv)
 {
 	ah_arrangement_info info;
+	uint64_t partials = 0;
 	int rc;
 
 	if (argc != 1)
@@ -96,14 +103,20 @@ int cmd_batches(dump *d, int argc, char **argv)
 		       "upper", "since", "updates", "keys", "vals", "chunks",
 		       "bytes");
 	}
-	if ((rc = ah_batch_foreach(d->txn, argv[0], print_batch, d)))
+	if ((rc = ah_batch_foreach(d->txn, argv[0], count_partial, &partials)) ||
+	    (rc = ah_batch_foreach(d->txn, argv[0], print_batch, d)))
 		return dump_lib_error(d, rc, argv[0]);
 	if (d->json) {
 		tj_arr_end(&d->j);
 		tj_obj_end(&d->j);
 	} else if (info.merging) {
-		printf("* output so far of a merge in progress (not yet in the "
-		       "chain)\n");
+		/* A merge is listed once it has written output; one that has
+		 * not run yet (waiting for fuel) has no row. */
+		if (partials)
+			printf("* output so far of a merge in progress (not yet in the "
+			       "chain)\n");
+		printf("merges in progress: %" PRIu64 ", %" PRIu64 " with output so "
+		       "far (marked *)\n", info.merging, partials);
 	}
 	return 0;
 }
