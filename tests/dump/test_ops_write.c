@@ -110,7 +110,7 @@ Test(ops_write, maintain_and_drop, .init = setup, .fini = du_teardown,
 	big_merge(big);
 	ops_expect(big, "maintain m --fuel 1000", 0,
 	           "m: batches 2 -> 2, merges in progress 0 -> 1, updates 119,000 -> "
-	           "119,000, chunks 6 -> 7; more merge work left (maintain again)\n",
+	           "119,000, chunks 6 -> 7; more merge\n    work left (maintain again)\n",
 	           "");
 	ops_expect(big, "maintain m", 0,
 	           "m: batches 2 -> 1, merges in progress 1 -> 0, updates 119,000 -> "
@@ -130,7 +130,7 @@ Test(ops_write, maintain_and_drop, .init = setup, .fini = du_teardown,
 	ops_expect(heap, "maintain", 2, "", NULL);
 	ops_expect(heap, "drop w", 0,
 	           "dropped w: 1 batch, 110 updates, 1 chunk (4 pages, reusable "
-	           "once no reader's snapshot still sees them)\n", "");
+	           "once no reader's snapshot still sees\n    them)\n", "");
 	ops_expect(heap, "drop w", 1, "",
 	           "ah-dump: %H: drop w: unknown arrangement w\n");
 	ops_expect(heap, "drop", 2, "", NULL);
@@ -344,12 +344,12 @@ Test(ops_write, merging_counts_and_fuel, .init = du_setup, .fini = du_teardown)
 	           "b['partial']]", "[]");
 	ops_expect(p, "maintain m --fuel 1000", 0, "m: batches 2 -> 2, merges in "
 	           "progress 1 -> 1, updates 110,000 -> 110,000, chunks 5 -> 6; more "
-	           "merge work left (maintain again)\n", "");
+	           "merge\n    work left (maintain again)\n", "");
 	du_json_eq(p, "batches m", "[b['updates'] for b in d['batches'] if "
 	           "b['partial']]", "[1000]");
 	ops_expect(p, "maintain m --fuel 1", 0, "m: batches 2 -> 2, merges in "
 	           "progress 1 -> 1, updates 110,000 -> 110,000, chunks 6 -> 6; more "
-	           "merge work left (maintain again)\n", "");
+	           "merge\n    work left (maintain again)\n", "");
 	du_json_eq(p, "batches m", "[b['updates'] for b in d['batches'] if "
 	           "b['partial']]", "[1001]");
 	ops_expect(p, "maintain m --fuel 0", 0, "m: batches 2 -> 1, merges in "

@@ -55,7 +55,8 @@ static int print_batch(const ah_batch_info *b, void *user)
 {
 	dump *d = user;
 	char u[TOOL_FMT_LEN], k[TOOL_FMT_LEN], v[TOOL_FMT_LEN], c[TOOL_FMT_LEN],
-		by[TOOL_FMT_LEN];
+		by[TOOL_FMT_LEN], row[96], rest[160];
+	int n;
 
 	if (d->json) {
 		tj_obj(&d->j);
@@ -73,11 +74,18 @@ static int print_batch(const ah_batch_info *b, void *user)
 		tj_obj_end(&d->j);
 		return 0;
 	}
-	printf("%8" PRIu64 " %10" PRIu64 " %10" PRIu64 " %10" PRIu64
-	       " %13s %11s %11s %7s %10s%s\n", b->id, b->lower, b->upper,
-	       b->since, tool_fmt_count(u, b->updates), tool_fmt_count(k, b->keys),
-	       tool_fmt_count(v, b->vals), tool_fmt_count(c, b->chunks),
-	       tool_fmt_bytes(by, b->bytes), b->partial ? " *" : "");
+	/* Times up to 2^64 - 1 do not fit their columns: then the counts go
+	 * on a second line, under their own columns, within DUMP_COLUMNS. */
+	n = snprintf(row, sizeof row, "%8" PRIu64 " %10" PRIu64 " %10" PRIu64
+	             " %10" PRIu64, b->id, b->lower, b->upper, b->since);
+	n += snprintf(rest, sizeof rest, " %13s %11s %11s %7s %10s%s",
+	              tool_fmt_count(u, b->updates), tool_fmt_count(k, b->keys),
+	              tool_fmt_count(v, b->vals), tool_fmt_count(c, b->chunks),
+	              tool_fmt_bytes(by, b->bytes), b->partial ? " *" : "");
+	if (n > DUMP_COLUMNS)
+		printf("%s\n%41s%s\n", row, "", rest);
+	else
+		printf("%s%s\n", row, rest);
 	return 0;
 }
 

@@ -57,6 +57,57 @@ static void line_safe(char *m, size_t cap)
 	snprintf(m, cap, "%s", t);
 }
 
+/* One line s[0..len) (no newline), wrapped at spaces to DUMP_COLUMNS. */
+static void wrap_line(const char *s, size_t len)
+{
+	size_t indent = 0;
+
+	while (indent + len > DUMP_COLUMNS) {
+		size_t room = DUMP_COLUMNS - indent, cut = 0;
+
+		for (size_t i = 1; i <= room && i < len; i++)
+			if (s[i] == ' ')
+				cut = i;
+		for (size_t i = room + 1; !cut && i < len; i++)
+			if (s[i] == ' ')
+				cut = i;   /* a word longer than the line: after it */
+		if (!cut)
+			break;
+		printf("%*s%.*s\n", (int)indent, "", (int)cut, s);
+		while (cut < len && s[cut] == ' ')
+			cut++;
+		s += cut;
+		len -= cut;
+		indent = 4;
+	}
+	printf("%*s%.*s\n", (int)indent, "", (int)len, s);
+}
+
+void dump_line(const char *fmt, ...)
+{
+	char *m = NULL, *p;
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vasprintf(&m, fmt, ap);
+	va_end(ap);
+	if (n < 0) {
+		va_start(ap, fmt);
+		vprintf(fmt, ap);   /* no memory: unwrapped rather than nothing */
+		va_end(ap);
+		return;
+	}
+	for (p = m; *p;) {
+		char *nl = strchr(p, '\n');
+		size_t l = nl ? (size_t)(nl - p) : strlen(p);
+
+		wrap_line(p, l);
+		p += l + (nl != NULL);
+	}
+	free(m);
+}
+
 int dump_fail(dump *d, int code, const char *fmt, ...)
 {
 	int exit_status = code == DUMP_USAGE ? 2 : 1;

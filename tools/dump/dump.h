@@ -80,6 +80,13 @@ int dump_lib_error(dump *d, int rc, const char *what);
  * begun.  exit is the run's exit status. */
 void dump_json_error(dump *d, int exit_status);
 
+/* The human form's width: dump_line wraps to it, tables keep within it. */
+#define DUMP_COLUMNS 100
+
+/* printf for a human line (or lines) on stdout that wraps each line longer
+ * than DUMP_COLUMNS at a space, continuing it indented by four spaces. */
+void dump_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* With --json, opens the command's document as {["arrangement": NAME,]
  * "KEY": [ ... (the caller adds the elements and closes both). */
 void dump_json_list(dump *d, const char *arrangement, const char *key);

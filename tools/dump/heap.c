@@ -129,7 +129,7 @@ static int summary_arrangements(dump *d)
 			char en[TOOL_ESCAPE_MAX(AH_NAME_MAX) + 1];
 
 			en[tool_escape(name, strlen(name), en)] = 0;
-			printf("arrangement %s: upper %" PRIu64 ", since %" PRIu64
+			dump_line("arrangement %s: upper %" PRIu64 ", since %" PRIu64
 			       ", batches %" PRIu64 ", updates %s, keys %s, bytes %s\n",
 			       en, in.upper, in.since, in.batches,
 			       tool_fmt_count(u, in.updates), tool_fmt_count(k, in.keys),

@@ -111,11 +111,22 @@ static void arr_json(dump *d, const char *name, const ah_arrangement_info *in,
 	tj_obj_end(&d->j);
 }
 
+/* A name wider than its column (24) gets a line of its own, and its row
+ * an empty name column, so that rows keep within DUMP_COLUMNS. */
+static const char *long_name(const char *name)
+{
+	if (strlen(name) <= 24)
+		return name;
+	printf("%s\n", name);
+	return "";
+}
+
 static void arr_human(const char *name, const ah_arrangement_info *in,
                       const arr_space *s, uint32_t psize, uint64_t used)
 {
 	char c[TOOL_FMT_LEN], p[TOOL_FMT_LEN], u[TOOL_FMT_LEN], sl[TOOL_FMT_LEN];
 
+	name = long_name(name);
 	printf("%-24s %7" PRIu64 " %9s %10s %11s %11s %4" PRIu64 "%%\n", name,
 	       in->batches, tool_fmt_count(c, in->chunks),
 	       tool_fmt_count(p, s->pages), tool_fmt_bytes(u, in->bytes),
@@ -129,6 +140,7 @@ static void arr_scan_human(const char *name, const arr_space *s)
 	char k[TOOL_FMT_LEN], v[TOOL_FMT_LEN], ka[TOOL_FMT_LEN], km[TOOL_FMT_LEN],
 		va[TOOL_FMT_LEN], vm[TOOL_FMT_LEN];
 
+	name = long_name(name);
 	printf("%-24s %11s %11s %10s %10s %10s %10s\n", name,
 	       tool_fmt_count(k, s->keys), tool_fmt_count(v, s->vals),
 	       tool_fmt_bytes(ka, s->keys ? s->key_bytes / s->keys : 0),

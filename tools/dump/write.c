@@ -226,11 +226,11 @@ static int frontier_cmd(dump *d, int argc, char **argv, bool upper)
 		        upper ? op.before.since : op.before.upper);
 		tj_obj_end(&d->j);
 	} else if (upper) {
-		printf("%s: upper %" PRIu64 " -> %" PRIu64 " (no data: an empty "
+		dump_line("%s: upper %" PRIu64 " -> %" PRIu64 " (no data: an empty "
 		       "batch; since %" PRIu64 ")\n", op.name, op.before.upper,
 		       op.to, op.before.since);
 	} else {
-		printf("%s: since %" PRIu64 " -> %" PRIu64 " (upper %" PRIu64 ")\n",
+		dump_line("%s: since %" PRIu64 " -> %" PRIu64 " (upper %" PRIu64 ")\n",
 		       op.name, op.before.since, op.to, op.before.upper);
 	}
 	return 0;
@@ -311,7 +311,7 @@ int cmd_maintain(dump *d, int argc, char **argv)
 		tj_obj_end(&d->j);
 		return 0;
 	}
-	printf("%s: batches %" PRIu64 " -> %" PRIu64 ", merges in progress %"
+	dump_line("%s: batches %" PRIu64 " -> %" PRIu64 ", merges in progress %"
 	       PRIu64 " -> %" PRIu64 ", updates %s -> %s, chunks %s -> %s; %s\n",
 	       op.name, op.before.batches, op.after.batches, op.before.merging,
 	       op.after.merging, tool_fmt_count(a, op.before.updates),
@@ -372,7 +372,7 @@ int cmd_drop(dump *d, int argc, char **argv)
 		tj_obj_end(&d->j);
 		return 0;
 	}
-	printf("dropped %s: %" PRIu64 " batch%s, %s update%s, %s chunk%s (%s "
+	dump_line("dropped %s: %" PRIu64 " batch%s, %s update%s, %s chunk%s (%s "
 	       "page%s, reusable once no reader's snapshot still sees them)\n",
 	       op.name, op.before.batches, op.before.batches == 1 ? "" : "es",
 	       tool_fmt_count(u, op.before.updates),
