@@ -25,8 +25,10 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "tools/common/escape.h"
 #include "tools/dump/dump.h"
 
 enum { CHECK = 1, WRITE = 2 };
@@ -73,8 +75,11 @@ static const char help_text[] =
 "first checks LMDB's pages and refuses a damaged heap in one line.\n"
 "KEY, K, P, V and printed keys/vals use the changelog escape: \\\\ \\t \\n \\xHH;\n"
 "with --hex, plain lowercase hex (in and out).  RANGE: --from K (keys >= K)\n"
-"--to K (keys < K) --prefix P.  --limit N: at most N (0: none; stderr says\n"
-"where more follow); --count: the number only.\n"
+"--to K (keys < K) --prefix P.  --limit N: stops at the first key boundary\n"
+"after N rows (0: none); a key's rows are never split, so a page can hold\n"
+"more than N, and stderr names the next key as --from 'K' (quoted for sh;\n"
+"also its --hex form when a byte is not printable), which resumes exactly\n"
+"there; --count: the number only.\n"
 "--json prints one JSON document on stdout, its fields listed below; a\n"
 "failure is its member error{code message exit} (code: an AH_E* name or\n"
 "\"usage\"), alone or after what was printed, and stderr stays empty.\n"
@@ -95,6 +100,8 @@ static const char help_text[] =
 "ah-dump HEAP batches NAME\n"
 "    each batch, oldest first, then merges in progress (marked *): id,\n"
 "    Description lower/upper/since, updates, keys, vals, chunks, bytes used.\n"
+"    A merge has a * row once it wrote output; \"merges in progress: N, M\n"
+"    with output so far\" counts all N (the summary's merging) and those M.\n"
 "    json: arrangement batches[]{id lower upper since updates keys vals\n"
 "      chunks bytes chunk_bytes partial}\n"
 "ah-dump HEAP chunks NAME\n"
@@ -169,9 +176,13 @@ static const char help_text[] =
 "    an empty advance of the upper; the library's rules and messages.\n"
 "    json: arrangement since_before since upper | upper_before upper since\n"
 "ah-dump HEAP maintain NAME [--fuel N]\n"
-"    merge work: in-progress merges first, then (no --fuel) everything into\n"
-"    one batch.   json: arrangement fuel idle before{batches merging updates\n"
-"      chunks bytes} after{...}\n"
+"    merge work.  No --fuel or --fuel 0: one merge of the whole trace into\n"
+"    one batch (merges in progress are given up, so each update is read\n"
+"    once).  --fuel N: merges in progress first, then due ones, until N units\n"
+"    (input updates read) are spent, stopping at the next (key, val); a\n"
+"    merge of at most 65,536 updates (the merge quantum) runs whole and is\n"
+"    not counted.   json: arrangement fuel idle before{batches merging\n"
+"      updates chunks bytes} after{...}\n"
 "ah-dump HEAP drop NAME\n"
 "    removes NAME and frees its batches and chunks (source positions stay).\n"
 "    json: dropped batches updates chunks chunk_pages\n"
@@ -229,6 +240,7 @@ int main(int argc, char **argv)
 	dump d = { 0 };
 	const command *cmd = NULL;
 	const char *cname;
+	char *heap_esc;
 	int status;
 
 	for (int i = 1; i < argc; i++) {
@@ -248,7 +260,15 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	d.heap_path = argv[1];
+	d.path = argv[1];
+	/* Messages name HEAP escaped: a newline or a stray byte in it would
+	 * break their one line. */
+	if (!(heap_esc = malloc(TOOL_ESCAPE_MAX(strlen(argv[1])) + 1))) {
+		fprintf(stderr, "ah-dump: out of memory\n");
+		return 1;
+	}
+	heap_esc[tool_escape(argv[1], strlen(argv[1]), heap_esc)] = 0;
+	d.heap_path = heap_esc;
 	cname = argc > 2 ? argv[2] : "";
 	for (size_t i = 0; i < NCOMMANDS; i++)
 		if (!strcmp(commands[i].name, cname))
@@ -256,10 +276,14 @@ int main(int argc, char **argv)
 	if (!cmd) {
 		dump_fail(&d, DUMP_USAGE, "unknown command \"%s\" (see ah-dump "
 		          "--help)", cname);
-		return finish(&d, NULL, 2);
+		status = finish(&d, NULL, 2);
+		free(heap_esc);
+		return status;
 	}
 	if ((status = dump_open(&d, cmd->flags & CHECK, cmd->flags & WRITE)) == 0)
 		status = cmd->run(&d, argc > 2 ? argc - 3 : 0, argv + 3);
 	status = dump_close(&d, status);
-	return finish(&d, cmd, status);
+	status = finish(&d, cmd, status);
+	free(heap_esc);
+	return status;
 }

@@ -41,11 +41,13 @@
 #include <unistd.h>
 
 #include "arrheap.h"
+#include "tools/common/escape.h"
 #include "tools/common/ingest.h"
 #include "tools/common/parse.h"
 
 typedef struct loader {
 	const char *log_path;
+	const char *log_h;      /* log_path escaped, for messages */
 	const char *source;
 	FILE *log;
 	uint64_t log_size;       /* UINT64_MAX: unknown (a pipe) */
@@ -453,7 +455,7 @@ static void report(const loader *ld, uint64_t started_at)
 	}
 	if (ld->commits == 0) {
 		printf("nothing to apply: %s holds no commit record\n",
-		       ld->log_path);
+		       ld->log_h);
 		return;
 	}
 	if (started_at)
@@ -465,11 +467,23 @@ static void report(const loader *ld, uint64_t started_at)
 	       ld->committed_pos);
 }
 
+/* s in the canonical escape (tools/common/escape.h), malloc'd; NULL on no
+ * memory. */
+static char *escaped(const char *s)
+{
+	char *e = malloc(TOOL_ESCAPE_MAX(strlen(s)) + 1);
+
+	if (e)
+		e[tool_escape(s, strlen(s), e)] = 0;
+	return e;
+}
+
 int main(int argc, char **argv)
 {
 	loader ld = { .source = "changelog" };
 	ah_open_opts opts = { .size = sizeof(opts), .flags = AH_OPEN_CREATE };
 	const char *heap_path = NULL;
+	char *heap_h = NULL, *log_h = NULL;
 	uint64_t started_at;
 	int status = 1, rc;
 
@@ -486,7 +500,10 @@ int main(int argc, char **argv)
 		} else if (!strncmp(argv[i], "--source=", 9)) {
 			ld.source = argv[i] + 9;
 		} else if (argv[i][0] == '-' && argv[i][1]) {
-			fprintf(stderr, "ah-load: unknown option %s\n", argv[i]);
+			char *o = escaped(argv[i]);
+
+			fprintf(stderr, "ah-load: unknown option %s\n", o ? o : "?");
+			free(o);
 			usage(stderr);
 			return 2;
 		} else if (!heap_path) {
@@ -503,36 +520,46 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (!tool_name_valid(ld.source, strlen(ld.source))) {
+		char *n = escaped(ld.source);
+
 		fprintf(stderr, "ah-load: bad source name \"%s\" (1 to %d of "
-		        "[A-Za-z0-9_.:/-])\n", ld.source, AH_NAME_MAX);
+		        "[A-Za-z0-9_.:/-])\n", n ? n : "?", AH_NAME_MAX);
+		free(n);
 		return 2;
 	}
+	/* Messages name paths escaped: a newline or a stray byte in one
+	 * would break their one line. */
+	if (!(heap_h = escaped(heap_path)) || !(log_h = escaped(ld.log_path))) {
+		fprintf(stderr, "ah-load: out of memory\n");
+		goto out;
+	}
+	ld.log_h = log_h;
 	ld.tty = isatty(STDERR_FILENO);
 	clock_gettime(CLOCK_MONOTONIC, &ld.t0);
 	if (open_log(&ld) < 0) {
-		fprintf(stderr, "ah-load: %s: %s\n", ld.log_path, ld.err);
+		fprintf(stderr, "ah-load: %s: %s\n", ld.log_h, ld.err);
 		goto out;
 	}
 	/* The library creates a new heap atomically (PATH.creating, renamed). */
 	rc = ah_open(heap_path, &opts, &ld.ig.heap);
 	if (rc < 0) {
-		fprintf(stderr, "ah-load: %s: %s\n", heap_path, ah_strerror(rc));
+		fprintf(stderr, "ah-load: %s: %s\n", heap_h, ah_strerror(rc));
 		goto out;
 	}
 	if (resume(&ld) < 0) {
-		fprintf(stderr, "ah-load: %s: %s\n", ld.log_path, ld.err);
+		fprintf(stderr, "ah-load: %s: %s\n", ld.log_h, ld.err);
 		goto out;
 	}
 	started_at = ld.have_pos ? ld.committed_pos : 0;
 	if (run(&ld) < 0) {
 		progress(&ld, 1);
-		fprintf(stderr, "%s:%" PRIu64 ": %s\n", ld.log_path, ld.line, ld.err);
+		fprintf(stderr, "%s:%" PRIu64 ": %s\n", ld.log_h, ld.line, ld.err);
 		goto out;
 	}
 	progress(&ld, 1);
 	if (ld.group_records > 0)
 		fprintf(stderr, "ah-load: %s: warning: %" PRIu64 " record%s after the "
-		        "last commit not applied\n", ld.log_path, ld.group_records,
+		        "last commit not applied\n", ld.log_h, ld.group_records,
 		        ld.group_records == 1 ? "" : "s");
 	if (ld.tty) {
 		struct timespec now;
@@ -547,11 +574,13 @@ int main(int argc, char **argv)
 out:
 	ingest_abort(&ld.ig);
 	if (ld.ig.heap && ah_close(ld.ig.heap) < 0 && status == 0) {
-		fprintf(stderr, "ah-load: %s: close failed\n", heap_path);
+		fprintf(stderr, "ah-load: %s: close failed\n", heap_h);
 		status = 1;
 	}
 	if (ld.log && ld.log != stdin)
 		fclose(ld.log);
 	ingest_free(&ld.ig);
+	free(heap_h);
+	free(log_h);
 	return status;
 }

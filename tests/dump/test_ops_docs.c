@@ -99,3 +99,24 @@ Test(ops_docs, installed_and_clean)
 		free(out);
 	}
 }
+
+/* maintain's --fuel as the code does it (tests/dump/test_ops_write.c,
+ * merging_counts_and_fuel): exactly N units, 0 the whole merge; no claim
+ * of steps of at least 65,536 or of "at most about N". */
+Test(ops_docs, maintain_fuel_as_the_code_does)
+{
+	char cmd[600], *help, *man = slurp("tools/ah-dump.1");
+
+	snprintf(cmd, sizeof cmd, "'%s/ah-dump' --help", tl_build());
+	cr_assert_eq(tl_sh(cmd, false, &help), 0);
+	cr_assert_null(strstr(man, "at least 65,536"));
+	cr_assert_null(strstr(man, "at most about N"));
+	cr_assert_not_null(strstr(man, "\\-\\-fuel 0 (no limit): one merge of\n"
+	                          "the whole trace"));
+	cr_assert_not_null(strstr(man, "is not counted against N"));
+	cr_assert_not_null(strstr(help, "No --fuel or --fuel 0: one merge of the "
+	                          "whole trace"));
+	cr_assert_not_null(strstr(help, "merges in progress: N, M"));
+	free(help);
+	free(man);
+}

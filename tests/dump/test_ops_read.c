@@ -13,6 +13,10 @@
 
 static char heap[300];
 
+/* The note --limit ends a cut listing with (the key it resumes from). */
+#define LIMIT_NOTE(k) "ah-dump: --limit reached (at the end of a key); more " \
+	"follow from key " k " (--from '" k "')\n"
+
 static void setup(void)
 {
 	du_setup();
@@ -64,11 +68,10 @@ Test(ops_read, updates_of_one_batch, .init = setup, .fini = du_teardown)
 	           "k4\tw\t0\t1\nk4\tw\t1\t-1\n", "");
 	ops_expect(heap, "updates a --batch 1 --count", 0, "7\n", "");
 	ops_expect(heap, "updates a --batch 1 --limit 2", 0,
-	           "k1\tx\t0\t3\nk1\tx\t1\t-1\n",
-	           "ah-dump: --limit reached; more follow from key k1 (--from 'k1')\n");
+	           "k1\tx\t0\t3\nk1\tx\t1\t-1\nk1\ty\t1\t2\n", LIMIT_NOTE("k2"));
 	ops_expect(heap, "updates a --batch 1 --limit 7", 0, all, "");
 	ops_expect(heap, "updates a --batch 1 --limit 0", 0, "",
-	           "ah-dump: --limit reached; more follow from key k1 (--from 'k1')\n");
+	           LIMIT_NOTE("k1"));
 	ops_expect(heap, "updates a --batch 1 --prefix k2 --hex", 2, "",
 	           "ah-dump: bad --prefix \"k2\": not a hex digit\n"
 	           "usage: ah-dump HEAP updates NAME --batch ID [RANGE] [--limit N | "
@@ -83,11 +86,57 @@ Test(ops_read, updates_of_one_batch, .init = setup, .fini = du_teardown)
 	           "'batch': 2, 'lower': 2, 'upper': 4, 'since': 0, 'partial': "
 	           "False, 'updates': [{'key': 'k1', 'val': 'x', 'time': 2, "
 	           "'diff': 5}]}");
-	du_json_eq(heap, "updates a --batch 1 --limit 1", "d['updates'], "
-	           "d['truncated'], d['next_key']", "[{'key': 'k1', 'val': 'x', "
-	           "'time': 0, 'diff': 3}] True k1");
+	du_json_eq(heap, "updates a --batch 1 --limit 1", "len(d['updates']), "
+	           "d['truncated'], d['next_key']", "3 True k2");
 	du_json_eq(heap, "updates a --batch 1 --count", "d['count'], 'updates' in d",
 	           "7 False");
+}
+
+/* Paging by the --limit note: k has three vals, so a limit that falls
+ * inside k finishes it and names the next key; following each note (run
+ * through sh as printed) lists every row exactly once and ends.  A key
+ * with a quote is quoted for sh; one with a byte that is not printable
+ * also gets its --hex form. */
+Test(ops_read, limit_pages_never_repeat, .init = setup, .fini = du_teardown)
+{
+	char p[300];
+	ah_heap *h;
+	ah_txn *t;
+	ah_update u[] = {
+		{ "it's", 4, "v", 1, 0, 1 }, { "k", 1, "v1", 2, 0, 1 },
+		{ "k", 1, "v2", 2, 0, 1 }, { "k", 1, "v3", 2, 0, 1 },
+		{ "m", 1, "v", 1, 0, 1 }, { "z\x01", 2, "v", 1, 0, 1 },
+	};
+
+	snprintf(p, sizeof p, "%s/paged", du_tmp.dir);
+	h = tl_open_path(p, 0, 0);
+	du_ok(ah_txn_begin(h, 0, &t), "begin");
+	du_ok(ah_arrangement_create(t, "p"), "create");
+	du_ok(ah_append(t, "p", 0, 1, u, 6), "append");
+	du_ok(ah_txn_commit(t), "commit");
+	du_ok(ah_close(h), "close");
+	ops_expect(p, "read p --limit 0", 0, "",
+	           "ah-dump: --limit reached (at the end of a key); more follow "
+	           "from key it's (--from 'it'\\''s')\n");
+	ops_expect(p, "read p --limit 2 --from 'it'\\''s'", 0,
+	           "it's\tv\t1\nk\tv1\t1\nk\tv2\t1\nk\tv3\t1\n", LIMIT_NOTE("m"));
+	ops_expect(p, "read p --limit 2 --from 'k'", 0,
+	           "k\tv1\t1\nk\tv2\t1\nk\tv3\t1\n", LIMIT_NOTE("m"));
+	ops_expect(p, "read p --limit 1 --from 'm'", 0, "m\tv\t1\n",
+	           "ah-dump: --limit reached (at the end of a key); more follow "
+	           "from key z\\x01 (--from 'z\\x01', or with --hex: --from "
+	           "7a01)\n");
+	ops_expect(p, "read p --limit 1 --from 'z\\x01'", 0, "z\\x01\tv\t1\n", "");
+	ops_expect(p, "read p --limit 1 --hex --from 7a01", 0, "7a01\t76\t1\n", "");
+	ops_expect(p, "read p --limit 1 --hex --from 6d", 0, "6d\t76\t1\n",
+	           "ah-dump: --limit reached (at the end of a key); more follow "
+	           "from key 7a01 (--from '7a01')\n");
+	ops_expect(p, "updates p --batch 1 --limit 2 --from k", 0,
+	           "k\tv1\t0\t1\nk\tv2\t0\t1\nk\tv3\t0\t1\n", LIMIT_NOTE("m"));
+	du_json_eq(p, "read p --limit 2 --from k", "len(d['rows']), d['next_key']",
+	           "3 m");
+	du_json_eq(p, "updates p --batch 1 --limit 1 --from k",
+	           "len(d['updates']), d['next_key']", "3 m");
 }
 
 Test(ops_read, ranges_limits_counts, .init = setup, .fini = du_teardown)
@@ -101,24 +150,26 @@ Test(ops_read, ranges_limits_counts, .init = setup, .fini = du_teardown)
 	ops_expect(heap, "read a --count", 0, "4\n", "");
 	ops_expect(heap, "read a --count --prefix k1", 0, "2\n", "");
 	ops_expect(heap, "read a --limit 3", 0, "k1\tx\t7\nk1\ty\t2\nk2\tx\t1\n",
-	           "ah-dump: --limit reached; more follow from key k3 (--from 'k3')\n");
+	           LIMIT_NOTE("k3"));
+	ops_expect(heap, "read a --limit 1", 0, "k1\tx\t7\nk1\ty\t2\n",
+	           LIMIT_NOTE("k2"));
 	ops_expect(heap, "read a --limit 4", 0,
 	           "k1\tx\t7\nk1\ty\t2\nk2\tx\t1\nk3\tz\t1\n", "");
 	ops_expect(heap, "read a --limit 0", 0, "",
-	           "ah-dump: --limit reached; more follow from key k1 (--from 'k1')\n");
+	           LIMIT_NOTE("k1"));
 	ops_expect(heap, "read a --hex --prefix 6b32", 0, "6b32\t78\t1\n", "");
 	ops_expect(heap, "keys a", 0, "k1\nk2\nk3\nk4\n", "");
 	ops_expect(heap, "keys a --from k2 --to k4", 0, "k2\nk3\n", "");
 	ops_expect(heap, "keys a --count", 0, "4\n", "");
 	ops_expect(heap, "keys a --limit 0", 0, "",
-	           "ah-dump: --limit reached; more follow from key k1 (--from 'k1')\n");
+	           LIMIT_NOTE("k1"));
 	ops_expect(heap, "keys a --limit 2", 0, "k1\nk2\n",
-	           "ah-dump: --limit reached; more follow from key k3 (--from 'k3')\n");
+	           LIMIT_NOTE("k3"));
 	ops_expect(heap, "keys bin --hex", 0, "00ff09\n", "");
 	ops_expect(heap, "keys bin", 0, "\\x00\\xff\\t\n", "");
 	du_json_eq(heap, "read a --limit 1", "d", "{'arrangement': 'a', 'as_of': 3, "
-	           "'rows': [{'key': 'k1', 'val': 'x', 'diff': 7}], 'truncated': "
-	           "True, 'next_key': 'k1'}");
+	           "'rows': [{'key': 'k1', 'val': 'x', 'diff': 7}, {'key': 'k1', "
+	           "'val': 'y', 'diff': 2}], 'truncated': True, 'next_key': 'k2'}");
 	du_json_eq(heap, "read a --count --from k3", "d",
 	           "{'arrangement': 'a', 'as_of': 3, 'count': 1}");
 	du_json_eq(heap, "keys a --limit 2", "d", "{'arrangement': 'a', 'keys': "
@@ -424,4 +475,85 @@ Test(ops_read, bad_arguments, .init = setup, .fini = du_teardown)
 	ops_expect(heap, "source", 2, "", "usage: ah-dump HEAP source NAME "
 	           "[--json] [--hex]\n");
 	ops_expect(heap, "get a", 2, "", NULL);
+}
+
+/* JSON strings copy well-formed UTF-8 as it is and write any other byte as
+ * \u00XX: a heap named "hé" is "hé" in the document (not "h\u00c3\u00a9"),
+ * and one whose name holds a stray 0xff, an overlong "/" (C0 AF), a lone
+ * continuation byte (80) or an encoded surrogate (ED A0 80) is still valid
+ * JSON that python's json.tool reads. */
+Test(ops_read, json_strings_keep_utf8, .init = setup, .fini = du_teardown)
+{
+	static const struct { const char *name, *json; } cases[] = {
+		{ "h\xc3\xa9", "h\xc3\xa9" },
+		{ "x\xff", "x\\u00ff" },
+		{ "o\xc0\xaf", "o\\u00c0\\u00af" },
+		{ "c\x80", "c\\u0080" },
+		{ "s\xed\xa0\x80", "s\\u00ed\\u00a0\\u0080" },
+		{ "e\xe2\x82\xac\xf0\x9f\x98\x80", "e\xe2\x82\xac\xf0\x9f\x98\x80" },
+		{ "t\xe2\x82", "t\\u00e2\\u0082" },
+	};
+
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		char p[300], cmd[1200], want[400], *out;
+
+		snprintf(p, sizeof p, "%s/%s", du_tmp.dir, cases[i].name);
+		du_ok(ah_close(tl_open_path(p, 0, 0)), "create");
+		snprintf(cmd, sizeof cmd, "'%s/ah-dump' '%s' --json | grep '\"heap\"'",
+		         tl_build(), p);
+		cr_assert_eq(tl_sh(cmd, false, &out), 0, "%s", cmd);
+		snprintf(want, sizeof want, "  \"heap\": \"%s/%s\",\n", du_tmp.dir,
+		         cases[i].json);
+		cr_assert_str_eq(out, want, "%zu", i);
+		free(out);
+		snprintf(cmd, sizeof cmd, "'%s/ah-dump' '%s' --json | LC_ALL=C.UTF-8 "
+		         "PYTHONIOENCODING=utf-8 python3 -m json.tool >/dev/null",
+		         tl_build(), p);
+		cr_assert_eq(tl_sh(cmd, true, &out), 0, "%s: %s", cmd, out);
+		free(out);
+	}
+}
+
+/* A path or name with a newline or a byte that is not printable stays on
+ * one line, escaped as keys are (\n, \xHH), in ah-dump's messages and
+ * summary and in ah-load's messages. */
+Test(ops_read, paths_and_names_escaped, .init = setup, .fini = du_teardown)
+{
+	char p[300], want[1200], cmd[1200], *out, *err;
+
+	snprintf(p, sizeof p, "%s/H\nx\xff", du_tmp.dir);
+	ops_heap(p);
+	snprintf(cmd, sizeof cmd, "'%s/ah-dump' '%s' | grep '^heap '", tl_build(),
+	         p);
+	cr_assert_eq(tl_sh(cmd, false, &out), 0);
+	snprintf(want, sizeof want, "heap           %s/H\\nx\\xff\n", du_tmp.dir);
+	cr_assert_str_eq(out, want);
+	free(out);
+	snprintf(want, sizeof want, "ah-dump: %s/H\\nx\\xff: get a as of 3: no key "
+	         "k9\n", du_tmp.dir);
+	ops_expect(p, "get a k9", 1, "", want);
+	snprintf(want, sizeof want, "ah-dump: %s/H\\nx\\xff: unknown arrangement "
+	         "n\\no\\xff\n", du_tmp.dir);
+	ops_expect(p, "read \"$(printf 'n\\no\\377')\"", 1, "", want);
+	snprintf(want, sizeof want, "ah-dump: %s/H\\nx\\xff: maintain n\\no: "
+	         "unknown arrangement n\\no\n", du_tmp.dir);
+	ops_expect(p, "maintain \"$(printf 'n\\no')\"", 1, "", want);
+	ops_expect(p, "backup /nonexistent/\"$(printf 'b\\nk')\"", 1, "",
+	           "ah-dump: backup /nonexistent/b\\nk: not found\n");
+	ops_expect(p, "salvage /nonexistent/\"$(printf 's\\nv')\"", 1, "",
+	           "ah-dump: salvage /nonexistent/s\\nv: no such directory\n");
+	snprintf(cmd, sizeof cmd, "'%s/ah-load' '%s' /dev/null --source \"$(printf "
+	         "'a\\nb\\377')\"", tl_build(), p);
+	cr_assert_eq(ops_run(cmd, &out, &err), 2);
+	cr_assert_str_eq(err, "ah-load: bad source name \"a\\nb\\xff\" (1 to 64 of "
+	                 "[A-Za-z0-9_.:/-])\n");
+	free(out);
+	free(err);
+	snprintf(cmd, sizeof cmd, "'%s/ah-load' '%s' \"$(printf '/nonexistent/"
+	         "c\\nl')\"", tl_build(), p);
+	cr_assert_eq(ops_run(cmd, &out, &err), 1);
+	cr_assert_str_eq(err, "ah-load: /nonexistent/c\\nl: No such file or "
+	                 "directory\n");
+	free(out);
+	free(err);
 }

@@ -198,3 +198,45 @@ Test(ops_space, backup_gets_its_own_uuid, .init = setup, .fini = du_teardown)
 	ops_expect(heap, args, 1, "", want);
 	du_json_eq(copy, "verify", "d['ok']", "True");
 }
+
+/* Human output keeps within 100 columns with a 64-byte arrangement name
+ * and times up to 2^64 - 1: the summary line wraps at a space (continued
+ * indented by four), a batches row whose times overflow their columns puts
+ * its counts on a second line under their columns, and a name wider than
+ * space's name column gets a line of its own. */
+Test(ops_space, within_100_columns, .init = du_setup, .fini = du_teardown)
+{
+	static const char name[] = "n123456789012345678901234567890123456789012345"
+	                           "678901234567890123";
+	char p[300], args[400], cmd[1000], *out;
+	ah_update u = { "k", 1, "v", 1, UINT64_MAX - 1, 1 };
+	const char *cmds[] = { "", "batches %s", "space", "space --scan",
+	                       "since %s 18446744073709551614", "maintain %s",
+	                       "chunks %s", "read %s", "arrangements" };
+	ah_heap *h;
+	ah_txn *t;
+
+	cr_assert_eq(strlen(name), 64);
+	snprintf(p, sizeof p, "%s/h", du_tmp.dir);
+	h = tl_open_path(p, 0, 0);
+	du_ok(ah_txn_begin(h, 0, &t), "begin");
+	du_ok(ah_arrangement_create(t, name), "create");
+	du_ok(ah_append(t, name, 0, UINT64_MAX, &u, 1), "append");
+	du_ok(ah_txn_commit(t), "commit");
+	du_ok(ah_close(h), "close");
+	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+		snprintf(args, sizeof args, cmds[i], name);
+		snprintf(cmd, sizeof cmd, "'%s/ah-dump' '%s' %s | awk 'length > 100'",
+		         tl_build(), p, args);
+		cr_assert_eq(tl_sh(cmd, true, &out), 0, "%s", cmd);
+		cr_assert_str_eq(out, "", "%s: lines over 100 columns:\n%s", args, out);
+		free(out);
+	}
+	snprintf(cmd, sizeof cmd, "'%s/ah-dump' '%s' | head -2", tl_build(), p);
+	cr_assert_eq(tl_sh(cmd, true, &out), 0);
+	cr_assert_str_eq(out, "arrangement n1234567890123456789012345678901234567"
+	                 "89012345678901234567890123: upper\n    18446744073709551615"
+	                 ", since 18446744073709551614, batches 1, updates 1, keys 1, "
+	                 "bytes 128 B\n");
+	free(out);
+}

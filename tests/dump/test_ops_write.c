@@ -110,7 +110,7 @@ Test(ops_write, maintain_and_drop, .init = setup, .fini = du_teardown,
 	big_merge(big);
 	ops_expect(big, "maintain m --fuel 1000", 0,
 	           "m: batches 2 -> 2, merges in progress 0 -> 1, updates 119,000 -> "
-	           "119,000, chunks 6 -> 7; more merge work left (maintain again)\n",
+	           "119,000, chunks 6 -> 7; more merge\n    work left (maintain again)\n",
 	           "");
 	ops_expect(big, "maintain m", 0,
 	           "m: batches 2 -> 1, merges in progress 1 -> 0, updates 119,000 -> "
@@ -130,7 +130,7 @@ Test(ops_write, maintain_and_drop, .init = setup, .fini = du_teardown,
 	ops_expect(heap, "maintain", 2, "", NULL);
 	ops_expect(heap, "drop w", 0,
 	           "dropped w: 1 batch, 110 updates, 1 chunk (4 pages, reusable "
-	           "once no reader's snapshot still sees them)\n", "");
+	           "once no reader's snapshot still sees\n    them)\n", "");
 	ops_expect(heap, "drop w", 1, "",
 	           "ah-dump: %H: drop w: unknown arrangement w\n");
 	ops_expect(heap, "drop", 2, "", NULL);
@@ -288,4 +288,73 @@ Test(ops_write, no_wait_no_message, .init = setup, .fini = du_teardown)
 	ops_expect(heap, "since w 1 --json", 0,
 	           "{\n  \"arrangement\": \"w\",\n  \"since_before\": 0,\n  "
 	           "\"since\": 1,\n  \"upper\": 4\n}\n", "");
+}
+
+/* Appends batches of the given sizes (distinct keys, one per update) to a
+ * new arrangement m of a new heap at path, opened with that merge
+ * quantum. */
+static void sized_heap(const char *path, uint64_t quantum, const int *sizes,
+                       int n)
+{
+	ah_heap *h = tl_open_path(path, 0, quantum);
+	ah_update *u = calloc(100000, sizeof *u);
+	char (*keys)[12] = calloc(100000, sizeof *keys);
+	ah_txn *t;
+
+	du_ok(ah_txn_begin(h, 0, &t), "begin");
+	du_ok(ah_arrangement_create(t, "m"), "create");
+	for (int b = 0; b < n; b++) {
+		for (int i = 0; i < sizes[b]; i++) {
+			snprintf(keys[i], sizeof keys[i], "%c%06d", 'a' + b, i);
+			u[i] = (ah_update){ keys[i], 7, "v", 1, (uint64_t)b, 1 };
+		}
+		du_ok(ah_append(t, "m", (uint64_t)b, (uint64_t)b + 1, u,
+		                (size_t)sizes[b]), "append");
+	}
+	du_ok(ah_txn_commit(t), "commit");
+	du_ok(ah_close(h), "close");
+	free(u);
+	free(keys);
+}
+
+/* batches counts the merges in progress as the summary's merging does:
+ * a merge that has not run yet (its inputs 60 + 45 exceed the quantum of
+ * 100) has no * row, and the last line says so.  --fuel N spends exactly N
+ * units (one update per (key, val) here) on a merge larger than the
+ * quantum, as the man page says; --fuel 0 does the whole merge at once. */
+Test(ops_write, merging_counts_and_fuel, .init = du_setup, .fini = du_teardown)
+{
+	static const int waiting[] = { 60, 45 }, big[] = { 70000, 40000 };
+	char p[300];
+
+	snprintf(p, sizeof p, "%s/waiting", du_tmp.dir);
+	sized_heap(p, 100, waiting, 2);
+	ops_expect(p, "batches m", 0,
+	           "      id      lower      upper      since       updates        "
+	           "keys        vals  chunks      bytes\n"
+	           "       1          0          1          0            60          "
+	           "60          60       1    2.4 KiB\n"
+	           "       2          1          2          0            45          "
+	           "45          45       1    1.8 KiB\n"
+	           "merges in progress: 1, 0 with output so far (marked *)\n", "");
+	du_json_eq(p, "", "d['arrangements'][0]['merging']", "1");
+	snprintf(p, sizeof p, "%s/big", du_tmp.dir);
+	sized_heap(p, 0, big, 2);
+	du_json_eq(p, "batches m", "[b['updates'] for b in d['batches'] if "
+	           "b['partial']]", "[]");
+	ops_expect(p, "maintain m --fuel 1000", 0, "m: batches 2 -> 2, merges in "
+	           "progress 1 -> 1, updates 110,000 -> 110,000, chunks 5 -> 6; more "
+	           "merge\n    work left (maintain again)\n", "");
+	du_json_eq(p, "batches m", "[b['updates'] for b in d['batches'] if "
+	           "b['partial']]", "[1000]");
+	ops_expect(p, "maintain m --fuel 1", 0, "m: batches 2 -> 2, merges in "
+	           "progress 1 -> 1, updates 110,000 -> 110,000, chunks 6 -> 6; more "
+	           "merge\n    work left (maintain again)\n", "");
+	du_json_eq(p, "batches m", "[b['updates'] for b in d['batches'] if "
+	           "b['partial']]", "[1001]");
+	ops_expect(p, "maintain m --fuel 0", 0, "m: batches 2 -> 1, merges in "
+	           "progress 1 -> 0, updates 110,000 -> 110,000, chunks 6 -> 5; idle\n",
+	           "");
+	du_json_eq(p, "batches m", "[(b['updates'], b['partial']) for b in "
+	           "d['batches']]", "[(110000, False)]");
 }

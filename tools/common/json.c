@@ -4,8 +4,9 @@
  * FILE for the caller's final ferror check).
  *
  * It must never write a byte of a string as it is unless it is printable
- * ASCII other than '"' and '\\': everything else is escaped, so the document
- * stays valid JSON whatever a heap holds.
+ * ASCII other than '"' and '\\', or part of a well-formed UTF-8 sequence:
+ * everything else is escaped, so the document stays valid JSON (and valid
+ * UTF-8) whatever a heap holds.
  */
 #include <inttypes.h>
 #include <string.h>
@@ -70,11 +71,43 @@ void tj_obj_end(tool_json *j) { close_c(j, '}'); }
 void tj_arr(tool_json *j) { open_c(j, '['); }
 void tj_arr_end(tool_json *j) { close_c(j, ']'); }
 
+/* The length of the well-formed UTF-8 sequence at s[0..len) (RFC 3629:
+ * no overlong form, no surrogate, nothing past U+10FFFF), or 0. */
+static size_t utf8_len(const unsigned char *s, size_t len)
+{
+	unsigned char c = s[0], lo = 0x80, hi = 0xbf;
+	size_t n;
+
+	if (c >= 0xc2 && c <= 0xdf)
+		n = 2;
+	else if (c >= 0xe0 && c <= 0xef)
+		n = 3;
+	else if (c >= 0xf0 && c <= 0xf4)
+		n = 4;
+	else
+		return 0;
+	if (c == 0xe0)
+		lo = 0xa0;       /* overlong below U+0800 */
+	else if (c == 0xed)
+		hi = 0x9f;       /* U+D800..U+DFFF: surrogates */
+	else if (c == 0xf0)
+		lo = 0x90;       /* overlong below U+10000 */
+	else if (c == 0xf4)
+		hi = 0x8f;       /* past U+10FFFF */
+	if (len < n || s[1] < lo || s[1] > hi)
+		return 0;
+	for (size_t i = 2; i < n; i++)
+		if (s[i] < 0x80 || s[i] > 0xbf)
+			return 0;
+	return n;
+}
+
 static void put_string(FILE *f, const unsigned char *s, size_t len)
 {
 	fputc('"', f);
 	for (size_t i = 0; i < len; i++) {
 		unsigned char c = s[i];
+		size_t n;
 
 		if (c == '"' || c == '\\')
 			fprintf(f, "\\%c", c);
@@ -82,10 +115,16 @@ static void put_string(FILE *f, const unsigned char *s, size_t len)
 			fputs("\\n", f);
 		else if (c == '\t')
 			fputs("\\t", f);
-		else if (c < 0x20 || c >= 0x7f)
+		else if (c < 0x20 || c == 0x7f)
 			fprintf(f, "\\u%04x", c);
-		else
+		else if (c < 0x80)
 			fputc(c, f);
+		else if ((n = utf8_len(s + i, len - i)) > 0) {
+			fwrite(s + i, 1, n, f);   /* JSON text is UTF-8 */
+			i += n - 1;
+		} else {
+			fprintf(f, "\\u%04x", c); /* not UTF-8: the byte as U+00XX */
+		}
 	}
 	fputc('"', f);
 }

@@ -3,9 +3,14 @@
  * output: objects, arrays, strings, integers, booleans, null, pretty-printed
  * with two-space indents, one document per call sequence.
  *
- * Strings are escaped per RFC 8259: '"', '\\' and control bytes escaped,
- * bytes 0x80-0xff written as \u0080-\u00ff (so the output is always valid
- * JSON, even for a path that is not UTF-8).  Callers keep the nesting
+ * Strings are escaped per RFC 8259: '"', '\\', DEL and control bytes
+ * escaped; a well-formed UTF-8 sequence (RFC 3629: no overlong form, no
+ * surrogate, nothing past U+10FFFF) is copied as it is, since JSON text is
+ * UTF-8; any other byte 0x80-0xff is written as \u0080-\u00ff, so the
+ * output is always valid JSON.  That last form cannot be told from the
+ * UTF-8 of U+0080-U+00FF once parsed: a path or name that is not UTF-8
+ * does not round-trip through JSON text (keys and vals never need to: they
+ * are escaped, or hex, before they get here).  Callers keep the nesting
  * right; the writer keeps commas and indentation.  No allocation; errors
  * surface as the stream's ferror.
  *

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tools/common/escape.h"
 #include "tools/dump/dump.h"
 
 static int bytes_opt(dump *d, const char *opt, const char *s, void **out,
@@ -120,16 +121,45 @@ bool dump_range_past(const dump_args *a, const void *k, size_t len)
 	                         memcmp(k, a->prefix, a->prefix_len) != 0);
 }
 
+/* Writes s single-quoted for sh: ' becomes '\'' (end the quote, a
+ * quoted quote, open again). */
+static void sh_quote(FILE *f, const char *s)
+{
+	fputc('\'', f);
+	for (; *s; s++)
+		if (*s == '\'')
+			fputs("'\\''", f);
+		else
+			fputc(*s, f);
+	fputc('\'', f);
+}
+
 int dump_limit_note(dump *d, const void *k, size_t len)
 {
+	const unsigned char *p = k;
+	bool printable = true;
 	const char *ke = dump_bytes(d, k, len);
 
 	if (!ke)
 		return AH_ENOMEM;
-	if (d->json)
+	if (d->json) {
 		tj_kstr(&d->j, "next_key", ke);
-	else
-		fprintf(stderr, "ah-dump: --limit reached; more follow from key %s "
-		        "(--from '%s')\n", ke, ke);
+		return 0;
+	}
+	for (size_t i = 0; i < len; i++)
+		printable &= p[i] >= 0x20 && p[i] <= 0x7e;
+	fprintf(stderr, "ah-dump: --limit reached (at the end of a key); more "
+	        "follow from key %s (--from ", ke);
+	sh_quote(stderr, ke);
+	if (!printable && !d->hex) {
+		char *h = malloc(2 * len + 1);
+
+		if (!h)
+			return AH_ENOMEM;
+		h[tool_hex(k, len, h)] = 0;
+		fprintf(stderr, ", or with --hex: --from %s", h);
+		free(h);
+	}
+	fputs(")\n", stderr);
 	return 0;
 }

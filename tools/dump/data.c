@@ -55,7 +55,8 @@ static int print_batch(const ah_batch_info *b, void *user)
 {
 	dump *d = user;
 	char u[TOOL_FMT_LEN], k[TOOL_FMT_LEN], v[TOOL_FMT_LEN], c[TOOL_FMT_LEN],
-		by[TOOL_FMT_LEN];
+		by[TOOL_FMT_LEN], row[96], rest[160];
+	int n;
 
 	if (d->json) {
 		tj_obj(&d->j);
@@ -73,17 +74,31 @@ static int print_batch(const ah_batch_info *b, void *user)
 		tj_obj_end(&d->j);
 		return 0;
 	}
-	printf("%8" PRIu64 " %10" PRIu64 " %10" PRIu64 " %10" PRIu64
-	       " %13s %11s %11s %7s %10s%s\n", b->id, b->lower, b->upper,
-	       b->since, tool_fmt_count(u, b->updates), tool_fmt_count(k, b->keys),
-	       tool_fmt_count(v, b->vals), tool_fmt_count(c, b->chunks),
-	       tool_fmt_bytes(by, b->bytes), b->partial ? " *" : "");
+	/* Times up to 2^64 - 1 do not fit their columns: then the counts go
+	 * on a second line, under their own columns, within DUMP_COLUMNS. */
+	n = snprintf(row, sizeof row, "%8" PRIu64 " %10" PRIu64 " %10" PRIu64
+	             " %10" PRIu64, b->id, b->lower, b->upper, b->since);
+	n += snprintf(rest, sizeof rest, " %13s %11s %11s %7s %10s%s",
+	              tool_fmt_count(u, b->updates), tool_fmt_count(k, b->keys),
+	              tool_fmt_count(v, b->vals), tool_fmt_count(c, b->chunks),
+	              tool_fmt_bytes(by, b->bytes), b->partial ? " *" : "");
+	if (n > DUMP_COLUMNS)
+		printf("%s\n%41s%s\n", row, "", rest);
+	else
+		printf("%s%s\n", row, rest);
+	return 0;
+}
+
+static int count_partial(const ah_batch_info *b, void *user)
+{
+	*(uint64_t *)user += b->partial;
 	return 0;
 }
 
 int cmd_batches(dump *d, int argc, char **argv)
 {
 	ah_arrangement_info info;
+	uint64_t partials = 0;
 	int rc;
 
 	if (argc != 1)
@@ -96,14 +111,20 @@ int cmd_batches(dump *d, int argc, char **argv)
 		       "upper", "since", "updates", "keys", "vals", "chunks",
 		       "bytes");
 	}
-	if ((rc = ah_batch_foreach(d->txn, argv[0], print_batch, d)))
+	if ((rc = ah_batch_foreach(d->txn, argv[0], count_partial, &partials)) ||
+	    (rc = ah_batch_foreach(d->txn, argv[0], print_batch, d)))
 		return dump_lib_error(d, rc, argv[0]);
 	if (d->json) {
 		tj_arr_end(&d->j);
 		tj_obj_end(&d->j);
 	} else if (info.merging) {
-		printf("* output so far of a merge in progress (not yet in the "
-		       "chain)\n");
+		/* A merge is listed once it has written output; one that has
+		 * not run yet (waiting for fuel) has no row. */
+		if (partials)
+			printf("* output so far of a merge in progress (not yet in the "
+			       "chain)\n");
+		printf("merges in progress: %" PRIu64 ", %" PRIu64 " with output so "
+		       "far (marked *)\n", info.merging, partials);
 	}
 	return 0;
 }
@@ -200,7 +221,7 @@ typedef struct scan {
 	const dump_args *a;
 	uint64_t rows;     /* printed (or counted) */
 	bool quiet;        /* count only (a's --count, or a first pass) */
-	bool cut;          /* --limit stopped it */
+	bool cut;          /* --limit stopped it (before key cut_key) */
 	const void *cut_key;
 	size_t cut_len;
 } scan;
@@ -222,10 +243,6 @@ static int print_vals(dump *d, ah_cursor *c, const char *key, scan *s)
 			return rc;
 		if (sum == 0)
 			continue;
-		if (s->a->have_limit && s->rows == s->a->limit) {
-			s->cut = true;
-			return 0;
-		}
 		s->rows++;
 		if (s->quiet)
 			continue;
@@ -312,6 +329,21 @@ int cmd_read(dump *d, int argc, char **argv)
 			break;
 		if ((stopped = dump_range_past(&a, k, kl)))
 			break;
+		/* --limit cuts between keys only, so that --from the next key
+		 * resumes exactly where this listing stopped; a key with no
+		 * row to print is passed over, not named. */
+		if (a.have_limit && s.rows >= a.limit) {
+			scan probe = { &a, 0, true, false, NULL, 0 };
+
+			if ((rc = print_vals(d, c, NULL, &probe)) < 0)
+				break;
+			if (probe.rows == 0)
+				continue;
+			s.cut = stopped = true;
+			s.cut_key = k;
+			s.cut_len = kl;
+			break;
+		}
 		if (!(ke = dump_bytes(d, k, kl)) || !(key = strdup(ke))) {
 			rc = AH_ENOMEM;
 			break;
@@ -320,11 +352,6 @@ int cmd_read(dump *d, int argc, char **argv)
 		free(key);
 		if (rc < 0)
 			break;
-		if ((stopped = s.cut)) {
-			s.cut_key = k;
-			s.cut_len = kl;
-			break;
-		}
 	}
 	if (!stopped)
 		rc = cursor_end(c, rc);

@@ -36,6 +36,78 @@ void dump_json_list(dump *d, const char *arrangement, const char *key)
 	tj_arr(&d->j);
 }
 
+/* Rewrites every byte of m that is not printable ASCII as the escape
+ * writes it (\n, \t, \xHH; in place, cut to cap), so that a message stays
+ * one line whatever it names. */
+static void line_safe(char *m, size_t cap)
+{
+	char t[2048];
+	size_t o = 0;
+
+	for (const unsigned char *p = (const unsigned char *)m; *p &&
+	     o + 5 < sizeof t; p++)
+		if (*p >= 0x20 && *p <= 0x7e)
+			t[o++] = (char)*p;
+		else if (*p == '\n' || *p == '\t')
+			o += (size_t)snprintf(t + o, sizeof t - o, "\\%c",
+			                      *p == '\n' ? 'n' : 't');
+		else
+			o += (size_t)snprintf(t + o, sizeof t - o, "\\x%02x", *p);
+	t[o] = 0;
+	snprintf(m, cap, "%s", t);
+}
+
+/* One line s[0..len) (no newline), wrapped at spaces to DUMP_COLUMNS. */
+static void wrap_line(const char *s, size_t len)
+{
+	size_t indent = 0;
+
+	while (indent + len > DUMP_COLUMNS) {
+		size_t room = DUMP_COLUMNS - indent, cut = 0;
+
+		for (size_t i = 1; i <= room && i < len; i++)
+			if (s[i] == ' ')
+				cut = i;
+		for (size_t i = room + 1; !cut && i < len; i++)
+			if (s[i] == ' ')
+				cut = i;   /* a word longer than the line: after it */
+		if (!cut)
+			break;
+		printf("%*s%.*s\n", (int)indent, "", (int)cut, s);
+		while (cut < len && s[cut] == ' ')
+			cut++;
+		s += cut;
+		len -= cut;
+		indent = 4;
+	}
+	printf("%*s%.*s\n", (int)indent, "", (int)len, s);
+}
+
+void dump_line(const char *fmt, ...)
+{
+	char *m = NULL, *p;
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vasprintf(&m, fmt, ap);
+	va_end(ap);
+	if (n < 0) {
+		va_start(ap, fmt);
+		vprintf(fmt, ap);   /* no memory: unwrapped rather than nothing */
+		va_end(ap);
+		return;
+	}
+	for (p = m; *p;) {
+		char *nl = strchr(p, '\n');
+		size_t l = nl ? (size_t)(nl - p) : strlen(p);
+
+		wrap_line(p, l);
+		p += l + (nl != NULL);
+	}
+	free(m);
+}
+
 int dump_fail(dump *d, int code, const char *fmt, ...)
 {
 	int exit_status = code == DUMP_USAGE ? 2 : 1;
@@ -45,6 +117,7 @@ int dump_fail(dump *d, int code, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
+	line_safe(msg, sizeof msg);
 	if (!d->json)
 		fprintf(stderr, "ah-dump: %s\n", msg);
 	if (!d->err_code) {
@@ -158,7 +231,7 @@ int dump_arrangement(dump *d, const char *name, ah_arrangement_info *info)
 
 	if (rc == AH_ENOTFOUND || rc == AH_EINVAL)
 		return dump_fail(d, AH_ENOTFOUND, "%s: unknown arrangement %s",
-		                 d->heap_path, name);
+		                 d->heap_path, dump_escape(d, name, strlen(name)));
 	return rc < 0 ? dump_lib_error(d, rc, name) : 0;
 }
 
@@ -167,7 +240,7 @@ static int check_path(dump *d)
 {
 	struct stat st;
 
-	if (stat(d->heap_path, &st) < 0)
+	if (stat(d->path, &st) < 0)
 		return dump_fail(d, errno == ENOENT ? AH_ENOTFOUND : AH_EIO,
 		                 "%s: %s", d->heap_path, strerror(errno));
 	if (!S_ISREG(st.st_mode))
@@ -289,7 +362,7 @@ int dump_open(dump *d, bool check, bool write)
 	if (check_path(d))
 		return 1;
 	guard_faults(d);
-	rc = ah_open(d->heap_path, &opts, &d->heap);
+	rc = ah_open(d->path, &opts, &d->heap);
 	if (rc < 0)
 		return dump_fail(d, rc, "%s: %s", d->heap_path, ah_strerror(rc));
 	rc = ah_txn_begin(d->heap, AH_TXN_RDONLY, &d->txn);

@@ -35,7 +35,8 @@
 #define DUMP_USAGE 1
 
 typedef struct dump {
-	const char *heap_path;
+	const char *path;      /* HEAP as given: for opening it, and JSON */
+	const char *heap_path; /* HEAP escaped (tool_escape): for messages */
 	ah_heap *heap;
 	ah_txn *txn;       /* the run's read snapshot */
 	bool json;         /* --json */
@@ -64,7 +65,10 @@ int dump_open(dump *d, bool check, bool write);
 int dump_close(dump *d, int status);
 
 /* Reports a failure: "ah-dump: MESSAGE" on stderr, or with --json keeps
- * the first one for main's "error" member.  code is an AH_E* code or
+ * the first one for main's "error" member.  MESSAGE is kept to one line
+ * of printable ASCII: any other byte left in it (of a name or argument
+ * given on the command line) becomes \xHH; paths are given escaped
+ * (d->heap_path, dump_escape).  code is an AH_E* code or
  * DUMP_USAGE.  Returns 1 (2 for DUMP_USAGE). */
 int dump_fail(dump *d, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -75,6 +79,13 @@ int dump_lib_error(dump *d, int rc, const char *what);
  * document (whatever was open), or prints {"error": ...} when none was
  * begun.  exit is the run's exit status. */
 void dump_json_error(dump *d, int exit_status);
+
+/* The human form's width: dump_line wraps to it, tables keep within it. */
+#define DUMP_COLUMNS 100
+
+/* printf for a human line (or lines) on stdout that wraps each line longer
+ * than DUMP_COLUMNS at a space, continuing it indented by four spaces. */
+void dump_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* With --json, opens the command's document as {["arrangement": NAME,]
  * "KEY": [ ... (the caller adds the elements and closes both). */

@@ -48,7 +48,7 @@ static bool is_text(const unsigned char *p, size_t len)
 static int human_position(dump *d, const char *name, const unsigned char *p,
                           size_t len)
 {
-	char n[TOOL_FMT_LEN], more[200];
+	char n[TOOL_FMT_LEN], more[512];
 	const char *e;
 
 	snprintf(more, sizeof more, " (%s bytes; ah-dump %s source %s prints "
@@ -126,9 +126,12 @@ static int summary_arrangements(dump *d)
 		if ((rc = ah_arrangement_info_get(d->txn, name, &in)) < 0)
 			return dump_lib_error(d, rc, name);
 		if (!d->json) {
-			printf("arrangement %s: upper %" PRIu64 ", since %" PRIu64
+			char en[TOOL_ESCAPE_MAX(AH_NAME_MAX) + 1];
+
+			en[tool_escape(name, strlen(name), en)] = 0;
+			dump_line("arrangement %s: upper %" PRIu64 ", since %" PRIu64
 			       ", batches %" PRIu64 ", updates %s, keys %s, bytes %s\n",
-			       name, in.upper, in.since, in.batches,
+			       en, in.upper, in.since, in.batches,
 			       tool_fmt_count(u, in.updates), tool_fmt_count(k, in.keys),
 			       tool_fmt_bytes(by, in.bytes));
 			continue;
@@ -169,7 +172,10 @@ static int summary_sources(dump *d)
 		if ((rc = ah_source_get(d->txn, name, &pos, &len)) < 0)
 			return dump_lib_error(d, rc, name);
 		if (!d->json) {
-			if (human_position(d, name, pos, len))
+			char en[TOOL_ESCAPE_MAX(AH_NAME_MAX) + 1];
+
+			en[tool_escape(name, strlen(name), en)] = 0;
+			if (human_position(d, en, pos, len))
 				return 1;
 			continue;
 		}
@@ -235,7 +241,7 @@ static void summary_heap(dump *d, const ah_heap_stat *st)
 
 	uuid_text(st->uuid, uuid);
 	if (d->json) {
-		tj_kstr(&d->j, "heap", d->heap_path);
+		tj_kstr(&d->j, "heap", d->path);
 		tj_ku64(&d->j, "format_version", st->format_version);
 		tj_kstr(&d->j, "uuid", uuid);
 		tj_ku64(&d->j, "page_size", st->page_size);

@@ -23,12 +23,12 @@
 
 /* Prints (key, val) = the cursor's current position's (time, diff) pairs:
  * BATCH<TAB>VAL<TAB>TIME<TAB>DIFF (history: batch set, key NULL) or
- * KEY<TAB>VAL<TAB>TIME<TAB>DIFF (updates), or JSON objects.  Counts in *n;
- * stops at limit (0: none) with *cut. */
+ * KEY<TAB>VAL<TAB>TIME<TAB>DIFF (updates), or JSON objects.  Counts in *n
+ * (updates' --limit cuts between keys, with *cut). */
 typedef struct out {
 	uint64_t batch;      /* history: the batch printed */
 	const char *key;     /* updates: the current key, printed form */
-	uint64_t n, limit;
+	uint64_t n;
 	bool count, cut;
 } out;
 
@@ -44,10 +44,6 @@ static int print_times(dump *d, ah_cursor *c, out *o)
 	if ((rc = ah_cursor_val(c, &v, &vl)) < 0)
 		return rc;
 	while ((rc = ah_cursor_time_next(c, &tm, &diff)) == 1) {
-		if (o->limit && o->n == o->limit) {
-			o->cut = true;
-			break;
-		}
 		o->n++;
 		if (o->count)
 			continue;
@@ -248,14 +244,11 @@ int cmd_updates(dump *d, int argc, char **argv)
 		               what, a.name, a.batch, d->heap_path, a.name);
 		goto out;
 	}
-	o.limit = a.have_limit ? a.limit : 0;
 	o.count = a.count;
 	dump_range_start(&a, &start, &slen);
 	if ((rc = ah_cursor_open_batch(d->txn, a.name, a.batch, &c)) < 0 ||
 	    (slen && (rc = ah_cursor_seek_key(c, start, slen)) < 0))
 		goto fail;
-	if (a.have_limit && a.limit == 0 && ah_cursor_key_valid(c))
-		o.cut = true; /* --limit 0: nothing, but say whether more */
 	if (d->json) {
 		tj_obj(&d->j);
 		tj_kstr(&d->j, "arrangement", a.name);
@@ -275,6 +268,12 @@ int cmd_updates(dump *d, int argc, char **argv)
 			break;
 		if ((stopped = dump_range_past(&a, k, kl)))
 			break;
+		/* --limit cuts between keys only (--from the next key resumes
+		 * exactly there). */
+		if (a.have_limit && o.n >= a.limit) {
+			o.cut = stopped = true;
+			break;
+		}
 		if (!dump_bytes(d, k, kl) || !(o.key = strdup(d->buf))) {
 			rc = AH_ENOMEM;
 			break;

@@ -410,6 +410,7 @@ static void say_source(dump *d, const char *name, const char *why)
 typedef struct run {
 	dump *d;
 	const char *out;
+	char *out_h;       /* out escaped, for the human lines and messages */
 	char tmp[PATH_MAX];
 	ah_heap *oh;
 	problems ps;
@@ -423,7 +424,7 @@ static int fatal(run *s, int rc, const char *what)
 		ah_close(s->oh);
 	s->oh = NULL;
 	remove_temp(s->tmp);
-	return dump_fail(s->d, rc, "salvage %s: %s (nothing written)", s->out,
+	return dump_fail(s->d, rc, "salvage %s: %s (nothing written)", s->out_h,
 	                 what);
 }
 
@@ -545,19 +546,19 @@ static void summary(run *s, uint64_t heap_problems)
 		       s->ps.first_heap);
 	if (complete) {
 		printf("salvage %s: complete: %" PRIu64 " arrangement%s and %" PRIu64
-		       " source position%s copied; verified\n", s->out,
+		       " source position%s copied; verified\n", s->out_h,
 		       s->r.arrangements, s->r.arrangements == 1 ? "" : "s",
 		       s->r.sources, s->r.sources == 1 ? "" : "s");
 		return;
 	}
 	printf("salvage %s: partial: %" PRIu64 " of %" PRIu64 " arrangements, %"
 	       PRIu64 " of %" PRIu64 " source positions; left behind: %s\n",
-	       s->out, s->r.salvaged, s->r.arrangements, s->r.copied, s->r.sources,
+	       s->out_h, s->r.salvaged, s->r.arrangements, s->r.copied, s->r.sources,
 	       s->r.left);
 	printf("salvage %s: no source positions: do not resume an engine on it "
 	       "(it would start its sources over into arrangements that already "
 	       "hold their data); read what survived, rebuild the rest from the "
-	       "sources\n", s->out);
+	       "sources\n", s->out_h);
 }
 
 int cmd_salvage(dump *d, int argc, char **argv)
@@ -571,10 +572,18 @@ int cmd_salvage(dump *d, int argc, char **argv)
 	if (argc != 1 || argv[0][0] == '-')
 		return 2;
 	s.out = argv[0];
-	if (stat(s.out, &st) == 0)
-		return dump_fail(d, AH_EEXIST, "salvage %s: file exists", s.out);
-	if (temp_name(s.out, s.tmp, sizeof s.tmp) < 0)
-		return dump_fail(d, AH_EINVAL, "salvage %s: path too long", s.out);
+	if (!dump_escape(d, s.out, strlen(s.out)) || !(s.out_h = strdup(d->buf)))
+		return 1;
+	if (stat(s.out, &st) == 0) {
+		rc = dump_fail(d, AH_EEXIST, "salvage %s: file exists", s.out_h);
+		free(s.out_h);
+		return rc;
+	}
+	if (temp_name(s.out, s.tmp, sizeof s.tmp) < 0) {
+		rc = dump_fail(d, AH_EINVAL, "salvage %s: path too long", s.out_h);
+		free(s.out_h);
+		return rc;
+	}
 	rc = ah_verify(d->txn, on_problem, &s.ps, NULL);
 	for (int tries = 0; rc == AH_EBUSY && tries < 3; tries++) {
 		problems_free(&s.ps);
@@ -587,13 +596,13 @@ int cmd_salvage(dump *d, int argc, char **argv)
 		return dump_lib_error(d, rc, "salvage: verify");
 	}
 	if ((rc = ah_open(s.tmp, &o, &s.oh)) < 0) {
-		rc = dump_fail(d, rc, "salvage %s: %s", s.out, rc == AH_ENOTFOUND ?
+		rc = dump_fail(d, rc, "salvage %s: %s", s.out_h, rc == AH_ENOTFOUND ?
 		               "no such directory" : ah_strerror(rc));
 		goto out;
 	}
 	if (d->json) {
 		tj_obj(&d->j);
-		tj_kstr(&d->j, "heap", d->heap_path);
+		tj_kstr(&d->j, "heap", d->path);
 	}
 	if ((rc = salvage_arrangements(&s)) || (rc = salvage_sources(&s)))
 		goto out;
@@ -620,5 +629,6 @@ out:
 	for (size_t i = 0; i < s.srcs.n; i++)
 		free(s.srcs.p[i].bytes);
 	free(s.srcs.p);
+	free(s.out_h);
 	return rc;
 }

@@ -111,11 +111,22 @@ static void arr_json(dump *d, const char *name, const ah_arrangement_info *in,
 	tj_obj_end(&d->j);
 }
 
+/* A name wider than its column (24) gets a line of its own, and its row
+ * an empty name column, so that rows keep within DUMP_COLUMNS. */
+static const char *long_name(const char *name)
+{
+	if (strlen(name) <= 24)
+		return name;
+	printf("%s\n", name);
+	return "";
+}
+
 static void arr_human(const char *name, const ah_arrangement_info *in,
                       const arr_space *s, uint32_t psize, uint64_t used)
 {
 	char c[TOOL_FMT_LEN], p[TOOL_FMT_LEN], u[TOOL_FMT_LEN], sl[TOOL_FMT_LEN];
 
+	name = long_name(name);
 	printf("%-24s %7" PRIu64 " %9s %10s %11s %11s %4" PRIu64 "%%\n", name,
 	       in->batches, tool_fmt_count(c, in->chunks),
 	       tool_fmt_count(p, s->pages), tool_fmt_bytes(u, in->bytes),
@@ -129,6 +140,7 @@ static void arr_scan_human(const char *name, const arr_space *s)
 	char k[TOOL_FMT_LEN], v[TOOL_FMT_LEN], ka[TOOL_FMT_LEN], km[TOOL_FMT_LEN],
 		va[TOOL_FMT_LEN], vm[TOOL_FMT_LEN];
 
+	name = long_name(name);
 	printf("%-24s %11s %11s %10s %10s %10s %10s\n", name,
 	       tool_fmt_count(k, s->keys), tool_fmt_count(v, s->vals),
 	       tool_fmt_bytes(ka, s->keys ? s->key_bytes / s->keys : 0),
@@ -401,7 +413,8 @@ int cmd_backup(dump *d, int argc, char **argv)
 	if (!out)
 		return 2;
 	if ((rc = ah_backup_v2(d->heap, out, &bo)) < 0)
-		return dump_fail(d, rc, "backup %s: %s", out,
+		return dump_fail(d, rc, "backup %s: %s",
+		                 dump_escape(d, out, strlen(out)),
 		                 rc == AH_EEXIST ? "file exists" : ah_strerror(rc));
 	if (stat(out, &st) < 0)
 		st.st_size = 0;
@@ -412,7 +425,8 @@ int cmd_backup(dump *d, int argc, char **argv)
 		tj_kbool(&d->j, "new_uuid", bo.flags != 0);
 		tj_obj_end(&d->j);
 	} else {
-		printf("backup %s: %s (%" PRIu64 " bytes), %s\n", out,
+		printf("backup %s: %s (%" PRIu64 " bytes), %s\n",
+		       dump_escape(d, out, strlen(out)),
 		       tool_fmt_bytes(b, (uint64_t)st.st_size), (uint64_t)st.st_size,
 		       bo.flags ? "with a UUID of its own (--same-uuid keeps the "
 		                  "heap's)" : "with the heap's UUID");

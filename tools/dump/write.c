@@ -145,7 +145,7 @@ int dump_write(dump *d, int (*fn)(dump *d, ah_txn *t, void *arg), void *arg)
 		    !w.locked) {
 			char users[400];
 
-			heap_users(d->heap_path, users, sizeof users);
+			heap_users(d->path, users, sizeof users);
 			fprintf(stderr, "ah-dump: %s: waiting for the heap's writer "
 			        "lock: another process has a write transaction open%s%s%s; "
 			        "^C gives up, nothing written\n", d->heap_path,
@@ -176,7 +176,7 @@ static int info_of(dump *d, ah_txn *t, const char *name, const char *what,
 
 	if (rc == AH_ENOTFOUND || rc == AH_EINVAL)
 		return dump_fail(d, AH_ENOTFOUND, "%s: %s: unknown arrangement %s",
-		                 d->heap_path, what, name);
+		                 d->heap_path, what, dump_escape(d, name, strlen(name)));
 	return rc < 0 ? write_error(d, t, rc, what) : 0;
 }
 
@@ -226,11 +226,11 @@ static int frontier_cmd(dump *d, int argc, char **argv, bool upper)
 		        upper ? op.before.since : op.before.upper);
 		tj_obj_end(&d->j);
 	} else if (upper) {
-		printf("%s: upper %" PRIu64 " -> %" PRIu64 " (no data: an empty "
+		dump_line("%s: upper %" PRIu64 " -> %" PRIu64 " (no data: an empty "
 		       "batch; since %" PRIu64 ")\n", op.name, op.before.upper,
 		       op.to, op.before.since);
 	} else {
-		printf("%s: since %" PRIu64 " -> %" PRIu64 " (upper %" PRIu64 ")\n",
+		dump_line("%s: since %" PRIu64 " -> %" PRIu64 " (upper %" PRIu64 ")\n",
 		       op.name, op.before.since, op.to, op.before.upper);
 	}
 	return 0;
@@ -311,7 +311,7 @@ int cmd_maintain(dump *d, int argc, char **argv)
 		tj_obj_end(&d->j);
 		return 0;
 	}
-	printf("%s: batches %" PRIu64 " -> %" PRIu64 ", merges in progress %"
+	dump_line("%s: batches %" PRIu64 " -> %" PRIu64 ", merges in progress %"
 	       PRIu64 " -> %" PRIu64 ", updates %s -> %s, chunks %s -> %s; %s\n",
 	       op.name, op.before.batches, op.after.batches, op.before.merging,
 	       op.after.merging, tool_fmt_count(a, op.before.updates),
@@ -372,7 +372,7 @@ int cmd_drop(dump *d, int argc, char **argv)
 		tj_obj_end(&d->j);
 		return 0;
 	}
-	printf("dropped %s: %" PRIu64 " batch%s, %s update%s, %s chunk%s (%s "
+	dump_line("dropped %s: %" PRIu64 " batch%s, %s update%s, %s chunk%s (%s "
 	       "page%s, reusable once no reader's snapshot still sees them)\n",
 	       op.name, op.before.batches, op.before.batches == 1 ? "" : "es",
 	       tool_fmt_count(u, op.before.updates),
