@@ -6,7 +6,7 @@
 PREFIX ?= /usr/local
 BUILD ?= build
 CC ?= cc
-PKGS := liblmdb-dev libjemalloc-dev libxxhash-dev libcriterion-dev lmdb-utils
+PKGS := liblmdb-dev libjemalloc-dev libxxhash-dev libcriterion-dev lmdb-utils rclone
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wpointer-arith -Wundef
 ifeq ($(CI),true)
@@ -41,7 +41,7 @@ $(BUILD)/ah-pgsync: $(BUILD)/obj/tools/ah-pgsync.o $(PG_OBJ) $(TOOL_COMMON_OBJ) 
 	$(CC) $(SAN) -o $@ $^ $(LDLIBS_ALL) -lpq
 # ---- end ah-pgsync ----------------------------------------------------------
 
-.PHONY: all deps test asan ubsan tsan clean install demo torture cases
+.PHONY: all deps ship-deps test asan ubsan tsan clean install demo torture cases
 # Keep object files make considers intermediate (tools), so nothing rebuilds twice.
 .SECONDARY:
 all: deps $(BUILD)/libarrheap.a $(BUILD)/libarrheap.so $(BUILD)/arrheap.pc $(TOOLS)
@@ -94,16 +94,26 @@ $(BUILD)/tests/suite: $(TEST_OBJ) $(TOOL_COMMON_OBJ) $(BUILD)/libarrheap.a
 	@mkdir -p $(dir $@)
 	$(CC) $(SAN) -o $@ $^ $(LDLIBS_ALL) -lcriterion
 
+# The shipping test (tests/ship) runs an S3 server from npm (s3rver, pinned
+# by tests/ship/package-lock.json; ARCHITECTURE.md section 11).  `make test`
+# runs `npm ci` there only when node_modules is missing, as `make deps` does
+# for Debian packages; npm itself comes from Debian's npm when absent.
+SHIP_MODULES := tests/ship/node_modules/.package-lock.json
+ship-deps: $(SHIP_MODULES)
+$(SHIP_MODULES): | deps
+	@command -v npm >/dev/null || $(MAKE) --no-print-directory deps PKGS='nodejs npm'
+	cd tests/ship && npm ci --no-audit --no-fund --loglevel=error
+
 # The suite finds the tools and the cases through these variables.
 TEST_ENV = AH_BUILD=$(abspath $(BUILD)) AH_SRC=$(abspath .) AH_SAN='$(SAN)' \
 	LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp):print_suppressions=0 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 CRITERION_FLAGS ?= -j2
 
-test: all $(BUILD)/tests/suite
+test: all $(BUILD)/tests/suite | $(SHIP_MODULES)
 	$(TEST_ENV) $(BUILD)/tests/suite $(CRITERION_FLAGS)
 
-torture: all $(BUILD)/tests/suite
+torture: all $(BUILD)/tests/suite | $(SHIP_MODULES)
 	$(TEST_ENV) AH_TORTURE=1 $(BUILD)/tests/suite $(CRITERION_FLAGS)
 
 cases: all
