@@ -70,6 +70,7 @@ static const char help_text[] =
 	"  rclone copy DIR/objects REMOTE/objects\n"
 	"  rclone sync DIR/manifests REMOTE/manifests\n"
 	"  rclone sync DIR/objects REMOTE/objects   (removes pruned objects)\n"
+	"(tools/ship-snapshots.sh DIR REMOTE runs these three).\n"
 	"Restore elsewhere: `rclone copy REMOTE DIR2`, then\n"
 	"`ah-snapshot restore DIR2 HEAP` (README, \"Snapshots\").\n"
 	"\n"
