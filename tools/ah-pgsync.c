@@ -624,6 +624,14 @@ static int stream(engine *e)
 			snap_refresh(e, 0);
 			if (confirm_pos(e) > e->confirmed && status(e) != 0)
 				return -2;
+			/* A fast shutdown of the server ends the sessions, then waits
+			 * for each walsender to see all it sent confirmed, which this
+			 * mode may not do for long: once the server has closed the
+			 * SQL connection, close the stream too (and reconnect). */
+			if (!src_sql_alive(&e->src)) {
+				sink_rollback(&e->snk);
+				return -2;
+			}
 		}
 		if (ms_since(&e->last_status) >= 10000 && status(e) != 0)
 			return -2;

@@ -255,3 +255,31 @@ Test(pgsync, confirm_after_snapshot_skips_damaged, .timeout = 240, .fini = pgt_f
 	free(held);
 	pgt_stop(&c);
 }
+
+/* A fast shutdown waits for every walsender to see all it sent confirmed,
+ * which this mode does not do before a push: the engine closes the stream
+ * once the server has ended its SQL session, so the server stops. */
+Test(pgsync, confirm_after_snapshot_lets_server_stop, .timeout = 240, .fini = pgt_fini)
+{
+	pgt c;
+	char args[300];
+	pgt_start(&c);
+	pgbench_setup(&c);
+	snprintf(args, sizeof args, OPT " --retry-secs 1", c.dir);
+	pid_t e = pgt_engine(&c, "heap", "e.log", args);
+	pgt_wait_heap(&c, "heap");
+	char *start = slot_confirmed(&c);
+	pgbench_run(&c, 100);
+	caught_up_and_reported(&c, "heap");
+	char *now = slot_confirmed(&c);
+	cr_assert_str_eq(now, start);
+	cr_assert_eq(pgt_sh("%s" PGT_BIN "/pg_ctl -D %s/data -m fast -t 100 stop >%s/stop.log 2>&1",
+	                    pgt_as_pg(), c.dir, c.dir), 0, "%s", pgt_file(&c, "stop.log"));
+	cr_assert_eq(pgt_wait_pid(e), 1, "%s", pgt_file(&c, "e.log"));
+	char *log = pgt_file(&c, "e.log");
+	cr_assert(strstr(log, "the server closed the SQL connection (shutting down?)"), "%s", log);
+	free(log);
+	free(now);
+	free(start);
+	pgt_stop(&c);
+}
