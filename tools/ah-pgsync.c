@@ -16,7 +16,9 @@
  * source transactions are committed to the heap with the LSN
  * (tools/pg/sink.h, over the engine shared with ah-load,
  * tools/common/ingest.h); only then is the LSN confirmed to the server as
- * flushed, never before.  ARCHITECTURE.md section 12 has the contract.
+ * flushed, never before (with --confirm-after-snapshot DIR, only once a
+ * snapshot in DIR holds it too).  ARCHITECTURE.md section 12 has the
+ * contract.
  *
  * A thin program over include/arrheap.h and libpq.  Exit status: 0 stopped
  * by SIGTERM/SIGINT after its last commit, 1 an error (one line on stderr
@@ -24,8 +26,10 @@
  *
  * It must never confirm a flush position to the server beyond what a
  * committed heap transaction holds (status() sends the sink's committed
- * LSN), and never replace an existing heap on a first run: the copy is built
- * under HEAP.creating.<pid> and published with RENAME_NOREPLACE (or link).
+ * LSN; with --confirm-after-snapshot DIR, the lesser of it and the pg.lsn
+ * of this heap's newest whole snapshot in DIR), and never replace an
+ * existing heap on a first run: the copy is built under HEAP.creating.<pid>
+ * and published with RENAME_NOREPLACE (or link).
  */
 #include <errno.h>
 #include <fcntl.h>
