@@ -129,6 +129,17 @@ tsan: tsan-run
 demo: all
 	KEEP=$(KEEP) bash tools/demo.sh $(BUILD)
 
+# `make demo-restore`: the machine running ah-pgsync is lost mid-run and a
+# heap restored from incremental snapshots (ah-snapshot) resumes the stream
+# (tools/demo-restore.sh; SCALE=5 SECS=40 INTERVAL=3, KEEP=1 as for demo).
+SCALE ?= 5
+SECS ?= 40
+INTERVAL ?= 3
+.PHONY: demo-restore
+demo-restore: all
+	@$(MAKE) --no-print-directory deps PKGS=jq
+	SCALE=$(SCALE) SECS=$(SECS) INTERVAL=$(INTERVAL) KEEP=$(KEEP) bash tools/demo-restore.sh $(BUILD)
+
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1
 	install -m 644 include/arrheap.h $(DESTDIR)$(PREFIX)/include/

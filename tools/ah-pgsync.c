@@ -16,7 +16,9 @@
  * source transactions are committed to the heap with the LSN
  * (tools/pg/sink.h, over the engine shared with ah-load,
  * tools/common/ingest.h); only then is the LSN confirmed to the server as
- * flushed, never before.  ARCHITECTURE.md section 12 has the contract.
+ * flushed, never before (with --confirm-after-snapshot DIR, only once a
+ * snapshot in DIR holds it too).  ARCHITECTURE.md section 12 has the
+ * contract.
  *
  * A thin program over include/arrheap.h and libpq.  Exit status: 0 stopped
  * by SIGTERM/SIGINT after its last commit, 1 an error (one line on stderr
@@ -24,8 +26,10 @@
  *
  * It must never confirm a flush position to the server beyond what a
  * committed heap transaction holds (status() sends the sink's committed
- * LSN), and never replace an existing heap on a first run: the copy is built
- * under HEAP.creating.<pid> and published with RENAME_NOREPLACE (or link).
+ * LSN; with --confirm-after-snapshot DIR, the lesser of it and the pg.lsn
+ * of this heap's newest whole snapshot in DIR), and never replace an
+ * existing heap on a first run: the copy is built under HEAP.creating.<pid>
+ * and published with RENAME_NOREPLACE (or link).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -53,6 +57,16 @@ typedef struct engine {
 	pg_stored st;
 	uint64_t start_lsn;
 	uint64_t reported;   /* the write position last sent to the server */
+	/* --confirm-after-snapshot DIR: confirm only what a snapshot in DIR
+	 * holds (snap_lsn, have_snap), never less than the slot's
+	 * confirmed_flush_lsn at connect (floor) and never past snk.pos */
+	const char *snap_dir;
+	uint8_t uuid[16];
+	int have_uuid, have_snap, snap_warned;
+	uint64_t snap_lsn, floor;
+	uint64_t confirmed;  /* the flush position last sent */
+	char snap_id[AH_SNAPSHOT_ID_MAX];
+	struct timespec last_snap_read;
 	struct timespec t0, last_flush, last_status, last_progress;
 	uint64_t prog_txns, prog_updates;
 	int tty, progress_shown;
@@ -89,7 +103,8 @@ static int efail(engine *e, const char *fmt, ...)
 static void usage(FILE *f)
 {
 	fputs("usage: ah-pgsync [-d CONNINFO] [--slot NAME] [--publication NAME]\n"
-	      "                 [--group-ms N] [--group-txns N] [--retry-secs N] HEAP\n"
+	      "                 [--group-ms N] [--group-txns N] [--retry-secs N]\n"
+	      "                 [--confirm-after-snapshot DIR] HEAP\n"
 	      "       ah-pgsync verify [-d CONNINFO] HEAP\n"
 	      "       ah-pgsync status HEAP\n"
 	      "       ah-pgsync wait HEAP LSN [SECONDS]\n"
@@ -107,6 +122,11 @@ static void usage(FILE *f)
 	      "verify compares every table with its arrangement at the heap's frontier: one line\n"
 	      "per table (equal, or DIFFERENT and what differs), then \"verified\" or a line naming\n"
 	      "each differing table; exit 1 if any differs.\n"
+	      "Confirmation: by default the slot is told flushed what the heap has committed.\n"
+	      "With --confirm-after-snapshot DIR (a run option: give it at every run) only up to\n"
+	      "the LSN of this heap's newest snapshot in DIR (ah-snapshot push HEAP DIR; re-read\n"
+	      "every second), so the slot keeps the WAL a heap restored from DIR needs; before\n"
+	      "the first push, nothing past the slot's confirmed_flush_lsn.\n"
 	      "The server needs wal_level=logical and a role with REPLICATION; the slot\n"
 	      "retains WAL while the engine is stopped (man ah-pgsync).\n", f);
 }
@@ -208,6 +228,8 @@ static int check_source(engine *e)
 		return efail(e, "replication slot %s is at LSN %s, ahead of heap %s at %s: the "
 		             "transactions in between are lost to this heap; make a new heap and slot",
 		             e->src.slot, l2, e->heap_path, l1);
+	if (sl.confirmed > e->floor)
+		e->floor = sl.confirmed;
 	return 0;
 }
 
@@ -396,6 +418,7 @@ static int first_run(engine *e)
 	if (sink_start(&e->snk) != 0)
 		return efail(e, "%s", e->snk.err);
 	e->snk.pos = e->snk.group_pos = lsn;
+	e->floor = lsn;  /* the new slot's confirmed_flush_lsn */
 	identity_fmt(e->st.identity, sizeof e->st.identity, e->src.sysid, e->src.dbname,
 	             e->src.slot, e->src.pub);
 	snprintf(e->st.settings, sizeof e->st.settings, "%s", e->src.settings);
@@ -426,14 +449,97 @@ static void progress(engine *e, int final)
 	}
 }
 
+/* ---- --confirm-after-snapshot --------------------------------------------- */
+
+typedef struct snap_pick {
+	const uint8_t *uuid;
+	uint64_t seq, lsn;
+	int found;
+	char id[AH_SNAPSHOT_ID_MAX];
+} snap_pick;
+
+/* The newest whole snapshot of this heap (its UUID) whose pg.lsn parses,
+ * as stored.c reads pg.lsn: ah_snapshot_foreach walks by UUID then SEQ,
+ * so the last match is the newest.  A damaged manifest (status != 0, no
+ * UUID) is passed over: an older whole one still restores. */
+static int snap_one(const ah_snapshot_info *si, void *user)
+{
+	snap_pick *p = user;
+	uint64_t lsn;
+
+	if (si->status != 0 || memcmp(si->uuid, p->uuid, 16) != 0 || (p->found && si->seq < p->seq))
+		return 0;
+	for (size_t i = 0; i < si->nsources; i++)
+		if (!strcmp(si->sources[i].name, "pg.lsn") &&
+		    lsn_parse(si->sources[i].pos, si->sources[i].len, &lsn) == 0) {
+			p->found = 1;
+			p->seq = si->seq;
+			p->lsn = lsn;
+			snprintf(p->id, sizeof p->id, "%s", si->id);
+		}
+	return 0;
+}
+
+/* Re-reads DIR (at most once a second unless force).  A DIR that cannot be
+ * read keeps the last snapshot found (prune never deletes the newest) and
+ * says so once. */
+static void snap_refresh(engine *e, int force)
+{
+	snap_pick p = { .uuid = e->uuid };
+	char l[32];
+	int rc;
+
+	if (!e->snap_dir || !e->have_uuid || (!force && ms_since(&e->last_snap_read) < 1000.0))
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &e->last_snap_read);
+	rc = ah_snapshot_foreach(e->snap_dir, snap_one, &p);
+	if (rc != 0 && rc != AH_ENOTFOUND) {
+		if (!e->snap_warned)
+			fprintf(stderr, "%sah-pgsync: reading snapshots in %s: %s; confirming up to "
+			        "the last snapshot found\n", e->progress_shown ? "\n" : "",
+			        e->snap_dir, ah_strerror(rc));
+		e->snap_warned = 1;
+		return;
+	}
+	e->snap_warned = 0;
+	if (!p.found || (e->have_snap && p.lsn <= e->snap_lsn))
+		return;
+	e->have_snap = 1;
+	e->snap_lsn = p.lsn;
+	snprintf(e->snap_id, sizeof e->snap_id, "%s", p.id);
+	if (force) {
+		lsn_fmt(p.lsn, l, sizeof l);
+		fprintf(stderr, "ah-pgsync: newest snapshot of this heap in %s: %s at LSN %s\n",
+		        e->snap_dir, p.id, l);
+	}
+}
+
+/* The flush position to confirm: what the heap holds, and with
+ * --confirm-after-snapshot no more than the newest snapshot in DIR holds
+ * (nothing past the slot's own confirmed_flush_lsn before the first). */
+static uint64_t confirm_pos(engine *e)
+{
+	uint64_t c = e->snk.pos;
+
+	if (e->snap_dir) {
+		uint64_t s = e->have_snap && e->snap_lsn > e->floor ? e->snap_lsn : e->floor;
+		if (s < c)
+			c = s;
+	}
+	return c;
+}
+
 /* Standby status update, as PostgreSQL's own subscriber sends it: write =
  * what the engine has received (complete transactions, idle positions),
- * flush = apply = what the heap holds.  The slot advances by flush only,
- * so nothing the heap lacks is ever confirmed. */
+ * flush = apply = what the heap holds (confirm_pos: with
+ * --confirm-after-snapshot, what a snapshot in DIR holds).  The slot
+ * advances by flush only, so nothing the heap lacks is ever confirmed. */
 static int status(engine *e)
 {
-	if (!e->src.repl || src_status(&e->src, e->snk.group_pos, e->snk.pos) != 0)
+	snap_refresh(e, 0);
+	if (!e->src.repl || src_status(&e->src, e->snk.group_pos, confirm_pos(e)) != 0)
 		return -2;
+	e->confirmed = confirm_pos(e);
 	e->reported = e->snk.group_pos;
 	clock_gettime(CLOCK_MONOTONIC, &e->last_status);
 	return 0;
@@ -517,6 +623,20 @@ static int stream(engine *e)
 			if ((r = flush(e)) != 0)
 				return r;
 		}
+		if (e->snap_dir && ms_since(&e->last_snap_read) >= 1000.0) {
+			/* a new snapshot in DIR: confirm it now */
+			snap_refresh(e, 0);
+			if (confirm_pos(e) > e->confirmed && status(e) != 0)
+				return -2;
+			/* A fast shutdown of the server ends the sessions, then waits
+			 * for each walsender to see all it sent confirmed, which this
+			 * mode may not do for long: once the server has closed the
+			 * SQL connection, close the stream too (and reconnect). */
+			if (!src_sql_alive(&e->src)) {
+				sink_rollback(&e->snk);
+				return -2;
+			}
+		}
 		if (ms_since(&e->last_status) >= 10000 && status(e) != 0)
 			return -2;
 		progress(e, 0);
@@ -594,6 +714,19 @@ static int run(engine *e)
 			return efail(e, "%s", e->src.err), 1;
 	}
 	e->start_lsn = e->snk.pos;
+	if (e->snap_dir) {
+		ah_heap_stat hs;
+		if ((rc = ah_heap_stat_get(e->snk.ig.heap, &hs)) != 0)
+			return efail(e, "reading heap %s: %s", e->heap_path, ah_strerror(rc)), 1;
+		memcpy(e->uuid, hs.uuid, sizeof e->uuid);
+		e->have_uuid = 1;
+		snap_refresh(e, 1);
+		lsn_fmt(e->floor, l1, sizeof l1);
+		if (!e->have_snap)
+			fprintf(stderr, "ah-pgsync: no snapshot of this heap in %s yet: confirming "
+			        "nothing past LSN %s (the slot's confirmed_flush_lsn) until one is "
+			        "pushed\n", e->snap_dir, l1);
+	}
 	clock_gettime(CLOCK_MONOTONIC, &e->last_flush);
 	e->last_status = e->last_progress = e->last_flush;
 	while ((rc = stream(e)) == -2)
@@ -628,6 +761,24 @@ static int valid_name(const char *s, int upper_ok)
 		      (upper_ok && *s >= 'A' && *s <= 'Z')))
 			return 0;
 	return 1;
+}
+
+/* 1 if path, or else its parent directory, is a directory. */
+static int dir_or_parent(const char *path)
+{
+	char parent[4096];
+	struct stat sb;
+	char *slash;
+
+	if (stat(path, &sb) == 0)
+		return S_ISDIR(sb.st_mode);
+	snprintf(parent, sizeof parent, "%s", path);
+	while ((slash = strrchr(parent, '/')) && slash[1] == 0 && slash > parent)
+		*slash = 0;  /* trailing slashes */
+	if (!(slash = strrchr(parent, '/')))
+		return 1;  /* relative, in the working directory */
+	slash[slash == parent] = 0;
+	return stat(parent, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
 int main(int argc, char **argv)
@@ -669,6 +820,8 @@ int main(int argc, char **argv)
 			e.group_txns = atoi(argv[++i]);
 		} else if (!strcmp(a, "--retry-secs") && v) {
 			e.retry_s = atoi(argv[++i]);
+		} else if (!strcmp(a, "--confirm-after-snapshot") && v) {
+			e.snap_dir = argv[++i];
 		} else if (a[0] == '-' || e.heap_path) {
 			usage(stderr);
 			return 2;
@@ -683,6 +836,11 @@ int main(int argc, char **argv)
 	if (!valid_name(e.src.slot, 0) || !valid_name(e.src.pub, 1)) {
 		fputs("ah-pgsync: slot names are [a-z0-9_], publication names [A-Za-z0-9_], "
 		      "1 to 63 characters\n", stderr);
+		return 2;
+	}
+	if (e.snap_dir && !dir_or_parent(e.snap_dir)) {
+		fprintf(stderr, "ah-pgsync: --confirm-after-snapshot %s: neither it nor its parent is "
+		        "a directory (ah-snapshot push creates it in an existing parent)\n", e.snap_dir);
 		return 2;
 	}
 	sigaction(SIGTERM, &sa, NULL);

@@ -66,6 +66,7 @@ Test(ops_docs, load_and_pgsync_pages)
 		"max_slot_wal_keep_size", "(default\n.BR ah_pgsync ;",
 		"(default 200)", "(default 1000)", "(default\n60)",
 		".BI wait \" HEAP", ".BI verify \" HEAP", ".BI status \" HEAP",
+		".BI \\-\\-confirm\\-after\\-snapshot \" DIR\"",
 	};
 
 	for (size_t i = 0; i < sizeof in_load / sizeof *in_load; i++)

@@ -655,6 +655,24 @@ int src_recv(pg_src *s, int timeout_ms, const uint8_t **data, size_t *len)
 	return fail(s, "unexpected replication message '%c'", m[0]);
 }
 
+int src_sql_alive(pg_src *s)
+{
+	PGresult *r;
+
+	if (!s->sql)
+		return 0;
+	if (PQstatus(s->sql) == CONNECTION_OK && PQconsumeInput(s->sql) &&
+	    PQstatus(s->sql) == CONNECTION_OK && !PQisBusy(s->sql)) {
+		while ((r = PQgetResult(s->sql)))
+			PQclear(r);
+		return 1;
+	}
+	if (PQstatus(s->sql) == CONNECTION_OK)
+		return 1;  /* busy: a result still to come */
+	pq_fail(s, s->sql, "the server closed the SQL connection (shutting down?)");
+	return 0;
+}
+
 int src_status(pg_src *s, uint64_t written, uint64_t flush)
 {
 	uint8_t m[34];

@@ -95,6 +95,10 @@ int src_start(pg_src *s, uint64_t lsn);
  * 2 for a keepalive (wal_end, reply_requested updated), 0 timed out,
  * -1 error (connection lost or the server ended the stream). */
 int src_recv(pg_src *s, int timeout_ms, const uint8_t **data, size_t *len);
+/* 1 while the normal connection is up, reading what the server sent it
+ * while idle; 0 (src->err set) once the server closed it, as it closes
+ * every session first at a fast shutdown. */
+int src_sql_alive(pg_src *s);
 /* Standby status update: written = received, flushed = applied = flush. */
 int src_status(pg_src *s, uint64_t written, uint64_t flush);
 
