@@ -66,6 +66,20 @@ static bool registered(dev_t dev, ino_t ino)
 	return false;
 }
 
+/* Does a heap of this process use this lock file (by identity)?  Then a
+ * descriptor of it must not be opened and closed here: that would drop
+ * the other heap's LMDB locks (fcntl locks belong to the process). */
+static bool lock_registered(dev_t dev, ino_t ino)
+{
+	pid_t self = getpid();
+
+	for (heap *r = registry; r != NULL; r = r->reg_next)
+		if (r->pid == self && r->lock_ino != 0 && r->lock_dev == dev &&
+		    r->lock_ino == ino)
+			return true;
+	return false;
+}
+
 static void unregister(heap *h)
 {
 	for (heap **pp = &registry; *pp != NULL; pp = &(*pp)->reg_next)
@@ -279,10 +293,39 @@ static int open_locked(heap *h, const char *path, const ah_open_opts *o)
 	TRY(rc);
 	h->dev = st.st_dev;
 	h->ino = st.st_ino;
+	{
+		/* A lock file another heap of this process uses (its data
+		 * file renamed or deleted, a new one made under the old name):
+		 * refused before anything here opens the lock file. */
+		char lock[PATH_MAX];
+		struct stat ls;
+
+		if ((size_t)snprintf(lock, sizeof lock, "%s-lock", path) >=
+		    sizeof lock)
+			TRY(AH_EINVAL);
+		if (stat(lock, &ls) == 0) {
+			if (lock_registered(ls.st_dev, ls.st_ino))
+				TRY(AH_EBUSY);
+			h->lock_dev = ls.st_dev;
+			h->lock_ino = ls.st_ino;
+		}
+	}
 	h->map_bytes = heap_space_map_bytes(
 		o->max_bytes ? 0 : heap_space_fs_bytes(path, -1), o->max_bytes,
 		h->psize);
 	TRY(heap_space_lockfile(path, readers));
+	if (h->lock_ino == 0) { /* made just now */
+		char lock[PATH_MAX];
+		struct stat ls;
+
+		if ((size_t)snprintf(lock, sizeof lock, "%s-lock", path) <
+		        sizeof lock && stat(lock, &ls) == 0) {
+			if (lock_registered(ls.st_dev, ls.st_ino))
+				TRY(AH_EBUSY);
+			h->lock_dev = ls.st_dev;
+			h->lock_ino = ls.st_ino;
+		}
+	}
 	/* Before LMDB reads a byte through PATH-lock: refuse if another
 	 * process uses this data file through another lock file. */
 	TRY(heap_path_claim(h, path));
@@ -335,6 +378,7 @@ int heap_open(const char *path, const ah_open_opts *opts, heap **out)
 	h->psize = (uint32_t)sysconf(_SC_PAGESIZE);
 	h->fd = -1;
 	h->claim_fd = -1;
+	h->lclaim_fd = -1;
 	if (pthread_mutex_init(&h->mu, NULL) != 0) {
 		free(h);
 		return AH_ENOMEM;

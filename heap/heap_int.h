@@ -26,6 +26,9 @@ struct heap {
 	MDB_dbi dbi[HEAP_DBI__COUNT];
 	int fd;                /* the data file (LMDB's descriptor; not ours) */
 	int claim_fd;          /* ours: holds the opener claim (path.c), or -1 */
+	int lclaim_fd;         /* ours: holds the claim on the lock file, or -1 */
+	dev_t lock_dev;        /* (dev, ino) of PATH-lock when it existed at */
+	ino_t lock_ino;        /* open (lock_ino 0: none) */
 	pid_t pid;             /* opener: any other pid gets AH_EFORK */
 	dev_t dev;             /* registry key: (dev, ino) of the data file */
 	ino_t ino;

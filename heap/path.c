@@ -26,16 +26,27 @@
  *     process, so they survive LMDB's fcntl locking and its closes; LMDB
  *     itself never locks the data file (only PATH-lock), so nothing
  *     interferes.
+ *     The same claim runs the other way on the LOCK file: every opener
+ *     also takes a shared OFD lock on PATH-lock at an offset that is a
+ *     hash of the DATA file's (dev, inode), and probes for another's.
+ *     So one lock file never serves two data files at once: a heap
+ *     renamed or deleted while open, and a new heap created under the
+ *     old name, would otherwise share the first one's writer mutex,
+ *     reader table and commit counter (lost commits; found by outside
+ *     testing).  The second opener is refused with AH_EBUSY.
  *  3. heap_path_publish moves a heap made under a temporary name into
  *     place without ever replacing an existing file (renameat2
  *     RENAME_NOREPLACE, or link + unlink), so of two processes creating
  *     the same heap at once one publishes and the other opens that heap;
  *     neither deletes the other's file.
  *
- * This file must never open, and so never close, a descriptor of a lock
- * file (closing any descriptor of a file drops the process's fcntl locks
- * on it, LMDB's included), and never unlink a file it did not create in
- * this call.
+ * This file must never close a descriptor of a lock file that an LMDB
+ * environment of this process has open (closing any descriptor of a file
+ * drops the process's fcntl locks on it, LMDB's included): the one it
+ * opens for the lock-file claim is opened only when no heap of this
+ * process uses that lock file (env.c checks under the registry mutex) and
+ * closed only after this heap's environment is closed; and it must never
+ * unlink a file it did not create in this call.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -164,6 +175,37 @@ int heap_path_claim(heap *h, const char *path)
 		return other ? AH_EBUSY : heap_err(err);
 	}
 	h->claim_fd = fd;
+	/* The lock file's side: one data file per lock file. */
+	if (h->lock_ino != 0 && (fd = open(lock, O_RDONLY | O_CLOEXEC)) >= 0) {
+		struct stat ds2 = { .st_dev = h->dev, .st_ino = h->ino };
+
+		if (fstat(fd, &ls) != 0 || ls.st_dev != h->lock_dev ||
+		    ls.st_ino != h->lock_ino) {
+			close(fd); /* replaced between our checks: try again */
+			heap_path_unclaim(h);
+			return AH_EBUSY;
+		}
+		slot = claim_slot(&ds2);
+		fl.l_type = F_RDLCK;
+		fl.l_start = CLAIM_BASE + slot;
+		fl.l_len = 1;
+		err = fcntl(fd, F_OFD_SETLK, &fl) != 0 ? errno : 0;
+		if (err == 0)
+			err = probe(fd, CLAIM_BASE, slot, &other);
+		if (err == 0 && !other)
+			err = probe(fd, CLAIM_BASE + slot + 1,
+			            CLAIM_SLOTS - slot - 1, &other);
+		if (err == EINVAL || err == ENOLCK || err == EOPNOTSUPP) {
+			close(fd); /* no OFD locks here: as above */
+			return 0;
+		}
+		if (err != 0 || other) {
+			close(fd);
+			heap_path_unclaim(h);
+			return other ? AH_EBUSY : heap_err(err);
+		}
+		h->lclaim_fd = fd;
+	}
 	return 0;
 }
 
@@ -172,6 +214,9 @@ void heap_path_unclaim(heap *h)
 	if (h->claim_fd >= 0)
 		close(h->claim_fd);
 	h->claim_fd = -1;
+	if (h->lclaim_fd >= 0)
+		close(h->lclaim_fd);
+	h->lclaim_fd = -1;
 }
 
 /* Removes PATH.creating.<pid> files (and their locks) left by creators

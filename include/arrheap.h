@@ -37,7 +37,10 @@
  *    one reader table.  A second name of the same file that cannot share
  *    its lock (a hard link, a file renamed or a lock file deleted while the
  *    heap is open) is refused with AH_EBUSY while another process has the
- *    heap open under the first.
+ *    heap open under the first.  Likewise one lock file never serves two
+ *    files: a new heap created under the name of a heap that was renamed
+ *    or deleted while open is refused with AH_EBUSY (in this process or
+ *    another) while the old one stays open.
  *  - Never use a handle across fork(): calls from a forked child fail with
  *    AH_EFORK, and the parent is unaffected.  Open the heap anew in the child.
  *  - A long-lived read transaction pins every page it can see: the file
@@ -159,7 +162,8 @@ typedef struct ah_open_opts {
  * in this process, or open in another process through a lock file of
  * another name: see Caveats), AH_EREADONLY (AH_OPEN_CREATE with AH_OPEN_RDONLY on a
  * missing file), AH_EIO, AH_ENOMEM, AH_EFULL (no space to create).
- * A failed open changes nothing on disk.
+ * A failed open changes nothing on disk, except that a heap AH_OPEN_CREATE
+ * created and published stays (another process may be using it already).
  * Source: LMDB mdb_env_open, mdb_reader_check. */
 int ah_open(const char *path, const ah_open_opts *opts, ah_heap **out);
 
