@@ -189,7 +189,7 @@ BENCH_PKGS := librocksdb-dev gnuplot-nox
 # `make bench` also profiles (bench/profile.sh): perf and callgrind.
 BENCH_PROFILE_PKGS := linux-perf valgrind
 BENCH_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard bench/*.c))
-BENCH_BINS := $(addprefix $(BUILD)/bench/,ah-bench ah-bench-arrheap ah-bench-rocksdb ah-bench-lmdb)
+BENCH_BINS := $(addprefix $(BUILD)/bench/,ah-bench ah-bench-arrheap ah-bench-rocksdb ah-bench-lmdb ah-bench-snapshot)
 BENCH_ARGS ?=
 .PHONY: bench bench-quick bench-deps bench-build
 $(BENCH_OBJ): bench/bench.h bench/driver.h | bench-deps
@@ -209,6 +209,17 @@ $(BUILD)/bench/ah-bench-rocksdb: $(BUILD)/obj/bench/rocksdb.o $(BUILD)/obj/bench
 	@mkdir -p $(dir $@); $(CC) -o $@ $^ -lrocksdb
 $(BUILD)/bench/ah-bench-lmdb: $(BUILD)/obj/bench/lmdb.o $(BUILD)/obj/bench/common.o
 	@mkdir -p $(dir $@); $(CC) -o $@ $^ -llmdb
+$(BUILD)/bench/ah-bench-snapshot: $(BUILD)/obj/bench/snapshot.o $(BUILD)/libarrheap.a
+	@mkdir -p $(dir $@); $(CC) -o $@ $^ $(LDLIBS_ALL)
+# `make bench-snapshot`: push and restore costs (issue 15), 10M updates,
+# 10 pushes, about a minute; SNAP_UPDATES and SNAP_PUSHES change them.
+SNAP_UPDATES ?= 10000000
+SNAP_PUSHES ?= 10
+.PHONY: bench-snapshot
+bench-snapshot: $(BUILD)/bench/ah-bench-snapshot
+	rm -rf $(BUILD)/bench/snap && mkdir -p $(BUILD)/bench/snap
+	$(BUILD)/bench/ah-bench-snapshot $(BUILD)/bench/snap $(SNAP_UPDATES) $(SNAP_PUSHES)
+	@[ -n "$(KEEP)" ] || rm -rf $(BUILD)/bench/snap
 bench-quick: bench-deps bench-build
 	bash bench/bench.sh $(BUILD) --sizes 1000000,10000000 $(BENCH_ARGS)
 bench: bench-deps bench-build
