@@ -831,3 +831,65 @@ Test(snapshot, prune_keeps_what_kept_snapshots_need)
 	cr_assert_eq(ah_close(h), 0);
 	tl_rmdir(&d);
 }
+
+/* The source contract through the tools: a heap restored from a snapshot
+ * resumes its changelog from the snapshot's position, exactly once. */
+Test(snapshot, restored_heap_resumes_ah_load_exactly_once, .timeout = 120)
+{
+	tl_dir d = tl_tmpdir("snapload");
+	uint64_t seed = tl_seed("snapshot::restored_heap_resumes_ah_load", 41);
+	uint64_t rng = seed, t = 0;
+	char log[256], snaps[256], r[256], full[256], cmd[2048], *o, *a, *b;
+	const char *B = tl_build();
+	FILE *f;
+
+	path_in(&d, "log", log);
+	path_in(&d, "snaps", snaps);
+	path_in(&d, "restored", r);
+	path_in(&d, "full", full);
+	cr_assert_not_null(f = fopen(log, "w"));
+	fprintf(f, "arrange\ta\n");
+	for (int part = 0; part < 2; part++) {
+		for (int c = 0; c < 20; c++, t++) {
+			for (int i = 0; i < 300; i++)
+				fprintf(f, "update\ta\t%" PRIu64 "\tk%04" PRIu64 "\tv%" PRIu64
+				        "\t%d\n", t, tl_below(&rng, 2000),
+				        tl_below(&rng, 5), tl_below(&rng, 3) ? 1 : -1);
+			fprintf(f, "advance\ta\t%" PRIu64 "\ncommit\n", t + 1);
+		}
+		fflush(f);
+		snprintf(cmd, sizeof cmd, "'%s/ah-load' '%s' '%s'", B, d.path, log);
+		cr_assert_eq(tl_sh(cmd, true, &o), 0, "%s", o);
+		free(o);
+		if (part == 0) {
+			snprintf(cmd, sizeof cmd, "'%s/ah-snapshot' push '%s' '%s'", B,
+			         d.path, snaps);
+			cr_assert_eq(tl_sh(cmd, true, &o), 0, "%s", o);
+			free(o);
+		}
+	}
+	cr_assert_eq(fclose(f), 0);
+	/* The machine is lost after the second load: only the snapshot of
+	 * the first is left. */
+	snprintf(cmd, sizeof cmd, "rm -f '%s' '%s-lock'", d.path, d.path);
+	cr_assert_eq(tl_sh(cmd, true, NULL), 0);
+	snprintf(cmd, sizeof cmd, "'%s/ah-snapshot' restore '%s' '%s'", B, snaps, r);
+	cr_assert_eq(tl_sh(cmd, true, &o), 0, "%s", o);
+	free(o);
+	snprintf(cmd, sizeof cmd, "'%s/ah-load' '%s' '%s'", B, r, log);
+	cr_assert_eq(tl_sh(cmd, true, &o), 0, "%s", o);
+	cr_assert(strstr(o, "applied 20 commits (6040 records, 6000 updates)") != NULL,
+	          "seed %" PRIu64 ": %s", seed, o);
+	free(o);
+	snprintf(cmd, sizeof cmd, "'%s/ah-load' '%s' '%s'", B, full, log);
+	cr_assert_eq(tl_sh(cmd, true, NULL), 0);
+	snprintf(cmd, sizeof cmd, "'%s/ah-dump' '%s' read a --as-of 39", B, r);
+	cr_assert_eq(tl_sh(cmd, false, &a), 0);
+	snprintf(cmd, sizeof cmd, "'%s/ah-dump' '%s' read a --as-of 39", B, full);
+	cr_assert_eq(tl_sh(cmd, false, &b), 0);
+	cr_assert_gt(strlen(a), 1000);
+	cr_assert_str_eq(a, b);
+	free(a);
+	free(b);
+	tl_rmdir(&d);
+}
