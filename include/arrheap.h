@@ -757,8 +757,11 @@ typedef struct ah_snapshot_info {
 	size_t nsources;        /* source positions, by name order */
 	const ah_snapshot_source *sources; /* valid during the callback only;
 	                                    * NULL from ah_snapshot_push */
-	int status;             /* ah_snapshot_foreach: 0, or AH_ECORRUPT for
-	                         * a damaged manifest (only id is set then) */
+	int status;             /* ah_snapshot_foreach: 0, or why the manifest
+	                         * could not be used (only id and seq are set
+	                         * then): AH_ECORRUPT damaged, AH_EFORMAT
+	                         * another version, AH_EIO or AH_EREADONLY
+	                         * could not be read */
 	char message[160];      /* on failure: what and which file; else "" */
 } ah_snapshot_info;
 
@@ -815,8 +818,8 @@ int ah_snapshot_restore(const char *dir, const char *id, const char *path,
 typedef int (*ah_snapshot_fn)(const ah_snapshot_info *s, void *user);
 
 /* Calls fn for each snapshot in DIR, by heap UUID then SEQ (oldest
- * first), reading each manifest (its checksum checked).  A damaged
- * manifest is passed with status AH_ECORRUPT.  A nonzero return from fn
+ * first), reading each manifest (its checksum checked).  A manifest
+ * that cannot be used is passed with its status set.  A nonzero return from fn
  * stops the walk and is returned.  Errors: AH_EINVAL, AH_ENOTFOUND (no
  * DIR), AH_ENOMEM, AH_EIO, or fn's value. */
 int ah_snapshot_foreach(const char *dir, ah_snapshot_fn fn, void *user);

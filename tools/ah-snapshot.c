@@ -175,7 +175,9 @@ static int list_one(const ah_snapshot_info *s, void *user)
 		tj_str(&l->j, s->id);
 		if (s->status != 0) {
 			tj_key(&l->j, "damaged");
-			tj_bool(&l->j, true);
+			tj_bool(&l->j, s->status == AH_ECORRUPT);
+			tj_key(&l->j, "error");
+			tj_str(&l->j, ah_err_name(s->status));
 			tj_obj_end(&l->j);
 			return 0;
 		}
@@ -219,7 +221,8 @@ static int list_one(const ah_snapshot_info *s, void *user)
 		return 0;
 	}
 	if (s->status != 0) {
-		printf("%s  damaged manifest\n", s->id);
+		printf("%s  unusable manifest: %s\n", s->id,
+		       s->status == AH_ECORRUPT ? "damaged" : ah_strerror(s->status));
 		return 0;
 	}
 	when(s->time_ns, t);

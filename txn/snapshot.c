@@ -914,7 +914,11 @@ int ah_snapshot_foreach(const char *dir, ah_snapshot_fn fn, void *user)
 				memset(&m.info, 0, sizeof m.info);
 				snprintf(m.info.id, sizeof m.info.id, "%s", v[i].id);
 				m.info.seq = v[i].seq;
-				m.info.status = AH_ECORRUPT;
+				/* Damage, or the error that kept it from
+				 * being read (a permission, an I/O error). */
+				m.info.status = lr == AH_EFORMAT ? AH_EFORMAT
+				                : lr == AH_EIO || lr == AH_EREADONLY
+				                        ? lr : AH_ECORRUPT;
 				m.info.sources = NULL;
 				m.info.nsources = 0;
 			}
