@@ -648,7 +648,11 @@ typedef struct ah_page_stats {
  * when the check ran, whatever it found.  Errors: AH_EINVAL, AH_ENOMEM,
  * AH_EIO, AH_EBADTXN, AH_EFORK, AH_EBUSY (the snapshot's meta page was
  * overwritten by two later commits: check in a fresh read transaction), or
- * fn's value.  Source: LMDB mdb_audit, mdb_page_search, mdb_node_search. */
+ * fn's value.  A meta page that stably holds another txnid than the
+ * snapshot's and is no later commit's (a damaged txnid: LMDB then reads an
+ * older commit's tree) is not AH_EBUSY but a problem naming the meta page
+ * and both txnids; the check goes on over the tree LMDB reads
+ * (ARCHITECTURE.md §4 says which txnid flips stay invisible).  Source: LMDB mdb_audit, mdb_page_search, mdb_node_search. */
 int ah_verify_pages(ah_txn *txn, ah_problem_fn fn, void *user,
                     ah_page_stats *st);
 
