@@ -175,8 +175,10 @@ int ah_sync(ah_heap *heap);
 
 /* Raises or lowers the heap's size limit in bytes (0 = bounded by disk).
  * Only with no transaction open in this process.  Errors: AH_ESTATE (a txn
- * is open), AH_EINVAL (below the data already held), AH_EIO, AH_EFORK.
- * Source: mdb_env_set_mapsize. */
+ * is open), AH_EINVAL (max_bytes below the data already held: the pages in
+ * use, ah_heap_stat's pages_used * page_size; nothing changes), AH_EIO,
+ * AH_EFORK.  A limit under 1 MiB is accepted as 1 MiB (the map's minimum:
+ * map_bytes reports it).  Source: mdb_env_set_mapsize. */
 int ah_set_max_bytes(ah_heap *heap, uint64_t max_bytes);
 
 typedef struct ah_heap_stat {
