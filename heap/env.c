@@ -477,7 +477,7 @@ int heap_sync(heap *h)
 int heap_set_max_bytes(heap *h, uint64_t max_bytes)
 {
 	MDB_envinfo info;
-	uint64_t map;
+	uint64_t map, held;
 	int rc;
 
 	if (h == NULL)
@@ -490,9 +490,13 @@ int heap_set_max_bytes(heap *h, uint64_t max_bytes)
 		goto out;
 	}
 	TRY(heap_err(mdb_env_info(h->env, &info)));
+	held = ((uint64_t)info.me_last_pgno + 1) * h->psize;
 	map = heap_space_map_bytes(max_bytes ? 0 : heap_space_fs_bytes(NULL, h->fd),
 	                           max_bytes, h->psize);
-	if (map < ((uint64_t)info.me_last_pgno + 1) * h->psize) {
+	/* The limit asked for, not the map it rounds to (at least MIN_MAP):
+	 * a limit below the pages in use is refused even when the map that
+	 * would carry it is larger. */
+	if ((max_bytes != 0 && max_bytes < held) || map < held) {
 		rc = AH_EINVAL;
 		goto out;
 	}

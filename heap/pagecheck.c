@@ -16,7 +16,8 @@
  * handing it to LMDB (heap_trees_usable).
  *
  * What is checked, starting from the snapshot's meta page (page txnid & 1,
- * the one LMDB's read txn uses; its txnid must be the snapshot's):
+ * the one LMDB's read txn uses; its txnid must be the snapshot's: a later
+ * commit's is AH_EBUSY, any other a problem, and the walk goes on):
  *  - the meta: P_META, magic, version, page size, mm_address 0, header
  *    fields zero, last page inside the file; the FREE and MAIN records;
  *  - every page reachable from the FREE DB, the MAIN DB and every named DB
@@ -151,6 +152,7 @@ typedef struct walker {
 	uint32_t psize;
 	uint64_t txnid;
 	bool open_mode;          /* heap_pagecheck_open: main and meta only */
+	bool writer;             /* a write txn's check: no meta can change */
 	uint8_t *owner;          /* per page: 0, or the reaching tree + 1 */
 	uint8_t *freebits;       /* pages on the free list (full mode) */
 	int (*fn)(const heap_page_problem *p, void *user);
@@ -688,7 +690,7 @@ static int read_meta(int fd, uint32_t psize, uint64_t mp, uint8_t m[META_BYTES])
 }
 
 /* Maps the snapshot of meta page mp (whose txnid must be txnid) and walks
- * it.  Returns 0, AH_EBUSY (the meta no longer holds txnid), AH_ECORRUPT
+ * it.  Returns 0, AH_EBUSY (a later commit rewrote the meta), AH_ECORRUPT
  * (nothing could be walked: only in open mode), AH_ENOMEM, AH_EIO. */
 static int run(walker *w, int fd, uint64_t mp)
 {
@@ -712,8 +714,28 @@ static int run(walker *w, int fd, uint64_t mp)
 			if (++tries == 8)
 				return AH_EBUSY;
 		} while (memcmp(m, again, META_BYTES) != 0);
-	if (get_u64(m + 144) != w->txnid)
-		return AH_EBUSY;
+	if (get_u64(m + 144) != w->txnid) {
+		uint64_t got = get_u64(m + 144);
+
+		/* A live writer's later commit rewrote the meta page: it holds
+		 * a larger txnid of the same parity (commits alternate pages
+		 * and never go back).  Anything else, read twice alike, is
+		 * damage: a txnid flipped on a meta page makes LMDB pick the
+		 * wrong page for the snapshot (the larger txnid wins, the read
+		 * uses page txnid & 1), so reads silently serve the tree of an
+		 * older commit.  Report it and walk the tree LMDB reads: a
+		 * retry would meet the same bytes forever.  Open only walks
+		 * (heap_open refuses no heap for it: ah_verify reports it). */
+		if (!w->open_mode && !w->writer && got > w->txnid &&
+		    !((got ^ w->txnid) & 1))
+			return AH_EBUSY;
+		if (!w->open_mode)
+			problem(w, HEAP_TREE__COUNT, mp, "txnid %llu, not the "
+			        "snapshot's %llu (a damaged txnid on this or the other "
+			        "meta page): the snapshot reads this page's tree, of an "
+			        "older commit", (unsigned long long)got,
+			        (unsigned long long)w->txnid);
+	}
 	w->npages = get_u64(m + 136) + 1;
 	if (w->npages < 2 || w->npages > w->file_bytes / w->psize ||
 	    w->npages > SIZE_MAX / w->psize) {
@@ -822,6 +844,7 @@ int heap_pagecheck(heap_txn *t,
 		return AH_ENOMEM;
 	w->fn = fn;
 	w->user = user;
+	w->writer = !t->rdonly;
 	rc = fstat(t->h->fd, &fs) != 0 ? AH_EIO : 0;
 	w->file_bytes = rc ? 0 : (uint64_t)fs.st_size;
 	if (rc == 0)

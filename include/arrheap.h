@@ -179,8 +179,10 @@ int ah_sync(ah_heap *heap);
 
 /* Raises or lowers the heap's size limit in bytes (0 = bounded by disk).
  * Only with no transaction open in this process.  Errors: AH_ESTATE (a txn
- * is open), AH_EINVAL (below the data already held), AH_EIO, AH_EFORK.
- * Source: mdb_env_set_mapsize. */
+ * is open), AH_EINVAL (max_bytes below the data already held: the pages in
+ * use, ah_heap_stat's pages_used * page_size; nothing changes), AH_EIO,
+ * AH_EFORK.  A limit under 1 MiB is accepted as 1 MiB (the map's minimum:
+ * map_bytes reports it).  Source: mdb_env_set_mapsize. */
 int ah_set_max_bytes(ah_heap *heap, uint64_t max_bytes);
 
 typedef struct ah_heap_stat {
@@ -221,9 +223,13 @@ int ah_pool_stats_get(ah_heap *heap, ah_pool_stats *st);
 
 /* Begins a transaction.  A read transaction (AH_TXN_RDONLY) is an MVCC
  * snapshot of one commit across all arrangements; it never blocks a writer
- * and may be used from any one thread at a time (MDB_NOTLS).  A write
- * transaction waits for the heap's writer lock (one writer at a time, across
- * processes).  *out is owned by the caller until commit or abort.
+ * and may be used from any one thread at a time (MDB_NOTLS), and ended in
+ * any.  A write transaction waits for the heap's writer lock (one writer at
+ * a time, across processes) and belongs to the thread that began it (the
+ * lock is that thread's): every call on it or on its builder from another
+ * thread returns AH_ESTATE and changes nothing, except ah_txn_abort and
+ * ah_builder_abandon (see ah_txn_abort).  *out is owned by the caller until
+ * commit or abort.
  * Errors: AH_EINVAL, AH_EREADONLY (write txn on a read-only heap), AH_EBUSY
  * (no free reader slot), AH_ESTATE (this thread already has a write txn),
  * AH_EFORK, AH_ENOMEM, AH_EIO, AH_EFULL.  Source: mdb_txn_begin. */
@@ -237,11 +243,20 @@ int ah_txn_begin(ah_heap *heap, unsigned flags, ah_txn **out);
  * written), AH_EFULL (nothing is written), AH_EFORK, and AH_EIO: the final
  * sync failed, so the outcome is unknown (the commit may or may not be in
  * the file) and the handle refuses new transactions; close, reopen and read
- * the source positions to learn which.  Source: mdb_txn_commit. */
+ * the source positions to learn which.  A write transaction committed
+ * from a thread other than the one that began it is not freed: AH_ESTATE,
+ * nothing changes, and it stays open for its owner.  After an ah_txn_abort
+ * from another thread the owner's commit aborts, frees it and returns
+ * AH_EBADTXN.  Source: mdb_txn_commit. */
 int ah_txn_commit(ah_txn *txn);
 
 /* Discards every change and frees the transaction; open cursors are
- * detached.  NULL is a no-op.  Source: mdb_txn_abort. */
+ * detached.  NULL is a no-op.  On a write transaction, from a thread other
+ * than the one that began it, it neither discards nor frees anything (LMDB's
+ * writer lock can only be released by its thread): it marks the txn, and
+ * the owner's later calls on it return AH_EBADTXN, its commit discards,
+ * frees and returns AH_EBADTXN, and its ah_txn_abort discards and frees.
+ * Source: mdb_txn_abort. */
 void ah_txn_abort(ah_txn *txn);
 
 /* The detailed message of the last error in this transaction (it names the
@@ -321,7 +336,8 @@ typedef struct ah_update {
  * sum outside int64; updates of different times never do: a compaction
  * that would overflow keeps them apart, see ARCHITECTURE.md §10),
  * AH_ENOTFOUND, AH_EINVAL, AH_EREADONLY, AH_EBADTXN, AH_EFULL, AH_ENOMEM,
- * AH_EIO.  On any error the transaction is poisoned.
+ * AH_EIO.  On any error the transaction is poisoned (but for AH_ESTATE
+ * from a thread that does not own it, which changes nothing).
  * Appending also spends merge fuel proportional to n (spine_fueled).
  * Source: Materialize persist's compare_and_append; differential
  * dataflow's Batcher (sort + consolidate) and trace::Description. */
@@ -342,10 +358,13 @@ int ah_builder_push(ah_builder *b, const ah_update *ups, size_t n);
 /* Seals the batch into the arrangement and frees the builder (whatever the
  * result).  If the builder's txn already ended (commit or abort with the
  * builder open), push returns AH_ESTATE and finish frees it and returns
- * AH_ESTATE. */
+ * AH_ESTATE.  From a thread other than the txn's (ah_txn_begin), push and
+ * finish return AH_ESTATE and change nothing: the builder stays open. */
 int ah_builder_finish(ah_builder *b);
 /* Frees the builder and poisons the transaction (its chunks were written);
- * after its txn ended, only frees it. */
+ * after its txn ended, only frees it.  From a thread other than the txn's it
+ * acts as ah_txn_abort from there: the txn is marked (its owner's calls
+ * return AH_EBADTXN) and the builder is freed when the txn ends. */
 void ah_builder_abandon(ah_builder *b);
 
 /* Advances NAME's upper to new_upper with no data (an empty batch costs no
@@ -635,7 +654,11 @@ typedef struct ah_page_stats {
  * when the check ran, whatever it found.  Errors: AH_EINVAL, AH_ENOMEM,
  * AH_EIO, AH_EBADTXN, AH_EFORK, AH_EBUSY (the snapshot's meta page was
  * overwritten by two later commits: check in a fresh read transaction), or
- * fn's value.  Source: LMDB mdb_audit, mdb_page_search, mdb_node_search. */
+ * fn's value.  A meta page that stably holds another txnid than the
+ * snapshot's and is no later commit's (a damaged txnid: LMDB then reads an
+ * older commit's tree) is not AH_EBUSY but a problem naming the meta page
+ * and both txnids; the check goes on over the tree LMDB reads
+ * (ARCHITECTURE.md §4 says which txnid flips stay invisible).  Source: LMDB mdb_audit, mdb_page_search, mdb_node_search. */
 int ah_verify_pages(ah_txn *txn, ah_problem_fn fn, void *user,
                     ah_page_stats *st);
 

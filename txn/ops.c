@@ -198,7 +198,10 @@ int ah_builder_push(ah_builder *b, const ah_update *ups, size_t n)
 	if (!b->txn)
 		return AH_ESTATE; /* its transaction ended */
 	ah_txn *t = b->txn;
-	if (t->poisoned)
+	int rc = txn_owner_check(t);
+	if (rc)
+		return rc; /* another thread's txn: touch nothing */
+	if (txn_foreign_abort_check(t) || t->poisoned)
 		return AH_EBADTXN;
 	if (n && !ups)
 		return txn_poison(t, AH_EINVAL, "NULL updates");
@@ -214,7 +217,7 @@ int ah_builder_push(ah_builder *b, const ah_update *ups, size_t n)
 		if ((u->key_len && !u->key) || (u->val_len && !u->val))
 			return txn_poison(t, AH_EINVAL, "update with NULL key or val");
 	}
-	int rc = builder_push(b->b, ups, n);
+	rc = builder_push(b->b, ups, n);
 	return rc ? txn_poison(t, rc, NULL) : 0;
 }
 
@@ -235,6 +238,9 @@ int ah_builder_finish(ah_builder *b)
 		return AH_ESTATE;
 	}
 	t = b->txn;
+	if ((rc = txn_owner_check(t)))
+		return rc; /* another thread's txn: the builder stays open */
+	txn_foreign_abort_check(t);
 	t->builder = NULL;
 	bb = b->b;
 	strcpy(name, b->name);
@@ -271,6 +277,14 @@ void ah_builder_abandon(ah_builder *b)
 {
 	if (!b)
 		return;
+	if (b->txn && txn_owner_check(b->txn)) {
+		/* Another thread's txn: touch neither it nor the pool.  As
+		 * ah_txn_abort from there: the txn is marked (the owner's calls
+		 * fail with AH_EBADTXN) and frees the shell when it ends. */
+		atomic_store(&b->abandoned, true);
+		atomic_store(&b->txn->foreign_abort, true);
+		return;
+	}
 	if (b->txn) {
 		b->txn->builder = NULL;
 		if (!b->txn->poisoned)

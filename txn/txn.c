@@ -42,12 +42,33 @@ int txn_poison(ah_txn *t, int err, const char *fmt, ...)
 	return err;
 }
 
+int txn_owner_check(const ah_txn *t)
+{
+	return t->rdonly || pthread_equal(t->owner, pthread_self()) ? 0 : AH_ESTATE;
+}
+
+int txn_foreign_abort_check(ah_txn *t)
+{
+	if (!atomic_load(&t->foreign_abort))
+		return 0;
+	if (!t->poisoned)
+		txn_poison(t, AH_EBADTXN, "ah_txn_abort was called on this write "
+		           "transaction from another thread: only abort is accepted");
+	return AH_EBADTXN;
+}
+
 int txn_enter(ah_txn *t, bool write)
 {
 	if (!t)
 		return AH_EINVAL;
 	int rc = heap_check_pid(t->heap->h);
 	if (rc)
+		return rc;
+	/* Before anything touches t: another thread's call must change
+	 * nothing (not even the message) of the owner's txn. */
+	if ((rc = txn_owner_check(t)))
+		return rc;
+	if ((rc = txn_foreign_abort_check(t)))
 		return rc;
 	if (t->poisoned)
 		return AH_EBADTXN;
@@ -182,6 +203,8 @@ int ah_txn_begin(ah_heap *ah, unsigned flags, ah_txn **out)
 		return AH_ENOMEM;
 	t->heap = ah;
 	t->rdonly = rdonly;
+	t->owner = pthread_self();
+	atomic_init(&t->foreign_abort, false);
 	if ((rc = heap_txn_begin(ah->h, rdonly, &t->ht))) {
 		free(t);
 		return rc;
@@ -203,10 +226,15 @@ static void txn_detach(ah_txn *t)
 	t->cursors = NULL;
 	if (t->builder) {
 		/* The caller still owns the handle: detach it (later calls are
-		 * AH_ESTATE, abandon frees the shell). */
+		 * AH_ESTATE, abandon frees the shell) -- unless it was already
+		 * abandoned from another thread, which left the shell to us. */
 		builder_free(t->builder->b);
-		t->builder->b = NULL;
-		t->builder->txn = NULL;
+		if (atomic_load(&t->builder->abandoned)) {
+			free(t->builder);
+		} else {
+			t->builder->b = NULL;
+			t->builder->txn = NULL;
+		}
 		t->builder = NULL;
 	}
 }
@@ -229,13 +257,19 @@ int ah_txn_commit(ah_txn *t)
 	int rc = heap_check_pid(t->heap->h);
 	if (rc)
 		return rc;
+	/* LMDB's writer lock is the beginning thread's: committing (or
+	 * aborting) from another thread would return normally and never
+	 * release it.  Refuse, and leave the txn to its owner. */
+	if ((rc = txn_owner_check(t)))
+		return rc;
+	bool foreign = txn_foreign_abort_check(t) != 0;
 	if (t->builder && !t->poisoned)
 		txn_poison(t, AH_ESTATE, "commit with an open builder");
 	bool had_builder = t->builder != NULL;
 	txn_detach(t);
 	if (t->poisoned) {
 		heap_txn_abort(t->ht);
-		rc = had_builder ? AH_ESTATE : AH_EBADTXN;
+		rc = had_builder && !foreign ? AH_ESTATE : AH_EBADTXN;
 	} else {
 		rc = heap_txn_commit(t->ht);
 	}
@@ -247,6 +281,13 @@ void ah_txn_abort(ah_txn *t)
 {
 	if (!t || heap_check_pid(t->heap->h))
 		return;
+	if (txn_owner_check(t)) {
+		/* Not this thread's write txn: LMDB must not be touched here.
+		 * Mark it; the owner's next call fails with AH_EBADTXN, its
+		 * commit aborts, and its abort frees the txn. */
+		atomic_store(&t->foreign_abort, true);
+		return;
+	}
 	txn_detach(t);
 	heap_txn_abort(t->ht);
 	txn_release(t);

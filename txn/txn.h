@@ -13,6 +13,7 @@
 #define TXN_TXN_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #include "arrangement/arrangement.h"
@@ -30,6 +31,12 @@ struct ah_txn {
 	heap_txn *ht;
 	bool rdonly;
 	bool poisoned;
+	/* A write txn belongs to the thread that began it (LMDB's writer
+	 * mutex is that thread's): calls from another thread are AH_ESTATE
+	 * (txn_owner_check), and ah_txn_abort from another thread only sets
+	 * foreign_abort, which the owner's next call turns into poisoning. */
+	pthread_t owner;
+	atomic_bool foreign_abort;
 	ah_builder *builder;     /* the open builder, if any */
 	ah_cursor *cursors;      /* open cursors, to detach at txn end */
 	char msg[320];
@@ -50,6 +57,9 @@ struct ah_builder {
 	char name[AH_NAME_MAX + 1];
 	frontier lower, upper;   /* the times the appended updates may have */
 	frontier batch_lower;    /* the batch's lower: the trace's last upper */
+	/* Set by ah_builder_abandon from a thread that does not own the txn:
+	 * the shell is freed when the txn ends (txn_detach), not by abandon. */
+	atomic_bool abandoned;
 };
 
 /* Sets the txn's message (printf-style) and returns err. */
@@ -58,8 +68,15 @@ int txn_fail(ah_txn *t, int err, const char *fmt, ...)
 /* Poisons t with err (and message) and returns err. */
 int txn_poison(ah_txn *t, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
-/* Common entry checks: fork, poisoned, and (write) read-only. */
+/* Common entry checks: fork, owner thread (write txns), poisoned, and
+ * (write) read-only. */
 int txn_enter(ah_txn *t, bool write);
+/* 0 when the calling thread may use t: a read txn, or a write txn of this
+ * thread.  Otherwise AH_ESTATE, and nothing of t is touched. */
+int txn_owner_check(const ah_txn *t);
+/* The owner's view of an abort from another thread: poisons t (message
+ * and all) and returns AH_EBADTXN when one happened, else 0. */
+int txn_foreign_abort_check(ah_txn *t);
 /* 1 when name is a valid arrangement/source name. */
 bool txn_name_ok(const char *name);
 

@@ -374,3 +374,85 @@ Test(api_damage, merge_does_not_launder, .timeout = 120)
 	cr_assert_eq(ah_close(h), 0);
 	tl_rmdir(&d);
 }
+
+/* ---- a flipped txnid on an LMDB meta page (ARCHITECTURE.md section 4) ----
+ * Page 0 holds the newest commit T (even), page 1 the one before (T - 1).
+ * Bit 0 of page 0's txnid raises it to T + 1: LMDB takes it as the newest
+ * and its read txns use page (T + 1) & 1 = 1, the tree of commit T - 1.
+ * Before, ah_verify said AH_EBUSY in every fresh read txn forever (its copy
+ * of the meta never held the snapshot's txnid) while reads silently served
+ * commit T - 1.  Now the damage is one problem naming the meta page and
+ * both txnids, the same in every txn, and the walk of the tree LMDB reads
+ * goes on (it is sound: nothing is quarantined). */
+
+static int keep_message(const ah_problem *p, void *user)
+{
+	tl_buf *b = user;
+
+	tl_put(b, "[%s] %s\n", p->arrangement, p->message);
+	return 0;
+}
+
+Test(api_damage, meta_txnid_flip_is_a_problem, .timeout = 60)
+{
+	tl_dir d = tl_tmpdir("damage");
+	ah_open_opts o = { .size = sizeof o, .flags = AH_OPEN_CREATE,
+	                   .max_bytes = 16u << 20 };
+	ah_heap *h;
+	ah_txn *t;
+	ah_heap_stat hs;
+	ah_arrangement_info in;
+	uint64_t T, upper = 0;
+	char want[400];
+
+	cr_assert_eq(ah_open(d.path, &o, &h), 0);
+	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
+	cr_assert_eq(ah_arrangement_create(t, "a"), 0);
+	cr_assert_eq(ah_txn_commit(t), 0);
+	/* Commits until the last one has an even txnid (meta page 0). */
+	do {
+		ah_update u = { "k", 1, "v", 1, upper, 1 };
+
+		cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
+		cr_assert_eq(ah_append(t, "a", upper, upper + 1, &u, 1), 0);
+		cr_assert_eq(ah_txn_commit(t), 0);
+		upper++;
+		cr_assert_eq(ah_heap_stat_get(h, &hs), 0);
+	} while (upper < 4 || hs.last_txn_id % 2 != 0);
+	T = hs.last_txn_id;
+	cr_assert_eq(hs.page_size, 4096);
+	cr_assert_eq(ah_close(h), 0);
+
+	tl_flip(d.path, 144, 0x01); /* page 0's mm_txnid: T -> T + 1 */
+
+	cr_assert_eq(ah_open(d.path, &o, &h), 0);
+	cr_assert_eq(ah_heap_stat_get(h, &hs), 0);
+	cr_assert_eq(hs.last_txn_id, T + 1);
+	snprintf(want, sizeof want, "[] LMDB meta page 1: txnid %" PRIu64 ", not "
+	         "the snapshot's %" PRIu64 " (a damaged txnid on this or the "
+	         "other meta page): the snapshot reads this page's tree, of an "
+	         "older commit\n", T - 1, T + 1);
+	for (int i = 0; i < 3; i++) { /* the same in every fresh read txn */
+		tl_buf msgs = { 0 };
+		ah_verify_stats vs;
+		ah_page_stats ps;
+
+		cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
+		cr_assert_eq(ah_verify(t, keep_message, &msgs, &vs), 0,
+		             "a damaged meta is a problem, not AH_EBUSY");
+		cr_assert_eq(vs.problems, 1);
+		cr_assert_str_eq(msgs.p, want);
+		cr_assert_eq(ah_verify_pages(t, NULL, NULL, &ps), 0);
+		cr_assert_eq(ps.problems, 1);
+		cr_assert_eq(ps.txn_id, T + 1);
+		for (int j = 0; j < AH_PAGE_TREES; j++)
+			cr_assert_eq(ps.trees[j].damaged, 0, "%s", ps.trees[j].name);
+		/* What the reads serve: commit T - 1, one append short. */
+		cr_assert_eq(ah_arrangement_info_get(t, "a", &in), 0);
+		cr_assert_eq(in.upper, upper - 1);
+		ah_txn_abort(t);
+		free(msgs.p);
+	}
+	cr_assert_eq(ah_close(h), 0);
+	tl_rmdir(&d);
+}

@@ -243,3 +243,33 @@ Test(api_errors, source_put_null_position)
 {
 	EXPECT_POISON(ah_source_put(t, "s", NULL, 1), AH_EINVAL, "source position is NULL");
 }
+
+/* ah_set_max_bytes below the pages in use is AH_EINVAL and changes nothing
+ * (before: 4096 on a heap of 11 pages returned 0 and set a 1 MiB map,
+ * the map's minimum, because only the rounded-up map was compared). */
+Test(api_errors, set_max_bytes_below_data)
+{
+	ah_heap_stat st, now;
+	ah_txn *t;
+
+	cr_assert_eq(ah_heap_stat_get(h, &st), 0);
+	uint64_t held = st.pages_used * st.page_size;
+	cr_assert_gt(st.pages_used, 2);
+	cr_assert_lt(held, (uint64_t)1 << 20, "the data fits the minimum map");
+	uint64_t below[] = { 1, 4096, held - st.page_size, held - 1 };
+	for (size_t i = 0; i < sizeof below / sizeof below[0]; i++) {
+		cr_assert_eq(ah_set_max_bytes(h, below[i]), AH_EINVAL, "%" PRIu64,
+		             below[i]);
+		cr_assert_eq(ah_heap_stat_get(h, &now), 0);
+		cr_assert_eq(now.map_bytes, st.map_bytes, "nothing changes");
+	}
+	/* At the data held it is accepted, as the minimum map of 1 MiB. */
+	cr_assert_eq(ah_set_max_bytes(h, held), 0);
+	cr_assert_eq(ah_heap_stat_get(h, &now), 0);
+	cr_assert_eq(now.map_bytes, (uint64_t)1 << 20);
+	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
+	ah_txn_abort(t);
+	cr_assert_eq(ah_set_max_bytes(h, 0), 0); /* back to the disk's size */
+	cr_assert_eq(ah_heap_stat_get(h, &now), 0);
+	cr_assert_eq(now.map_bytes, st.map_bytes);
+}
