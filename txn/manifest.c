@@ -17,6 +17,8 @@
  *   time-ns 1764583200000000000
  *   txn 1234                        (the commit it shows)
  *   arrangement NAMEHEX upper U since S batches N updates N
+ *   batch ID lower L upper U since S updates N chunks C partial 0|1
+ *                                   (the arrangement's, for readers)
  *   record arr|batch|source KEYHEX VALHEX
  *   object ID XXH3 BYTES XXH128     (ID decimal, checksums hex; id order)
  *   objects N / bytes N / objects-new N / bytes-new N
@@ -373,6 +375,8 @@ int mf_parse(const char *text, size_t len, manifest *m)
 			have |= 128;
 		} else if (IS("arrangement") && nw == 10) {
 			m->info.arrangements++;
+		} else if (IS("batch") && nw == 14) {
+			/* for readers: the batch records carry the same */
 		} else if (IS("record") && nw == 4) {
 			mf_record *r;
 			int tb;

@@ -430,6 +430,17 @@ static int push_chunk(push *p, heap_txn *ht, const heap_chunk_info *ci,
 
 static const char *const table_word[] = { "arr", "batch", "source" };
 
+static int batch_line(const ah_batch_info *b, void *user)
+{
+	sbuf *body = user;
+
+	sb_printf(body, "batch %" PRIu64 " lower %" PRIu64 " upper %" PRIu64
+	          " since %" PRIu64 " updates %" PRIu64 " chunks %" PRIu64
+	          " partial %d\n", b->id, b->lower, b->upper, b->since,
+	          b->updates, b->chunks, b->partial);
+	return 0;
+}
+
 static int push_records(push *p, ah_txn *t, ah_snapshot_info *si)
 {
 	char name[AH_NAME_MAX + 1], *after = NULL;
@@ -445,6 +456,8 @@ static int push_records(push *p, ah_txn *t, ah_snapshot_info *si)
 		sb_printf(&p->body, " upper %" PRIu64 " since %" PRIu64
 		          " batches %" PRIu64 " updates %" PRIu64 "\n",
 		          ai.upper, ai.since, ai.batches, ai.updates);
+		if ((rc = ah_batch_foreach(t, name, batch_line, &p->body)) != 0)
+			break;
 		si->arrangements++;
 		after = name;
 	}
