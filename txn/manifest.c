@@ -262,7 +262,7 @@ void mf_free(manifest *m)
 	memset(m, 0, sizeof *m);
 }
 
-#define NWORDS 12
+#define NWORDS 16
 
 static int grow(void **p, size_t *cap, size_t n, size_t each)
 {
