@@ -309,16 +309,19 @@ typedef struct push {
 	manifest parent;          /* known objects: an earlier snapshot's */
 	size_t pi;                /* merge position in parent.obj */
 	bool have_parent;
-	unsigned ntmp;
 	uint64_t objects, bytes, objects_new, bytes_new;
 	sbuf body;
 } push;
 
 static int tmp_path(push *p, char out[PATH_MAX])
 {
+	/* One counter for the process: pushes in several threads at once
+	 * never pick the same name. */
+	static unsigned long counter;
 	char name[64];
 
-	snprintf(name, sizeof name, "%d.%u", (int)getpid(), p->ntmp++);
+	snprintf(name, sizeof name, "%d.%lu", (int)getpid(),
+	         __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED));
 	return join(out, p->tmpdir, name, NULL);
 }
 

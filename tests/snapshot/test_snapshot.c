@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -785,7 +786,7 @@ Test(snapshot, two_heaps_in_one_dir_are_not_mixed_up)
 
 typedef struct seen {
 	int n, damaged;
-	uint64_t seqs[16];
+	uint64_t seqs[32];
 } seen;
 
 static int collect(const ah_snapshot_info *s, void *user)
@@ -796,6 +797,16 @@ static int collect(const ah_snapshot_info *s, void *user)
 		v->damaged++;
 	else
 		v->seqs[v->n++] = s->seq;
+	return 0;
+}
+
+static int collect_all(const ah_snapshot_info *s, void *user)
+{
+	seen *v = user;
+
+	cr_assert_eq(s->status, 0);
+	cr_assert_lt(v->n, 32);
+	v->seqs[v->n++] = s->seq;
 	return 0;
 }
 
@@ -902,5 +913,89 @@ Test(snapshot, restored_heap_resumes_ah_load_exactly_once, .timeout = 120)
 	cr_assert_str_eq(a, b);
 	free(a);
 	free(b);
+	tl_rmdir(&d);
+}
+
+/* Pushes of one heap to one DIR at once, from two threads of one process
+ * and from another process: each gets its own SEQ and restores. */
+typedef struct pusher {
+	ah_heap *h;
+	const char *dir;
+	int rc[8];
+	uint64_t seq[8];
+} pusher;
+
+static void *push_thread(void *arg)
+{
+	pusher *p = arg;
+
+	for (int i = 0; i < 8; i++) {
+		ah_snapshot_info si;
+
+		p->rc[i] = ah_snapshot_push(p->h, p->dir, &si);
+		p->seq[i] = si.seq;
+	}
+	return NULL;
+}
+
+Test(snapshot, concurrent_pushes_each_get_a_seq, .timeout = 120)
+{
+	tl_dir d = tl_tmpdir("snap");
+	char snaps[256], r[256];
+	ah_heap *h = tl_open_path(d.path, 0, 2000), *g;
+	pusher a = { 0 }, b = { 0 };
+	pthread_t ta, tb;
+	pid_t pid;
+	int st;
+
+	commits(h, 13, 1, 10);
+	path_in(&d, "snaps", snaps);
+	a.h = b.h = h;
+	a.dir = b.dir = snaps;
+	cr_assert_eq(ah_close(h), 0);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		ah_open_opts ro = tl_opts(AH_OPEN_RDONLY, 0, 0);
+		ah_heap *c;
+		int bad = 0;
+
+		if (ah_open(d.path, &ro, &c) != 0)
+			_exit(2);
+		for (int i = 0; i < 8; i++)
+			bad |= ah_snapshot_push(c, snaps, NULL) != 0;
+		_exit(bad);
+	}
+	h = tl_open_path(d.path, 0, 2000);
+	a.h = b.h = h;
+	cr_assert_eq(pthread_create(&ta, NULL, push_thread, &a), 0);
+	cr_assert_eq(pthread_create(&tb, NULL, push_thread, &b), 0);
+	pthread_join(ta, NULL);
+	pthread_join(tb, NULL);
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child %d", st);
+	for (int i = 0; i < 8; i++) {
+		cr_assert_eq(a.rc[i], 0, "%s", ah_strerror(a.rc[i]));
+		cr_assert_eq(b.rc[i], 0, "%s", ah_strerror(b.rc[i]));
+		cr_assert_neq(a.seq[i], b.seq[i]);
+	}
+	/* 24 pushes, 24 manifests: no SEQ was taken twice (link never
+	 * replaces), and SEQs run 1..24. */
+	cr_assert_eq(count_files(snaps, "manifests"), 24);
+	{
+		seen v = { 0 };
+
+		cr_assert_eq(ah_snapshot_foreach(snaps, collect_all, &v), 0);
+		cr_assert_eq(v.n, 24);
+		for (int i = 0; i < 24; i++)
+			cr_assert_eq(v.seqs[i], (uint64_t)i + 1);
+	}
+	cr_assert_eq(count_files(snaps, "tmp"), 0);
+	path_in(&d, "r", r);
+	cr_assert_eq(ah_snapshot_restore(snaps, NULL, r, 0, NULL), 0);
+	g = tl_open_path(r, 0, 2000);
+	assert_same_state(h, g);
+	cr_assert_eq(ah_close(g), 0);
+	cr_assert_eq(ah_close(h), 0);
 	tl_rmdir(&d);
 }
