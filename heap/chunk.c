@@ -834,7 +834,7 @@ out:
 }
 
 int heap_chunk_put_raw(heap_txn *t, uint64_t id, const void *value,
-                       size_t len)
+                       size_t len, bool checksums)
 {
 	MDB_val k = { sizeof id, &id }, v = { len, (void *)value };
 	const char *problem;
@@ -848,7 +848,7 @@ int heap_chunk_put_raw(heap_txn *t, uint64_t id, const void *value,
 		return AH_EINVAL;
 	/* Checked before anything changes: a bad value poisons nothing. */
 	if ((problem = parse(t->h, id, &v, &c)) != NULL ||
-	    (problem = check_all(t->h, &v, &c)) != NULL)
+	    (checksums && (problem = check_all(t->h, &v, &c)) != NULL))
 		return CORRUPT(problem);
 	TRY(heap_trees_usable(t->h, CHUNKS | FREE));
 	TRY(heap_space_need(t, (len + VALUE_PAD) / t->h->psize));

@@ -137,13 +137,17 @@ int heap_chunk_seal(heap_txn *t, uint64_t id, void *body, size_t body_used);
 /* Stores a whole chunk value made elsewhere (a snapshot's object, by
  * ah_snapshot_restore) under its own id: value is the LMDB value a
  * heap_chunk_open view calls `value`, len bytes (value_bytes), 16-byte
- * aligned.  Its header and every checksum are checked first; a bad value
- * is AH_ECORRUPT and changes nothing.  Written to the file with pwrite
- * like a sealed chunk.  Later heap_chunk_reserve ids follow the largest.
- * Errors: AH_EINVAL, AH_ECORRUPT, AH_EEXIST (id in use; nothing changed),
- * AH_EFULL, AH_EIO, AH_EREADONLY; other errors poison the txn. */
+ * aligned.  Its header (and with checksums, every checksum) is checked
+ * first; a bad value is AH_ECORRUPT and changes nothing.  A caller that
+ * passes checksums false must check the stored chunks whole before it
+ * trusts them (ah_snapshot_restore's verify opens every referenced chunk
+ * whole, and a chunk no batch references fails it).  Written to the file
+ * with pwrite like a sealed chunk.  Later heap_chunk_reserve ids follow
+ * the largest.  Errors: AH_EINVAL, AH_ECORRUPT, AH_EEXIST (id in use;
+ * nothing changed), AH_EFULL, AH_EIO, AH_EREADONLY; other errors poison
+ * the txn. */
 int heap_chunk_put_raw(heap_txn *t, uint64_t id, const void *value,
-                       size_t len);
+                       size_t len, bool checksums);
 
 /* Rewrites the meta record with uuid (same format version), for a heap
  * nobody else knows yet (ah_snapshot_restore's new file): the handle's
