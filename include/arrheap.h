@@ -803,7 +803,7 @@ typedef struct ah_snapshot_info {
  * DIR may run at once (each gets its own SEQ); ah_snapshot_prune waits
  * for them (flock on DIR/lock).  *out (may be NULL) gets the snapshot;
  * its message says what failed.  Errors: AH_EINVAL, AH_ENOTFOUND (DIR's
- * parent missing), AH_EREADONLY (DIR not writable), AH_ECORRUPT (a damaged
+ * parent missing, or DIR not a directory), AH_EREADONLY (DIR not writable), AH_ECORRUPT (a damaged
  * chunk or record in the heap), AH_EEXIST (DIR holds another heap whose
  * UUID starts with the same 8 digits), AH_EFULL, AH_EIO, AH_ENOMEM,
  * AH_EFORK, AH_EBUSY (as ah_verify_pages). */
@@ -833,7 +833,8 @@ int ah_snapshot_push(ah_heap *heap, const char *dir, ah_snapshot_info *out);
  * exists), AH_ENOTFOUND (no such DIR or snapshot), AH_ESTATE (ID NULL and
  * DIR holds snapshots of more than one heap), AH_ECORRUPT (a damaged
  * manifest; an object missing, truncated or altered; the result does not
- * verify), AH_EFORMAT (another manifest version or page size), AH_EFULL,
+ * verify; an object that is not a regular file), AH_EFORMAT (another
+ * manifest version or page size), AH_EFULL,
  * AH_EIO, AH_ENOMEM. */
 int ah_snapshot_restore(const char *dir, const char *id, const char *path,
                         unsigned flags, ah_snapshot_info *out);
@@ -852,12 +853,14 @@ typedef struct ah_prune_info {
 	uint64_t objects_removed;   /* objects no kept snapshot names */
 	uint64_t bytes_removed;
 	uint64_t snapshots_kept;
+	char message[160];          /* on failure: what and which file */
 } ah_prune_info;
 
 /* Keeps the KEEP (>= 1) newest snapshots of each heap in DIR and deletes
  * the older manifests, then every object no kept manifest names and the
  * leftovers of killed pushes.  An object a kept snapshot needs is never
- * deleted.  Waits for running pushes (exclusive flock on DIR/lock).  A
+ * deleted.  Waits for running pushes (exclusive flock on DIR/lock).  DIR is
+ * arrheap's: any file in DIR/objects that no kept manifest names goes.  A
  * damaged manifest among the kept ones stops it before anything is
  * deleted (AH_ECORRUPT; older damaged ones are deleted).  *out may be
  * NULL.  Errors: AH_EINVAL, AH_ENOTFOUND, AH_ECORRUPT, AH_EREADONLY,

@@ -59,7 +59,9 @@ static const char help_text[] =
 	"                    pushes to DIR continue the same IDs); --new-uuid gives\n"
 	"                    it one of its own (a copy beside a live original).\n"
 	"  list DIR          one line per snapshot: ID, time (UTC), commit, bytes\n"
-	"                    new and total, source positions; --json for a program.\n"
+	"                    new and total, source positions as NAME=POS (bytes\n"
+	"                    outside ! .. ~, '=' and backslash as \\xHH); --json\n"
+	"                    for a program (each position also as position_hex).\n"
 	"  prune DIR --keep N  keeps the N newest snapshots of each heap and deletes\n"
 	"                    the rest, and every object no kept snapshot names.\n"
 	"                    Waits for running pushes.\n"
@@ -91,6 +93,20 @@ static int failed(const char *what, int rc, const ah_snapshot_info *si)
 	        si && si->message[0] ? si->message : ah_strerror(rc),
 	        ah_err_name(rc) ? ah_err_name(rc) : "?");
 	return 1;
+}
+
+/* For the list's NAME=POS fields: every byte outside ! .. ~, and '=' and
+ * backslash, as \xHH, so spaces and '=' inside a name or position cannot
+ * be mistaken for the separators. */
+static void print_field(FILE *f, const void *p, size_t len)
+{
+	const unsigned char *s = p;
+
+	for (size_t i = 0; i < len; i++)
+		if (s[i] < '!' || s[i] > '~' || s[i] == '=' || s[i] == '\\')
+			fprintf(f, "\\x%02x", s[i]);
+		else
+			fputc(s[i], f);
 }
 
 static void print_escaped(FILE *f, const void *p, size_t len)
@@ -210,13 +226,29 @@ static int list_one(const ah_snapshot_info *s, void *user)
 		tj_u64(&l->j, s->bytes_new);
 		tj_key(&l->j, "manifest_bytes");
 		tj_u64(&l->j, s->manifest_bytes);
+		/* Positions are bytes: the text (UTF-8 passed through, other
+		 * bytes as \u00XX) for people, the hex for programs. */
 		tj_key(&l->j, "sources");
-		tj_obj(&l->j);
+		tj_arr(&l->j);
 		for (size_t i = 0; i < s->nsources; i++) {
-			tj_key(&l->j, s->sources[i].name);
+			char *hex = malloc(2 * s->sources[i].len + 1);
+
+			tj_obj(&l->j);
+			tj_key(&l->j, "name");
+			tj_str(&l->j, s->sources[i].name);
+			tj_key(&l->j, "position");
 			tj_strn(&l->j, s->sources[i].pos, s->sources[i].len);
+			tj_key(&l->j, "position_hex");
+			if (hex != NULL) {
+				hex[tool_hex(s->sources[i].pos, s->sources[i].len, hex)] = '\0';
+				tj_str(&l->j, hex);
+			} else {
+				tj_null(&l->j);
+			}
+			free(hex);
+			tj_obj_end(&l->j);
 		}
-		tj_obj_end(&l->j);
+		tj_arr_end(&l->j);
 		tj_obj_end(&l->j);
 		return 0;
 	}
@@ -231,9 +263,9 @@ static int list_one(const ah_snapshot_info *s, void *user)
 	       tool_fmt_bytes(b, s->bytes));
 	for (size_t i = 0; i < s->nsources; i++) {
 		printf("  ");
-		print_escaped(stdout, s->sources[i].name, strlen(s->sources[i].name));
+		print_field(stdout, s->sources[i].name, strlen(s->sources[i].name));
 		printf("=");
-		print_escaped(stdout, s->sources[i].pos, s->sources[i].len);
+		print_field(stdout, s->sources[i].pos, s->sources[i].len);
 	}
 	printf("\n");
 	return 0;
@@ -272,8 +304,12 @@ static int cmd_prune(const char *dir, unsigned keep)
 	char b[32];
 	int rc = ah_snapshot_prune(dir, keep, &pi);
 
-	if (rc != 0)
-		return failed("prune", rc, NULL);
+	if (rc != 0) {
+		fprintf(stderr, "ah-snapshot: prune: %s (%s)\n",
+		        pi.message[0] ? pi.message : ah_strerror(rc),
+		        ah_err_name(rc) ? ah_err_name(rc) : "?");
+		return 1;
+	}
 	printf("pruned: %" PRIu64 " snapshots removed, %" PRIu64
 	       " kept; %" PRIu64 " objects removed (%s)\n",
 	       pi.snapshots_removed, pi.snapshots_kept, pi.objects_removed,

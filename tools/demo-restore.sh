@@ -104,7 +104,7 @@ echo "  slot confirmed_flush_lsn $confirmed, restart_lsn $restart_lsn (WAL held 
 
 "$snap" list "$snaps" --json >"$work/list.json"
 snap_id=$(jq -r '[.snapshots[] | select(.damaged != true)] | last | .id' "$work/list.json")
-snap_lsn=$(jq -r '[.snapshots[] | select(.damaged != true)] | last | .sources["pg.lsn"]' "$work/list.json")
+snap_lsn=$(jq -r '[.snapshots[] | select(has("error") | not)] | last | .sources[] | select(.name == "pg.lsn") | .position' "$work/list.json")
 t=$(ms)
 "$snap" restore "$snaps" "$heap2" >"$work/restore.log" 2>&1 || { cat "$work/restore.log" >&2; exit 1; }
 restore_ms=$(( $(ms) - t ))
@@ -141,9 +141,9 @@ if "$sync" verify "$heap2" >"$work/verify.log" 2>&1; then ok=1; else ok=0; fi
 echo
 echo "report"
 echo "  snapshots pushed every $interval s (ah-snapshot list --json; new = shipped by that push):"
-jq -r '.snapshots[] | if .damaged then "    \(.id)  damaged" else
-  "    \(.id)  \(.time)  new \(.objects_new) objects \(.bytes_new) B + manifest \(.manifest_bytes) B, total \(.bytes) B  pg.lsn \(.sources["pg.lsn"])" end' "$work/list.json"
-jq -r '[.snapshots[] | select(.damaged != true)] | "    \(length) snapshots, \(map(.bytes_new + .manifest_bytes) | add) B shipped in all: the first (every chunk)\n    \(.[0].bytes_new + .[0].manifest_bytes) B, the later ones \(.[1:] | map(.bytes_new + .manifest_bytes) | add / length | floor) B per push on average (the chunks sealed\n    since the last push); the newest snapshot names \(last.bytes) B of chunks"' "$work/list.json"
+jq -r '.snapshots[] | if has("error") then "    \(.id)  unusable (\(.error))" else
+  "    \(.id)  \(.time)  new \(.objects_new) objects \(.bytes_new) B + manifest \(.manifest_bytes) B, total \(.bytes) B  pg.lsn \([.sources[] | select(.name == "pg.lsn") | .position] | first)" end' "$work/list.json"
+jq -r '[.snapshots[] | select(has("error") | not)] | "    \(length) snapshots, \(map(.bytes_new + .manifest_bytes) | add) B shipped in all: the first (every chunk)\n    \(.[0].bytes_new + .[0].manifest_bytes) B, the later ones \(.[1:] | map(.bytes_new + .manifest_bytes) | add / length | floor) B per push on average (the chunks sealed\n    since the last push); the newest snapshot names \(last.bytes) B of chunks"' "$work/list.json"
 echo "  the slot at the loss: confirmed_flush_lsn $confirmed (the newest snapshot's pg.lsn $snap_lsn;"
 echo "    the lost heap held $lost_lsn): the WAL after the snapshot was still on the server"
 echo "  restore of $snap_id (every object checked, the heap verified): $restore_ms ms"

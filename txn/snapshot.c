@@ -124,7 +124,8 @@ static int slurp(const char *path, char **out, size_t *len)
 {
 	struct stat st;
 	char *p;
-	int fd = open(path, O_RDONLY | O_CLOEXEC), rc;
+	/* O_NONBLOCK: a FIFO put there must not block the open. */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK), rc;
 
 	if (fd < 0)
 		return errno_rc(errno);
@@ -160,8 +161,8 @@ static int lock_dir(const char *dir, int how, bool need, int *rc)
 	if ((*rc = join(path, dir, "lock", NULL)) != 0)
 		return -1;
 	/* A restore only reads DIR: it takes the lock when there is one. */
-	fd = need ? open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644)
-	          : open(path, O_RDONLY | O_CLOEXEC);
+	fd = need ? open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0644)
+	          : open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0) {
 		if (!need && (errno == EACCES || errno == EROFS || errno == ENOENT)) {
 			*rc = 0;
@@ -332,11 +333,12 @@ static bool object_matches(const char *path, uint64_t bytes, XXH128_hash_t h)
 	XXH3_state_t *s;
 	char buf[1 << 16];
 	bool ok = false;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 
 	if (fd < 0)
 		return false;
-	if (fstat(fd, &st) == 0 && (uint64_t)st.st_size == bytes &&
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+	    (uint64_t)st.st_size == bytes &&
 	    (s = XXH3_createState()) != NULL) {
 		ssize_t n;
 
@@ -401,7 +403,8 @@ static int push_chunk(push *p, heap_txn *ht, const heap_chunk_info *ci,
 	    p->parent.obj[p->pi].xxh3 == ci->xxh3 &&
 	    p->parent.obj[p->pi].bytes == bytes)
 		known = &p->parent.obj[p->pi];
-	if (known && stat(path, &st) == 0 && (uint64_t)st.st_size == bytes) {
+	if (known && stat(path, &st) == 0 && S_ISREG(st.st_mode) &&
+	    (uint64_t)st.st_size == bytes) {
 		h.high64 = known->h128_hi;
 		h.low64 = known->h128_lo;
 	} else {
@@ -550,7 +553,12 @@ int ah_snapshot_push(ah_heap *ah, const char *dir, ah_snapshot_info *si)
 		return rc;
 	p.dir = dir;
 	if ((rc = make_dirs(dir)) != 0) {
-		SAY(si, "making %s: %s", dir, ah_strerror(rc));
+		struct stat ds;
+
+		if (stat(dir, &ds) == 0 && !S_ISDIR(ds.st_mode))
+			SAY(si, "%s is not a directory", dir);
+		else
+			SAY(si, "making %s: %s", dir, ah_strerror(rc));
 		return rc;
 	}
 	if ((rc = join(p.objdir, dir, "objects", NULL)) != 0 ||
@@ -701,7 +709,7 @@ static void advise_object(const char *objdir, const mf_object *o)
 
 	object_name(o->id, o->xxh3, name);
 	if (join(path, objdir, name, NULL) != 0 ||
-	    (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+	    (fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)) < 0)
 		return;
 	(void)posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
 	close(fd);
@@ -720,13 +728,18 @@ static int read_object(const char *objdir, const mf_object *o, void **buf,
 	object_name(o->id, o->xxh3, name);
 	if ((rc = join(path, objdir, name, NULL)) != 0)
 		return rc;
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)) < 0) {
 		rc = errno == ENOENT ? AH_ECORRUPT : errno_rc(errno);
 		SAY(si, "object %s: %s", path, errno == ENOENT ? "missing"
 		                                               : strerror(errno));
 		return rc;
 	}
-	if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != o->bytes) {
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		SAY(si, "object %s: not a regular file", path);
+		return AH_ECORRUPT;
+	}
+	if ((uint64_t)st.st_size != o->bytes) {
 		close(fd);
 		SAY(si, "object %s: %lld bytes, the manifest says %" PRIu64,
 		    path, (long long)st.st_size, o->bytes);
@@ -995,10 +1008,16 @@ int ah_snapshot_prune(const char *dir, unsigned keep, ah_prune_info *out)
 	memset(out, 0, sizeof *out);
 	if (dir == NULL || keep == 0)
 		return AH_EINVAL;
-	if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+	if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+		snprintf(out->message, sizeof out->message,
+		         "%s: no such directory", dir);
 		return AH_ENOTFOUND;
-	if ((lock = lock_dir(dir, LOCK_EX, true, &rc)) < 0)
+	}
+	if ((lock = lock_dir(dir, LOCK_EX, true, &rc)) < 0) {
+		snprintf(out->message, sizeof out->message, "locking %s/lock: %s",
+		         dir, ah_strerror(rc));
 		return rc;
+	}
 	if ((rc = list_manifests(dir, &v, &n)) != 0)
 		goto out;
 	if ((drop = calloc(n + 1, sizeof *drop)) == NULL) {
@@ -1025,6 +1044,9 @@ int ah_snapshot_prune(const char *dir, unsigned keep, ah_prune_info *out)
 			mf_free(&m);
 			if (rc != AH_ENOMEM)
 				rc = AH_ECORRUPT;
+			snprintf(out->message, sizeof out->message,
+			         "%s/manifests/%s, one of the %u to keep, cannot "
+			         "be read: nothing deleted", dir, v[i].id, keep);
 			goto out;
 		}
 		for (size_t k = 0; k < m.nobj; k++) {

@@ -999,3 +999,67 @@ Test(snapshot, concurrent_pushes_each_get_a_seq, .timeout = 120)
 	cr_assert_eq(ah_close(h), 0);
 	tl_rmdir(&d);
 }
+
+/* An object's name taken by a FIFO: an error, never a blocked restore;
+ * a kept manifest damaged: prune names it and deletes nothing. */
+Test(snapshot, odd_files_are_errors_not_hangs, .timeout = 60)
+{
+	fixture f;
+	char obj[600], save[620];
+	ah_prune_info pi;
+	int before;
+
+	fixture_make(&f);
+	first_object(&f, obj);
+	snprintf(save, sizeof save, "%s.save", obj);
+	cr_assert_eq(rename(obj, save), 0);
+	cr_assert_eq(mkfifo(obj, 0644), 0);
+	refused(&f, AH_ECORRUPT, "a FIFO for an object");
+	cr_assert_eq(unlink(obj), 0);
+	cr_assert_eq(mkdir(obj, 0755), 0);
+	refused(&f, AH_ECORRUPT, "a directory for an object");
+	cr_assert_eq(rmdir(obj), 0);
+	cr_assert_eq(rename(save, obj), 0);
+	/* A FIFO as the manifest. */
+	cr_assert_eq(rename(f.manifest, save), 0);
+	cr_assert_eq(mkfifo(f.manifest, 0644), 0);
+	refused(&f, AH_ECORRUPT, "a FIFO for the manifest");
+	cr_assert_eq(unlink(f.manifest), 0);
+	cr_assert_eq(rename(save, f.manifest), 0);
+	/* A damaged kept manifest stops prune, which says which. */
+	before = count_files(f.snaps, "objects");
+	tl_flip(f.manifest, 20, 0x01);
+	cr_assert_eq(ah_snapshot_prune(f.snaps, 1, &pi), AH_ECORRUPT);
+	cr_assert(strstr(pi.message, f.id) != NULL, "%s", pi.message);
+	cr_assert_eq(count_files(f.snaps, "objects"), before);
+	cr_assert_eq(count_files(f.snaps, "manifests"), 1);
+	tl_rmdir(&f.d);
+}
+
+/* list's NAME=POS fields cannot be misread: spaces and '=' are escaped;
+ * --json carries the exact bytes as hex. */
+Test(snapshot, list_fields_are_unambiguous)
+{
+	tl_dir d = tl_tmpdir("snaplist");
+	char snaps[256], cmd[1024], *o;
+	ah_heap *h = tl_open_path(d.path, 0, 2000);
+	ah_txn *t;
+
+	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
+	cr_assert_eq(ah_source_put(t, "sp", "a  b=c\xe9", 7), 0);
+	cr_assert_eq(ah_txn_commit(t), 0);
+	path_in(&d, "snaps", snaps);
+	cr_assert_eq(ah_snapshot_push(h, snaps, NULL), 0);
+	cr_assert_eq(ah_close(h), 0);
+	snprintf(cmd, sizeof cmd, "'%s/ah-snapshot' list '%s'", tl_build(), snaps);
+	cr_assert_eq(tl_sh(cmd, false, &o), 0);
+	cr_assert(strstr(o, "  sp=a\\x20\\x20b\\x3dc\\xe9\n") != NULL, "%s", o);
+	free(o);
+	snprintf(cmd, sizeof cmd, "'%s/ah-snapshot' list '%s' --json | python3 -c "
+	         "'import json,sys; s=json.load(sys.stdin)[\"snapshots\"][0][\"sources\"][0]; "
+	         "print(s[\"name\"], s[\"position_hex\"])'", tl_build(), snaps);
+	cr_assert_eq(tl_sh(cmd, false, &o), 0);
+	cr_assert_str_eq(o, "sp 612020623d63e9\n");
+	free(o);
+	tl_rmdir(&d);
+}
