@@ -58,7 +58,7 @@ static const char help_text[] =
 	"                    sources resume from the stored positions, and its\n"
 	"                    pushes to DIR continue the same IDs); --new-uuid gives\n"
 	"                    it one of its own (a copy beside a live original).\n"
-	"  list DIR          one line per snapshot: ID, time (UTC), commit, bytes\n"
+	"  list DIR          one line per snapshot: ID, heap UUID, time (UTC), commit, bytes\n"
 	"                    new and total, source positions as NAME=POS (bytes\n"
 	"                    outside ! .. ~, '=' and backslash as \\xHH); --json\n"
 	"                    for a program (each position also as position_hex).\n"
@@ -177,15 +177,21 @@ typedef struct lister {
 	uint64_t n;
 } lister;
 
+static void uuid_text(const uint8_t *x, char u[40])
+{
+	snprintf(u, 40,
+	         "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+	         x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8], x[9],
+	         x[10], x[11], x[12], x[13], x[14], x[15]);
+}
+
 static int list_one(const ah_snapshot_info *s, void *user)
 {
 	lister *l = user;
-	char t[32], a[32], b[32];
+	char t[32], a[32], b[32], u[40];
 
 	l->n++;
 	if (l->json) {
-		char u[40];
-
 		tj_obj(&l->j);
 		tj_key(&l->j, "id");
 		tj_str(&l->j, s->id);
@@ -197,12 +203,7 @@ static int list_one(const ah_snapshot_info *s, void *user)
 			tj_obj_end(&l->j);
 			return 0;
 		}
-		snprintf(u, sizeof u,
-		         "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-		         s->uuid[0], s->uuid[1], s->uuid[2], s->uuid[3], s->uuid[4],
-		         s->uuid[5], s->uuid[6], s->uuid[7], s->uuid[8], s->uuid[9],
-		         s->uuid[10], s->uuid[11], s->uuid[12], s->uuid[13],
-		         s->uuid[14], s->uuid[15]);
+		uuid_text(s->uuid, u);
 		when(s->time_ns, t);
 		tj_key(&l->j, "uuid");
 		tj_str(&l->j, u);
@@ -258,8 +259,9 @@ static int list_one(const ah_snapshot_info *s, void *user)
 		return 0;
 	}
 	when(s->time_ns, t);
-	printf("%s  %s  commit %" PRIu64 "  new %s  total %s", s->id, t,
-	       s->txn_id, tool_fmt_bytes(a, s->bytes_new),
+	uuid_text(s->uuid, u);
+	printf("%s  heap %s  %s  commit %" PRIu64 "  new %s  total %s", s->id,
+	       u, t, s->txn_id, tool_fmt_bytes(a, s->bytes_new),
 	       tool_fmt_bytes(b, s->bytes));
 	for (size_t i = 0; i < s->nsources; i++) {
 		printf("  ");

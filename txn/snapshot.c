@@ -356,15 +356,12 @@ static bool object_matches(const char *path, uint64_t bytes, XXH128_hash_t h)
 	return ok;
 }
 
-static int write_object(push *p, const char *final, const void *v,
-                        size_t len)
+/* A new file tmp holding exactly v[0, len), fsync'd.  On failure tmp may
+ * be left: the caller unlinks it. */
+static int write_durable(const char *tmp, const void *v, size_t len)
 {
-	char tmp[PATH_MAX];
-	int fd, rc;
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644), rc;
 
-	if ((rc = tmp_path(p, tmp)) != 0)
-		return rc;
-	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return errno_rc(errno);
 	rc = write_all(fd, v, len);
@@ -372,6 +369,18 @@ static int write_object(push *p, const char *final, const void *v,
 		rc = errno_rc(errno);
 	if (close(fd) != 0 && rc == 0)
 		rc = errno_rc(errno);
+	return rc;
+}
+
+static int write_object(push *p, const char *final, const void *v,
+                        size_t len)
+{
+	char tmp[PATH_MAX];
+	int rc;
+
+	if ((rc = tmp_path(p, tmp)) != 0)
+		return rc;
+	rc = write_durable(tmp, v, len);
 	if (rc == 0 && rename(tmp, final) != 0)
 		rc = errno_rc(errno);
 	if (rc != 0)
@@ -607,8 +616,6 @@ int ah_snapshot_push(ah_heap *ah, const char *dir, ah_snapshot_info *si)
 	/* Published with link(2), which never replaces: a push of the same
 	 * heap that took this SEQ first makes us take the next. */
 	for (int tries = 0;; tries++) {
-		int fd;
-
 		si->seq = seq + 1 + (uint64_t)tries;
 		mf_id(hs.uuid, si->seq, si->id);
 		text.len = 0;
@@ -622,16 +629,7 @@ int ah_snapshot_push(ah_heap *ah, const char *dir, ah_snapshot_info *si)
 		if ((rc = tmp_path(&p, tmp)) != 0 ||
 		    (rc = join(final, dir, "manifests", si->id)) != 0)
 			goto out;
-		fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-		if (fd < 0) {
-			rc = errno_rc(errno);
-			goto out;
-		}
-		rc = write_all(fd, text.p, text.len);
-		if (rc == 0 && fsync(fd) != 0)
-			rc = errno_rc(errno);
-		if (close(fd) != 0 && rc == 0)
-			rc = errno_rc(errno);
+		rc = write_durable(tmp, text.p, text.len);
 		if (rc == 0 && link(tmp, final) != 0)
 			rc = errno_rc(errno);
 		unlink(tmp);
