@@ -148,7 +148,7 @@ install: all
 	ln -sf libarrheap.so.0 $(DESTDIR)$(PREFIX)/lib/libarrheap.so
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(shell sed -n 's/.*AH_VERSION_STRING "\(.*\)"/\1/p' include/arrheap.h)|' arrheap.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/arrheap.pc
 	install -m 755 $(TOOLS) $(DESTDIR)$(PREFIX)/bin/
-	install -m 644 tools/ah-dump.1 tools/ah-load.1 tools/ah-pgsync.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 644 tools/ah-dump.1 tools/ah-load.1 tools/ah-pgsync.1 tools/ah-snapshot.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 
 clean:
 	rm -rf build build-asan build-ubsan build-tsan

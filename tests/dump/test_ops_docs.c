@@ -83,7 +83,8 @@ Test(ops_docs, installed_and_clean)
 
 	snprintf(cmd, sizeof cmd, "make -s -n -C '%s' install BUILD='%s' "
 	         "DESTDIR=/nonexistent | grep -c 'tools/ah-dump.1 tools/ah-load.1 "
-	         "tools/ah-pgsync.1 /nonexistent'", tl_src(), tl_build());
+	         "tools/ah-pgsync.1 tools/ah-snapshot.1 /nonexistent'", tl_src(),
+	         tl_build());
 	cr_assert_eq(tl_sh(cmd, true, &out), 0, "%s", out);
 	cr_assert_str_eq(out, "1\n");
 	free(out);
@@ -91,7 +92,7 @@ Test(ops_docs, installed_and_clean)
 		cr_log_warn("groff not installed: man pages not rendered");
 		return;
 	}
-	for (const char *m = "ah-dump.1\0ah-load.1\0ah-pgsync.1\0"; *m;
+	for (const char *m = "ah-dump.1\0ah-load.1\0ah-pgsync.1\0ah-snapshot.1\0"; *m;
 	     m += strlen(m) + 1) {
 		snprintf(cmd, sizeof cmd, "LC_ALL=C.UTF-8 groff -man -Tutf8 -ww -z "
 		         "'%s/tools/%s'", tl_src(), m);
