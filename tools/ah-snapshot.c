@@ -333,7 +333,8 @@ int main(int argc, char **argv)
 			fputs(help_text, stdout);
 			return 0;
 		} else if (!strcmp(a, "--version")) {
-			printf("ah-snapshot %s\n", ah_version(NULL, NULL, NULL));
+			printf("ah-snapshot (arrheap) %s, library %s\n",
+			       AH_VERSION_STRING, ah_version(NULL, NULL, NULL));
 			return 0;
 		} else if (!strcmp(a, "--json")) {
 			json = true;

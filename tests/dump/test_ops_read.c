@@ -362,10 +362,10 @@ Test(ops_read, json_error_after_rows, .init = du_setup, .fini = du_teardown,
 
 Test(ops_read, version_of_every_tool, .init = setup, .fini = du_teardown)
 {
-	const char *tools[] = { "ah-dump", "ah-load", "ah-pgsync" };
+	const char *tools[] = { "ah-dump", "ah-load", "ah-pgsync", "ah-snapshot" };
 	char cmd[600], want[200], *out;
 
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < 4; i++) {
 		snprintf(cmd, sizeof cmd, "'%s/%s' --version", tl_build(), tools[i]);
 		cr_assert_eq(tl_sh(cmd, true, &out), 0, "%s", out);
 		snprintf(want, sizeof want, "%s (arrheap) %s, library %s%s", tools[i],
