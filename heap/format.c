@@ -132,6 +132,13 @@ int heap_format_precheck(int fd, uint32_t psize)
 	rc = read_meta(fd, (off_t)psize, &m1, &swapped, raw[1]);
 	if (rc < 0)
 		return rc;
+	/* The size after the metas were read: a writer in another process
+	 * extends the file before a commit's meta names the new pages, so a
+	 * size taken before the read could be older than the meta (a heap
+	 * another creator had just published, committing its first txn,
+	 * was called "shorter than its last used page"). */
+	if (fstat(fd, &st) != 0)
+		return AH_EIO;
 	if (rc == 0 || m1.psize != psize)
 		return CORRUPT("LMDB meta page 1 missing or damaged");
 	if (m1.txnid > m0.txnid)

@@ -921,19 +921,28 @@ int heap_pagecheck_open(int fd, uint32_t psize, uint64_t file_bytes,
 		 * page 0) goes to the lock file; read txns use page txnid & 1. */
 		w->txnid = get_u64(m[1] + 144) > get_u64(m[0] + 144)
 		                   ? get_u64(m[1] + 144) : get_u64(m[0] + 144);
-		rc = run(w, fd, w->txnid & 1);
+		int wrc = run(w, fd, w->txnid & 1);
+
 		walker_free(w);
-		if (rc == AH_ENOMEM || rc == AH_EIO)
-			return rc;
+		if (wrc == AH_ENOMEM || wrc == AH_EIO)
+			return wrc;
 		if ((rc = read_meta(fd, psize, 0, now[0])) ||
 		    (rc = read_meta(fd, psize, 1, now[1])))
 			return rc;
 		if (memcmp(now, m, sizeof m) != 0) {
-			memcpy(m, now, sizeof m); /* a commit: walk the new one */
+			/* A commit: walk the new one, against the file's size
+			 * now (taken after the metas were read: a writer
+			 * extends the file before a meta names new pages). */
+			struct stat sb;
+
+			memcpy(m, now, sizeof m);
+			if (fstat(fd, &sb) != 0)
+				return AH_EIO;
+			file_bytes = (uint64_t)sb.st_size;
 			continue;
 		}
-		if (rc != 0 || st.problems == 0)
-			return rc; /* 0, or AH_EFORMAT: a catalog no heap has */
+		if (wrc != 0 || st.problems == 0)
+			return wrc; /* 0, or AH_EFORMAT: a catalog no heap has */
 		if (heap_debug && first.seen)
 			fprintf(stderr, "arrheap: LMDB page %llu (%s tree): %s\n",
 			        (unsigned long long)first.p.pgno,

@@ -76,8 +76,19 @@ int heap_path_resolve(const char *path, char out[PATH_MAX])
 		return 0;
 	if (errno != ENOENT)
 		return errno == ENAMETOOLONG ? AH_EINVAL : heap_err(errno);
-	if (lstat(path, &st) == 0)
-		return AH_ENOTFOUND; /* a dangling symlink: its target is missing */
+	if (lstat(path, &st) == 0) {
+		/* There now: another creator published it after realpath
+		 * looked (outside testing: concurrent creators got
+		 * AH_ENOTFOUND), or a symlink whose target appeared.  Still
+		 * missing behind a symlink: a dangling one. */
+		if (realpath(path, out) != NULL)
+			return 0;
+		if (errno != ENOENT)
+			return errno == ENAMETOOLONG ? AH_EINVAL : heap_err(errno);
+		if (S_ISLNK(st.st_mode))
+			return AH_ENOTFOUND; /* its target is missing */
+		/* A file that came and went: resolve it as one to create. */
+	}
 	/* A file to be created: resolve its directory, keep its name. */
 	if (strlen(path) >= sizeof dir)
 		return AH_EINVAL;
