@@ -579,7 +579,7 @@ static int follow(engine *e)
 	}
 	fprintf(stderr, "%sah-pgsync: following table %s.%s (relid %" PRIu32 "), created after the "
 	        "slot, as arrangement %s\n", e->progress_shown ? "\n" : "",
-	        e->snk.t[e->snk.nt - 1].nsp, e->snk.t[e->snk.nt - 1].rel, m->relid,
+	        pg_disp(e->snk.t[e->snk.nt - 1].nsp), pg_disp(e->snk.t[e->snk.nt - 1].rel), m->relid,
 	        e->snk.t[e->snk.nt - 1].name);
 	return 0;
 }

@@ -170,3 +170,28 @@ Test(pgsync, unlogged_tables_refused, .timeout = 120, .fini = pgt_fini)
 	               "before the slot (relid ");
 	pgt_stop(&c);
 }
+
+/* A table whose name holds a newline and a backslash: the engine's
+ * messages name it escaped, on one line (tools/pg/sink.h pg_disp). */
+Test(pgsync, odd_table_names_escaped, .timeout = 120, .fini = pgt_fini)
+{
+	pgt c;
+	pgt_start(&c);
+	pgt_exec(&c, "postgres", "CREATE TABLE t (id int PRIMARY KEY, v text);\n"
+	         "ALTER TABLE t REPLICA IDENTITY FULL; INSERT INTO t VALUES (1, 'one');\n"
+	         "CREATE PUBLICATION ah_pgsync FOR ALL TABLES;\n");
+	pid_t e = pgt_engine(&c, "heap", "e1.log", NULL);
+	pgt_wait_heap(&c, "heap");
+	pgt_exec(&c, "postgres", "CREATE TABLE \"odd\nna\\me\" (id int PRIMARY KEY);\n"
+	         "ALTER TABLE \"odd\nna\\me\" REPLICA IDENTITY FULL;\n"
+	         "INSERT INTO \"odd\nna\\me\" VALUES (7);\n");
+	pgt_catch_up(&c, "postgres", "heap");
+	char *log = pgt_file(&c, "e1.log");
+	cr_assert(strstr(log, "ah-pgsync: following table public.odd\\nna\\\\me (relid "),
+	          "%s", log);
+	cr_assert(!strstr(log, "odd\nna"), "%s", log);
+	free(log);
+	kill(e, SIGTERM);
+	cr_assert_eq(pgt_wait_pid(e), 0, "%s", pgt_file(&c, "e1.log"));
+	pgt_stop(&c);
+}

@@ -27,7 +27,7 @@ static int relation(sink *s, const po_msg *m)
 	if (!t) {
 		snprintf(s->err, sizeof s->err, "table %s.%s joined the publication after the heap was "
 		         "made, so its earlier rows are missing: make a new heap (and slot) to include it",
-		         nsp, m->relname);
+		         pg_disp(nsp), pg_disp(m->relname));
 		return -1;
 	}
 	int same = m->ncols == t->ncols && !strcmp(nsp, t->nsp) && !strcmp(m->relname, t->rel);
@@ -36,13 +36,13 @@ static int relation(sink *s, const po_msg *m)
 	if (!same) {
 		snprintf(s->err, sizeof s->err, "table %s.%s was renamed or its columns changed since the "
 		         "heap was made (ah-pgsync does not follow DDL): make a new heap and slot",
-		         t->nsp, t->rel);
+		         pg_disp(t->nsp), pg_disp(t->rel));
 		return -1;
 	}
 	if (m->replident != 'f') {
 		snprintf(s->err, sizeof s->err, "table %s.%s lacks REPLICA IDENTITY FULL, so its updates "
 		         "and deletes do not carry the old row: ALTER TABLE %s.%s REPLICA IDENTITY FULL",
-		         t->nsp, t->rel, t->nsp, t->rel);
+		         pg_disp(t->nsp), pg_disp(t->rel), pg_disp(t->nsp), pg_disp(t->rel));
 		return -1;
 	}
 	s->stuck = 0;

@@ -56,7 +56,7 @@ int follow_table(pg_src *src, const pg_stored *st, const po_msg *m, pg_table *t,
 	pg_rel rel;
 
 	memset(t, 0, sizeof *t);
-	snprintf(name, sizeof name, "%s.%s", nsp, m->relname);
+	snprintf(name, sizeof name, "%s.%s", pg_disp(nsp), pg_disp(m->relname));
 	if (!st->have_snapshot)
 		return refuse(err, len, name, "the heap (made by an older ah-pgsync) does not record "
 		              "what its first copy saw, so whether its earlier rows are in the stream "

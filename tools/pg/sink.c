@@ -268,8 +268,9 @@ int sink_add_table(sink *s, pg_table *t)
 			snprintf(s->err, sizeof s->err, "table %s.%s (relid %" PRIu32 ") has the "
 			         "arrangement name %s of table %s.%s (relid %" PRIu32 ") that the heap "
 			         "follows: it was dropped and re-created, or renamed (ah-pgsync does not "
-			         "follow DDL): make a new heap and slot", t->nsp, t->rel, t->relid, t->name,
-			         s->t[i].nsp, s->t[i].rel, s->t[i].relid);
+			         "follow DDL): make a new heap and slot", pg_disp(t->nsp),
+			         pg_disp(t->rel), t->relid, t->name, pg_disp(s->t[i].nsp),
+			         pg_disp(s->t[i].rel), s->t[i].relid);
 			s->stuck = 1;
 			return -1;
 		}

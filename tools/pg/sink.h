@@ -126,4 +126,12 @@ void sink_idle(sink *s, uint64_t wal_end);
 int sink_flush(sink *s);
 void sink_free(sink *s);
 
+/* A PostgreSQL schema or table name as messages print it: escaped
+ * (tools/common/escape.h's canonical form: \\n, \\t, \\\\ and \\xHH for
+ * other control bytes), so a name with a newline never breaks a one-line
+ * message.  Returns
+ * one of 8 rotating static buffers (for up to 8 names per message; names
+ * longer than 255 bytes are cut with "..."); single-threaded callers only. */
+const char *pg_disp(const char *name);
+
 #endif /* TOOLS_PG_SINK_H */

@@ -204,3 +204,17 @@ void tables_free(pg_table *t, int nt)
 		table_clear(&t[i]);
 	free(t);
 }
+
+const char *pg_disp(const char *name)
+{
+	static char buf[8][TOOL_ESCAPE_MAX(255) + 4];
+	static unsigned next;
+	char *out = buf[next++ % 8];
+	size_t len = strlen(name), n;
+
+	n = tool_escape(name, len > 255 ? 255 : len, out);
+	if (len > 255)
+		memcpy(out + n, "...", 3), n += 3;
+	out[n] = '\0';
+	return out;
+}

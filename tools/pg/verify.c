@@ -231,7 +231,8 @@ int cmd_status(int argc, char **argv)
 		ah_arrangement_info in;
 		if (ah_arrangement_info_get(txn, st.t[i].name, &in) == 0)
 			printf("table %s.%s: arrangement %s, upper %" PRIu64 ", %" PRIu64 " updates in %"
-			       PRIu64 " batches\n", st.t[i].nsp, st.t[i].rel, st.t[i].name, in.upper,
+			       PRIu64 " batches\n", pg_disp(st.t[i].nsp), pg_disp(st.t[i].rel),
+			       st.t[i].name, in.upper,
 			       in.updates, in.batches);
 	}
 	ah_txn_abort(txn);
