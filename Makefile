@@ -19,13 +19,15 @@ LDLIBS_ALL := -llmdb -ljemalloc -lpthread -lm $(LDLIBS)
 
 LIB_SRC := $(wildcard heap/*.c) $(wildcard arrangement/*.c) $(wildcard txn/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
-TOOL_COMMON := $(wildcard tools/common/*.c)
+# tools/engine (the operators: arrange_by, reduce, join) is public-API-only
+# code shared by the tools like tools/common.
+TOOL_COMMON := $(wildcard tools/common/*.c) $(wildcard tools/engine/*.c)
 TOOL_COMMON_OBJ := $(TOOL_COMMON:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := $(wildcard tests/*/*.c tests/*/*/*.c)
 TEST_SRC := $(filter-out tests/fuzz/%,$(TEST_SRC))
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 TOOLS := $(BUILD)/ah-load $(BUILD)/ah-dump $(BUILD)/ah-snapshot
-HDRS := $(wildcard include/*.h heap/*.h arrangement/*.h txn/*.h tools/common/*.h tests/*.h tests/*/*.h tests/*/*/*.h)
+HDRS := $(wildcard include/*.h heap/*.h arrangement/*.h txn/*.h tools/common/*.h tools/engine/*.h tests/*.h tests/*/*.h tests/*/*/*.h)
 
 # ---- ah-pgsync (PostgreSQL logical replication engine, tools/pg/) ----------
 # Links libpq; `make demo` runs tools/demo.sh against a throwaway cluster.

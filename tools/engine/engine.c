@@ -1,0 +1,2 @@
+/* tools/engine/engine.c - see engine.h (being written). */
+#include "tools/engine/engine.h"
