@@ -538,3 +538,204 @@ Test(engine, callback_error_names_the_node)
 	cr_assert_eq(ah_close(h), 0);
 	tl_rmdir(&d);
 }
+
+/* ---------------------------------------------------------------- crash */
+
+#define CRASH_COMMITS 60
+
+/* The frontier every arrangement of the heap is at; fails if they differ
+ * (inputs and views must move together). */
+static uint64_t one_frontier(ah_heap *h, int views_only)
+{
+	static const char *all[] = { "A", "B", "C", "by_val", "red", "jn", "red_jn", "jn_red" };
+	ah_txn *t;
+	uint64_t up = 0;
+	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
+	for (int i = views_only ? 3 : 0; i < 8; i++) {
+		ah_arrangement_info ai;
+		cr_assert_eq(ah_arrangement_info_get(t, all[i], &ai), 0);
+		if (i == (views_only ? 3 : 0))
+			up = ai.upper;
+		cr_assert_eq(ai.upper, up, "%s at %" PRIu64 ", others at %" PRIu64, all[i], ai.upper, up);
+	}
+	ah_txn_abort(t);
+	return up;
+}
+
+/* The writer: commits i = upper / STEP .. CRASH_COMMITS - 1, inputs and
+ * views in one transaction each.  Returns an exit status (no Criterion). */
+static int writer_child(const char *path, uint64_t seed)
+{
+	ah_open_opts o = { .size = sizeof o };
+	ah_heap *h;
+	ah_txn *t;
+	eg_graph *g;
+	static model m;
+	ah_arrangement_info ai;
+
+	if (ah_open(path, &o, &h) || eg_graph_new(&g))
+		return 2;
+	eg_arrange_by(g, "by_val", "A", by_val, NULL);
+	eg_reduce(g, "red", "by_val", red_fn, NULL);
+	eg_join(g, "jn", "A", "B", jn_fn, NULL);
+	eg_reduce(g, "red_jn", "jn", cnt_fn, NULL);
+	eg_join(g, "jn_red", "red", "C", jr_fn, NULL);
+	if (ah_txn_begin(h, AH_TXN_RDONLY, &t) || ah_arrangement_info_get(t, "A", &ai))
+		return 3;
+	ah_txn_abort(t);
+	m.n = 0;
+	for (unsigned i = 0; i < CRASH_COMMITS; i++) {
+		gen_commit(&m, seed, i);
+		uint64_t lo = (uint64_t)i * STEP, hi = lo + STEP;
+		if (hi <= ai.upper)
+			continue;
+		if (ah_txn_begin(h, 0, &t) || append_inputs(t, &m, lo, hi) || eg_step(g, t, lo, hi) ||
+		    ah_txn_commit(t))
+			return 4;
+	}
+	return 0;
+}
+
+Test(engine, kill_during_view_maintenance)
+{
+	uint64_t seed = tl_seed("engine/kill_during_view_maintenance", 77), s = seed;
+	tl_dir d = tl_tmpdir("engine");
+	ah_heap *h = tl_open_path(d.path, 0, 0);
+	eg_graph *g = graph();
+	static model m;
+	int kills = 0;
+
+	create_all(h, g);
+	cr_assert_eq(ah_close(h), 0);
+	for (int round = 0; round < 40; round++) {
+		pid_t pid = fork();
+		cr_assert_geq(pid, 0);
+		if (pid == 0) {
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			_exit(writer_child(d.path, seed));
+		}
+		/* 30 rounds killed (every fifth at once), then one runs to the end */
+		long us = round >= 30 ? -1 : round % 5 == 0 ? 0 : (long)tl_below(&s, 40000);
+		int st;
+		if (us >= 0) {
+			usleep((useconds_t)us);
+			kill(pid, SIGKILL);
+		}
+		cr_assert_eq(waitpid(pid, &st, 0), pid);
+		if (WIFSIGNALED(st))
+			kills++;
+		else
+			cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "round %d: child status %d",
+			          round, st);
+		h = tl_open_path(d.path, 0, 0);
+		uint64_t up = one_frontier(h, 0);
+		cr_assert_eq(up % STEP, 0);
+		cr_assert_eq(ah_close(h), 0);
+		if (up == CRASH_COMMITS * STEP)
+			break;
+	}
+	cr_log_info("engine/kill_during_view_maintenance: %d kills", kills);
+	h = tl_open_path(d.path, 0, 0);
+	cr_assert_eq(one_frontier(h, 0), CRASH_COMMITS * STEP, "the last rounds run to the end");
+	m.n = 0;
+	for (unsigned i = 0; i < CRASH_COMMITS; i++)
+		gen_commit(&m, seed, i);
+	check_all(h, &m, CRASH_COMMITS * STEP, seed);
+	eg_graph_free(g);
+	cr_assert_eq(ah_close(h), 0);
+	tl_rmdir(&d);
+}
+
+/* The second reader: inputs are all there; it steps the views from their
+ * upper in uneven pieces, one transaction each, its position being the
+ * views' upper (and a source record written with it). */
+static int reader_child(const char *path, uint64_t seed, uint64_t end)
+{
+	ah_open_opts o = { .size = sizeof o };
+	ah_heap *h;
+	ah_txn *t;
+	eg_graph *g;
+	ah_arrangement_info ai;
+	uint64_t s = seed ^ (uint64_t)getpid();
+
+	if (ah_open(path, &o, &h) || eg_graph_new(&g))
+		return 2;
+	eg_arrange_by(g, "by_val", "A", by_val, NULL);
+	eg_reduce(g, "red", "by_val", red_fn, NULL);
+	eg_join(g, "jn", "A", "B", jn_fn, NULL);
+	eg_reduce(g, "red_jn", "jn", cnt_fn, NULL);
+	eg_join(g, "jn_red", "red", "C", jr_fn, NULL);
+	if (ah_txn_begin(h, AH_TXN_RDONLY, &t) || ah_arrangement_info_get(t, "by_val", &ai))
+		return 3;
+	ah_txn_abort(t);
+	for (uint64_t pos = ai.upper; pos < end;) {
+		uint64_t to = pos + 1 + tl_below(&s, 3 * STEP);
+		if (to > end)
+			to = end;
+		if (ah_txn_begin(h, 0, &t) || eg_step(g, t, pos, to) ||
+		    ah_source_put(t, "reader", &to, sizeof to) || ah_txn_commit(t))
+			return 4;
+		pos = to;
+	}
+	return 0;
+}
+
+Test(engine, kill_the_reader_behind)
+{
+	uint64_t seed = tl_seed("engine/kill_the_reader_behind", 78), s = seed;
+	uint64_t end = CRASH_COMMITS * STEP;
+	tl_dir d = tl_tmpdir("engine");
+	ah_heap *h = tl_open_path(d.path, 0, 0);
+	eg_graph *g = graph();
+	static model m;
+	ah_txn *t;
+
+	create_all(h, g);
+	m.n = 0;
+	for (unsigned i = 0; i < CRASH_COMMITS; i++) {
+		gen_commit(&m, seed, i);
+		cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
+		cr_assert_eq(append_inputs(t, &m, (uint64_t)i * STEP, (uint64_t)(i + 1) * STEP), 0);
+		cr_assert_eq(ah_txn_commit(t), 0);
+	}
+	cr_assert_eq(ah_close(h), 0);
+	for (int round = 0; round < 40; round++) {
+		pid_t pid = fork();
+		cr_assert_geq(pid, 0);
+		if (pid == 0) {
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			_exit(reader_child(d.path, seed + (uint64_t)round, end));
+		}
+		long us = round >= 30 ? -1 : round % 5 == 0 ? 0 : (long)tl_below(&s, 40000);
+		int st;
+		if (us >= 0) {
+			usleep((useconds_t)us);
+			kill(pid, SIGKILL);
+		}
+		cr_assert_eq(waitpid(pid, &st, 0), pid);
+		cr_assert(WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) == 0),
+		          "round %d: child status %d", round, st);
+		h = tl_open_path(d.path, 0, 0);
+		uint64_t up = one_frontier(h, 1);
+		/* the stored position is the views' upper */
+		const void *p;
+		size_t len;
+		uint64_t pos = 0;
+		cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
+		if (ah_source_get(t, "reader", &p, &len) == 0) {
+			cr_assert_eq(len, sizeof pos);
+			memcpy(&pos, p, len);
+		}
+		ah_txn_abort(t);
+		cr_assert_eq(pos, up);
+		cr_assert_eq(ah_close(h), 0);
+		if (up == end)
+			break;
+	}
+	h = tl_open_path(d.path, 0, 0);
+	cr_assert_eq(one_frontier(h, 1), end);
+	check_all(h, &m, end, seed);
+	eg_graph_free(g);
+	cr_assert_eq(ah_close(h), 0);
+	tl_rmdir(&d);
+}
