@@ -503,6 +503,17 @@ Test(engine, frontier_rules)
 	cr_assert_eq(eg_arrange_by(g, "x", "x", by_val, NULL), AH_EINVAL);
 	cr_assert_eq(eg_join(g, "y", "A", NULL, jn_fn, NULL), AH_EINVAL);
 	cr_assert_eq(eg_arrange_by(NULL, "x", "A", by_val, NULL), AH_EINVAL);
+	cr_assert_eq(eg_arrange_by(g, "B", "A", by_val, NULL), AH_EINVAL);
+	cr_assert_str_eq(eg_errmsg(g), "node B: an earlier node (jn) reads it: add nodes after their inputs");
+	/* the shape: outputs in order, base inputs once each */
+	cr_assert_eq(eg_node_count(g), 5);
+	cr_assert_str_eq(eg_node_output(g, 4), "jn_red");
+	cr_assert_null(eg_node_output(g, 5));
+	cr_assert_eq(eg_base_count(g), 3);
+	cr_assert_str_eq(eg_base_input(g, 0), "A");
+	cr_assert_str_eq(eg_base_input(g, 1), "B");
+	cr_assert_str_eq(eg_base_input(g, 2), "C");
+	cr_assert_null(eg_base_input(g, 3));
 	eg_graph_free(g);
 	cr_assert_eq(ah_close(h), 0);
 	tl_rmdir(&d);

@@ -20,6 +20,7 @@
  * keep a pointer into the map across its own append.
  */
 #include "tools/engine/engine.h"
+#include "tools/engine/engine_int.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -208,7 +209,7 @@ struct eg_out {
 	uset *vals;
 };
 
-static int fail(eg_graph *g, int rc, const char *fmt, ...)
+int eg__fail(eg_graph *g, int rc, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -257,14 +258,19 @@ static int add(eg_graph *g, int op, const char *out, const char *a, const char *
                void *user)
 {
 	if (!g || !fn || !name_ok(out) || !name_ok(a) || (op == OP_JOIN && !name_ok(b)))
-		return g ? fail(g, AH_EINVAL, "bad node: a name is empty or over %d bytes, or no function",
+		return g ? eg__fail(g, AH_EINVAL, "bad node: a name is empty or over %d bytes, or no function",
 		                AH_NAME_MAX)
 		         : AH_EINVAL;
 	for (size_t i = 0; i < g->nn; i++)
 		if (!strcmp(g->n[i].out, out))
-			return fail(g, AH_EINVAL, "node %s: output already made by another node", out);
+			return eg__fail(g, AH_EINVAL, "node %s: output already made by another node", out);
+	for (size_t i = 0; i < g->nn; i++)
+		if (!strcmp(g->n[i].in[0], out) || !strcmp(g->n[i].in[1], out))
+			return eg__fail(g, AH_EINVAL,
+			                "node %s: an earlier node (%s) reads it: add nodes after their inputs",
+			                out, g->n[i].out);
 	if (!strcmp(out, a) || (b && !strcmp(out, b)))
-		return fail(g, AH_EINVAL, "node %s: reads its own output", out);
+		return eg__fail(g, AH_EINVAL, "node %s: reads its own output", out);
 	node *n = realloc(g->n, (g->nn + 1) * sizeof *n);
 	if (!n)
 		return AH_ENOMEM;
@@ -297,6 +303,63 @@ int eg_join(eg_graph *g, const char *out, const char *a, const char *b, eg_join_
 	return add(g, OP_JOIN, out, a, b, (void *)fn, user);
 }
 
+size_t eg_node_count(const eg_graph *g)
+{
+	return g ? g->nn : 0;
+}
+
+const char *eg_node_output(const eg_graph *g, size_t i)
+{
+	return g && i < g->nn ? g->n[i].out : NULL;
+}
+
+static int is_output(const eg_graph *g, const char *name)
+{
+	for (size_t i = 0; i < g->nn; i++)
+		if (!strcmp(g->n[i].out, name))
+			return 1;
+	return 0;
+}
+
+/* The i-th base input, or NULL: walks the inputs in order, skipping
+ * outputs and repeats. */
+static const char *base_at(const eg_graph *g, size_t want, size_t *count)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < g->nn; i++)
+		for (int s = 0; s < (g->n[i].op == OP_JOIN ? 2 : 1); s++) {
+			const char *in = g->n[i].in[s];
+			int seen = is_output(g, in);
+			for (size_t j = 0; j < i && !seen; j++)
+				for (int q = 0; q < (g->n[j].op == OP_JOIN ? 2 : 1); q++)
+					seen |= !strcmp(g->n[j].in[q], in);
+			if (!seen && s == 1 && !strcmp(g->n[i].in[0], in))
+				seen = 1;
+			if (seen)
+				continue;
+			if (n++ == want)
+				return in;
+		}
+	if (count)
+		*count = n;
+	return NULL;
+}
+
+size_t eg_base_count(const eg_graph *g)
+{
+	size_t n = 0;
+
+	if (g)
+		base_at(g, SIZE_MAX, &n);
+	return n;
+}
+
+const char *eg_base_input(const eg_graph *g, size_t i)
+{
+	return g ? base_at(g, i, NULL) : NULL;
+}
+
 int eg_create(eg_graph *g, ah_txn *txn)
 {
 	if (!g || !txn)
@@ -307,7 +370,7 @@ int eg_create(eg_graph *g, ah_txn *txn)
 		if (rc == AH_ENOTFOUND)
 			rc = ah_arrangement_create(txn, g->n[i].out);
 		if (rc)
-			return fail(g, rc, "node %s: cannot create its arrangement: %s", g->n[i].out,
+			return eg__fail(g, rc, "node %s: cannot create its arrangement: %s", g->n[i].out,
 			            ah_txn_errmsg(txn)[0] ? ah_txn_errmsg(txn) : ah_strerror(rc));
 	}
 	return 0;
@@ -337,7 +400,7 @@ int eg_fail(eg_out *o, const char *msg)
 {
 	if (!o)
 		return AH_EINVAL;
-	fail(o->g, AH_EINVAL, "node %s: %s", o->nd->out, msg ? msg : "failed");
+	eg__fail(o->g, AH_EINVAL, "node %s: %s", o->nd->out, msg ? msg : "failed");
 	return AH_EINVAL;
 }
 
@@ -373,9 +436,9 @@ static int read_delta(eg_graph *g, ah_txn *txn, const char *name, uint64_t lower
 	int rc = ah_batch_foreach(txn, name, pick_batch, &dc);
 
 	if (rc < 0)
-		return fail(g, rc, "%s: cannot list its batches: %s", name, ah_strerror(rc));
+		return eg__fail(g, rc, "%s: cannot list its batches: %s", name, ah_strerror(rc));
 	if (dc.over)
-		return fail(g, AH_ELIMIT, "%s: more than 256 batches overlap the step", name);
+		return eg__fail(g, AH_ELIMIT, "%s: more than 256 batches overlap the step", name);
 	for (size_t i = 0; i < dc.n && rc == 0; i++) {
 		ah_cursor *c = NULL;
 		if ((rc = ah_cursor_open_batch(txn, name, dc.ids[i], &c)) != 0)
@@ -412,9 +475,9 @@ static int read_delta(eg_graph *g, ah_txn *txn, const char *name, uint64_t lower
 			rc = crc;
 	}
 	if (rc < 0)
-		return fail(g, rc, "%s: cannot read its updates: %s", name, ah_strerror(rc));
+		return eg__fail(g, rc, "%s: cannot read its updates: %s", name, ah_strerror(rc));
 	if ((rc = uset_consolidate(d)) != 0)
-		return fail(g, rc, "%s: a delta's diff leaves int64", name);
+		return eg__fail(g, rc, "%s: a delta's diff leaves int64", name);
 	return 0;
 }
 
@@ -437,7 +500,7 @@ static int scan_key(eg_graph *g, ah_txn *txn, scan *sc, const uint8_t *key, size
 
 	if (!sc->open) {
 		if ((rc = ah_cursor_open_at(txn, sc->name, key, kl, &sc->c)) != 0)
-			return fail(g, rc, "%s: cannot open a cursor: %s", sc->name, ah_strerror(rc));
+			return eg__fail(g, rc, "%s: cannot open a cursor: %s", sc->name, ah_strerror(rc));
 		sc->open = 1;
 	} else if ((rc = ah_cursor_seek_key(sc->c, key, kl)) < 0)
 		goto bad;
@@ -461,7 +524,7 @@ static int scan_key(eg_graph *g, ah_txn *txn, scan *sc, const uint8_t *key, size
 		while ((rc = ah_cursor_time_next(sc->c, &t, &d)) == 1)
 			if (t < before) {
 				if ((rc = uset_push(s, key, kl, v, vl, t, d, 0)) != 0)
-					return fail(g, rc, "out of memory");
+					return eg__fail(g, rc, "out of memory");
 				g->st.state_updates++;
 			}
 		if (rc < 0 || (rc = ah_cursor_step_val(sc->c)) < 0)
@@ -469,7 +532,7 @@ static int scan_key(eg_graph *g, ah_txn *txn, scan *sc, const uint8_t *key, size
 	}
 	return 0;
 bad:
-	return fail(g, rc, "%s: cannot read: %s", sc->name, ah_strerror(rc));
+	return eg__fail(g, rc, "%s: cannot read: %s", sc->name, ah_strerror(rc));
 }
 
 static int scan_close(eg_graph *g, scan *sc)
@@ -478,7 +541,7 @@ static int scan_close(eg_graph *g, scan *sc)
 
 	sc->open = 0;
 	sc->c = NULL;
-	return rc ? fail(g, rc, "%s: cursor: %s", sc->name, ah_strerror(rc)) : 0;
+	return rc ? eg__fail(g, rc, "%s: cursor: %s", sc->name, ah_strerror(rc)) : 0;
 }
 
 /* ----------------------------------------------------------- appending */
@@ -491,7 +554,7 @@ static int append(eg_graph *g, ah_txn *txn, const node *nd, uset *out, uint64_t 
 	int rc;
 
 	if ((rc = uset_consolidate(out)) != 0)
-		return fail(g, rc, "node %s: an output diff leaves int64", nd->out);
+		return eg__fail(g, rc, "node %s: an output diff leaves int64", nd->out);
 	g->st.appended += out->n;
 	if (out->n == 0)
 		rc = ah_advance(txn, nd->out, lower, upper);
@@ -518,7 +581,7 @@ static int append(eg_graph *g, ah_txn *txn, const node *nd, uset *out, uint64_t 
 		}
 	}
 	if (rc)
-		return fail(g, rc, "node %s: append: %s", nd->out,
+		return eg__fail(g, rc, "node %s: append: %s", nd->out,
 		            ah_txn_errmsg(txn)[0] ? ah_txn_errmsg(txn) : ah_strerror(rc));
 	return 0;
 }
@@ -537,7 +600,7 @@ static int step_arrange(eg_graph *g, ah_txn *txn, const node *nd, uint64_t lower
 		o.d = d.a[i].d;
 		rc = ((eg_map_fn)nd->fn)(nd->user, d.a[i].k, d.a[i].kl, d.a[i].v, d.a[i].vl, &o);
 		if (rc && !g->err[0])
-			fail(g, rc, "node %s: its function failed: %s", nd->out, ah_strerror(rc));
+			eg__fail(g, rc, "node %s: its function failed: %s", nd->out, ah_strerror(rc));
 	}
 	uset_free(&d);
 	return rc;
@@ -558,12 +621,12 @@ static int join_key(eg_graph *g, const node *nd, const eu *d, size_t nd_, const 
 			const eu *b = d_is_a ? &s->a[j] : &d[i];
 			o.t = a->t > b->t ? a->t : b->t;
 			if (__builtin_mul_overflow(a->d, b->d, &o.d))
-				return fail(g, AH_ELIMIT, "node %s: a product of diffs leaves int64",
+				return eg__fail(g, AH_ELIMIT, "node %s: a product of diffs leaves int64",
 				            nd->out);
 			rc = ((eg_join_fn)nd->fn)(nd->user, d[i].k, d[i].kl, a->v, a->vl, b->v, b->vl,
 			                          &o);
 			if (rc && !g->err[0])
-				fail(g, rc, "node %s: its function failed: %s", nd->out,
+				eg__fail(g, rc, "node %s: its function failed: %s", nd->out,
 				     ah_strerror(rc));
 		}
 	return rc;
@@ -746,7 +809,7 @@ static int reduce_key(eg_graph *g, const node *nd, const uint8_t *k, size_t kl,
 		while (p < in->n && in->a[p].t <= t) {
 			vh *a = &r->acc[in->a[p].kl];
 			if (__builtin_add_overflow(a->count, in->a[p].d, &a->count))
-				return fail(g, AH_ELIMIT, "node %s: a count leaves int64", nd->out);
+				return eg__fail(g, AH_ELIMIT, "node %s: a count leaves int64", nd->out);
 			p++;
 		}
 		size_t n = 0;
@@ -759,15 +822,15 @@ static int reduce_key(eg_graph *g, const node *nd, const uint8_t *k, size_t kl,
 			rc = ((eg_reduce_fn)nd->fn)(nd->user, k, kl, r->list, n, &o);
 			if (rc) {
 				if (!g->err[0])
-					fail(g, rc, "node %s: its function failed: %s", nd->out,
+					eg__fail(g, rc, "node %s: its function failed: %s", nd->out,
 					     ah_strerror(rc));
 				return rc;
 			}
 			if ((rc = vals_fold(&r->nw)) != 0)
-				return fail(g, rc, "node %s: an output count leaves int64", nd->out);
+				return eg__fail(g, rc, "node %s: an output count leaves int64", nd->out);
 		}
 		if ((rc = reduce_diff(g, k, kl, &r->cur, &r->nw, t, out)) != 0)
-			return fail(g, rc, "node %s: cannot emit: %s", nd->out, ah_strerror(rc));
+			return eg__fail(g, rc, "node %s: cannot emit: %s", nd->out, ah_strerror(rc));
 	}
 	return 0;
 }
@@ -825,7 +888,7 @@ static int step_reduce(eg_graph *g, ah_txn *txn, const node *nd, uint64_t lower,
 			if ((rc = scan_key(g, txn, &so, k, kl, lower, &r.cur)) != 0)
 				break;
 			if ((rc = vals_fold(&r.cur)) != 0) {
-				rc = fail(g, rc, "node %s: a stored count leaves int64", nd->out);
+				rc = eg__fail(g, rc, "node %s: a stored count leaves int64", nd->out);
 				break;
 			}
 		}
@@ -847,14 +910,14 @@ static int check_frontiers(eg_graph *g, ah_txn *txn, const node *nd, uint64_t lo
 		ah_arrangement_info ai;
 		int rc = ah_arrangement_info_get(txn, nd->in[s], &ai);
 		if (rc)
-			return fail(g, rc, "node %s: input %s: %s", nd->out, nd->in[s], ah_strerror(rc));
+			return eg__fail(g, rc, "node %s: input %s: %s", nd->out, nd->in[s], ah_strerror(rc));
 		if (ai.upper < upper)
-			return fail(g, AH_EUPPER,
+			return eg__fail(g, AH_EUPPER,
 			            "node %s: input %s is at upper %llu, before the step's upper %llu",
 			            nd->out, nd->in[s], (unsigned long long)ai.upper,
 			            (unsigned long long)upper);
 		if (lower > 0 && ai.since >= lower)
-			return fail(g, AH_ECOMPACTED,
+			return eg__fail(g, AH_ECOMPACTED,
 			            "node %s: input %s is compacted to since %llu, not before the "
 			            "step's lower %llu: its delta's times are not exact",
 			            nd->out, nd->in[s], (unsigned long long)ai.since,
@@ -863,12 +926,12 @@ static int check_frontiers(eg_graph *g, ah_txn *txn, const node *nd, uint64_t lo
 	ah_arrangement_info ao;
 	int rc = ah_arrangement_info_get(txn, nd->out, &ao);
 	if (rc)
-		return fail(g, rc, "node %s: its arrangement: %s", nd->out, ah_strerror(rc));
+		return eg__fail(g, rc, "node %s: its arrangement: %s", nd->out, ah_strerror(rc));
 	if (ao.upper != lower)
-		return fail(g, AH_EUPPER, "node %s: its upper is %llu, not the step's lower %llu",
+		return eg__fail(g, AH_EUPPER, "node %s: its upper is %llu, not the step's lower %llu",
 		            nd->out, (unsigned long long)ao.upper, (unsigned long long)lower);
 	if (nd->op == OP_REDUCE && lower > 0 && ao.since >= lower)
-		return fail(g, AH_ECOMPACTED, "node %s: compacted to since %llu, not before %llu",
+		return eg__fail(g, AH_ECOMPACTED, "node %s: compacted to since %llu, not before %llu",
 		            nd->out, (unsigned long long)ao.since, (unsigned long long)lower);
 	return 0;
 }
@@ -879,7 +942,7 @@ int eg_step(eg_graph *g, ah_txn *txn, uint64_t lower, uint64_t upper)
 		return AH_EINVAL;
 	g->err[0] = 0;
 	if (lower >= upper)
-		return fail(g, AH_EINVAL, "step [%llu, %llu) is empty", (unsigned long long)lower,
+		return eg__fail(g, AH_EINVAL, "step [%llu, %llu) is empty", (unsigned long long)lower,
 		            (unsigned long long)upper);
 	for (size_t i = 0; i < g->nn; i++) {
 		const node *nd = &g->n[i];
@@ -894,7 +957,7 @@ int eg_step(eg_graph *g, ah_txn *txn, uint64_t lower, uint64_t upper)
 		uset_free(&out);
 		if (rc) {
 			if (!g->err[0])
-				fail(g, rc, "node %s: %s", nd->out, ah_strerror(rc));
+				eg__fail(g, rc, "node %s: %s", nd->out, ah_strerror(rc));
 			return rc;
 		}
 	}

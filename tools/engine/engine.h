@@ -99,6 +99,14 @@ int eg_reduce(eg_graph *g, const char *out, const char *in, eg_reduce_fn fn, voi
 int eg_join(eg_graph *g, const char *out, const char *a, const char *b, eg_join_fn fn,
             void *user);
 
+/* The graph's shape: its nodes' outputs in order, and its base inputs
+ * (inputs that are no node's output), each once, in the order first read.
+ * Names are owned by the graph; NULL past the end. */
+size_t eg_node_count(const eg_graph *g);
+const char *eg_node_output(const eg_graph *g, size_t i);
+size_t eg_base_count(const eg_graph *g);
+const char *eg_base_input(const eg_graph *g, size_t i);
+
 /* Creates, in txn, every node's output arrangement that does not exist yet
  * (upper 0).  0 or the library's errors. */
 int eg_create(eg_graph *g, ah_txn *txn);
@@ -118,6 +126,37 @@ typedef struct eg_stats {
 	uint64_t appended;
 } eg_stats;
 void eg_stats_get(const eg_graph *g, eg_stats *st);
+
+/* ------------------------------------------------ readers and compaction */
+
+/* A second reader (differential dataflow's TraceAgent, with its read hold
+ * stored in the heap): one step of the reader NAME, whose views are g's
+ * nodes.  In one write transaction of heap it
+ *   - reads its position: the outputs' upper (all of g's outputs are at one
+ *     upper; AH_ECORRUPT with the message otherwise);
+ *   - takes U, the least upper of g's base inputs (inputs that are no
+ *     node's output); if U is past the position:
+ *   - sets (renews) hold NAME on every base input at U - 1 with lease_ms
+ *     (0: no lease), so that their since stays below its next lower;
+ *   - steps g from the position to U and stores U as source NAME (8 bytes,
+ *     little endian);
+ *   - commits.
+ * *pos (may be NULL) gets the position after, *moved (may be NULL) 1 if
+ * it stepped.  Without new input it still renews the holds (at the
+ * position - 1) and commits, so a live reader's lease never runs out.
+ * Errors: AH_ECOMPACTED when a base input's since passed the reader's
+ * position: its hold was released (the lease ran out while the reader was
+ * away) and the data it needed is compacted; the message says so and names
+ * the fix (drop the reader's views and start it again); the errors of
+ * eg_step, ah_hold_set and ah_txn_commit.  Nothing is written on error. */
+int eg_reader_step(eg_graph *g, ah_heap *heap, const char *name, uint64_t lease_ms,
+                   uint64_t *pos, int *moved);
+
+/* Logical compaction that respects readers: advances NAME's since to
+ * min(frontier, the meet of its live holds) when that is past its since
+ * (a no-op otherwise).  *since (may be NULL) gets the since after.  Errors:
+ * those of ah_hold_meet and ah_set_since (the txn is then poisoned). */
+int eg_compact(ah_txn *txn, const char *name, uint64_t frontier, uint64_t *since);
 
 /* The last error's one-line message ("" if none); owned by the graph,
  * valid until its next call. */
