@@ -784,26 +784,34 @@ static int reduce_key(eg_graph *g, const node *nd, const uint8_t *k, size_t kl,
                       const uint64_t *times, size_t nt, reduce_scratch *r, uset *out)
 {
 	uset *in = &r->in;
-	size_t p = 0, nv = 0;
+	size_t p = 0, w = 0;
 	int rc;
 
-	/* the input's distinct vals (in val order) with counts before times[0] */
-	qsort(in->a, in->n, sizeof *in->a, vals_cmp);
-	for (size_t i = 0; i < in->n; i++)
-		if (i == 0 || bcmp_(in->a[i].v, in->a[i].vl, in->a[i - 1].v, in->a[i - 1].vl))
-			nv++;
-	if ((rc = grow((void **)&r->acc, &r->cacc, nv + 1, sizeof *r->acc)) != 0 ||
-	    (rc = grow((void **)&r->list, &r->clist, nv + 1, sizeof *r->list)) != 0)
+	/* The input's distinct vals: scan_key walks them in val order, each
+	 * once, so equal vals are adjacent.  Updates before the first delta
+	 * time go straight into the counts; the later ones (few: the delta
+	 * and what follows it) are kept, marked with their val's index. */
+	if ((rc = grow((void **)&r->acc, &r->cacc, in->n + 1, sizeof *r->acc)) != 0 ||
+	    (rc = grow((void **)&r->list, &r->clist, in->n + 1, sizeof *r->list)) != 0)
 		return rc;
 	r->nacc = 0;
 	for (size_t i = 0; i < in->n; i++) {
-		if (i == 0 || bcmp_(in->a[i].v, in->a[i].vl, in->a[i - 1].v, in->a[i - 1].vl))
-			r->acc[r->nacc++] = (vh){ in->a[i].v, in->a[i].vl, 0 };
-		/* remember which val: reuse kl as its index */
-		in->a[i].kl = (uint32_t)(r->nacc - 1);
+		eu e = in->a[i];
+		if (i == 0 || ((e.v != in->a[i - 1].v || e.vl != in->a[i - 1].vl) &&
+		               bcmp_(e.v, e.vl, in->a[i - 1].v, in->a[i - 1].vl) != 0))
+			r->acc[r->nacc++] = (vh){ e.v, e.vl, 0 };
+		vh *a = &r->acc[r->nacc - 1];
+		if (e.t < times[0]) {
+			if (__builtin_add_overflow(a->count, e.d, &a->count))
+				return eg__fail(g, AH_ELIMIT, "node %s: a count leaves int64", nd->out);
+		} else {
+			e.kl = (uint32_t)(r->nacc - 1);
+			in->a[w++] = e;
+		}
 	}
-	/* then in time order, applying as the times pass */
-	qsort(in->a, in->n, sizeof *in->a, time_cmp);
+	in->n = w;
+	if (in->n > 1)
+		qsort(in->a, in->n, sizeof *in->a, time_cmp);
 	for (size_t ti = 0; ti < nt; ti++) {
 		uint64_t t = times[ti];
 		while (p < in->n && in->a[p].t <= t) {
@@ -823,7 +831,7 @@ static int reduce_key(eg_graph *g, const node *nd, const uint8_t *k, size_t kl,
 			if (rc) {
 				if (!g->err[0])
 					eg__fail(g, rc, "node %s: its function failed: %s", nd->out,
-					     ah_strerror(rc));
+					         ah_strerror(rc));
 				return rc;
 			}
 			if ((rc = vals_fold(&r->nw)) != 0)
