@@ -1,0 +1,1 @@
+/* tools/pg/views.c - being written */
