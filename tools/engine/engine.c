@@ -1,2 +1,903 @@
-/* tools/engine/engine.c - see engine.h (being written). */
+/*
+ * tools/engine/engine.c - the operators of engine.h over the public API.
+ *
+ * One step of one node:
+ *   1. read: the delta of each input (its chain batches that overlap
+ *      [lower, upper), walked with batch cursors, times kept in [lower,
+ *      upper)), sorted by (key, val, time) and consolidated; then, per key
+ *      of a delta, the state the operator needs (join: the other input;
+ *      reduce: the input and the output), through ordinary cursors that
+ *      only seek forward, since the deltas are sorted by key;
+ *   2. compute: the callbacks emit into the step's output set (an arena:
+ *      bytes never move, so every pointer stays valid for the step);
+ *   3. append: the output set as one batch [lower, upper) (ah_append, or
+ *      the builder in pieces for a large one; ah_advance when empty).
+ * A node's cursors are closed before it appends: an append is a mutation
+ * of the write txn, which detaches cursors and may move map pages.
+ *
+ * It must never append an output before reading everything it derives
+ * from, never read an input at a time outside [since, upper), and never
+ * keep a pointer into the map across its own append.
+ */
 #include "tools/engine/engine.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------- memory */
+
+/* An arena of blocks that never move. */
+typedef struct block {
+	struct block *next;
+	size_t used, cap;
+	uint8_t data[];
+} block;
+
+typedef struct arena {
+	block *head;
+} arena;
+
+static void *arena_alloc(arena *a, size_t n)
+{
+	block *b = a->head;
+
+	if (!b || b->cap - b->used < n) {
+		size_t cap = n > (1u << 20) ? n : (1u << 20);
+		if (!(b = malloc(sizeof *b + cap)))
+			return NULL;
+		b->next = a->head;
+		b->used = 0;
+		b->cap = cap;
+		a->head = b;
+	}
+	void *p = b->data + b->used;
+	b->used += (n + 7) & ~(size_t)7;
+	if (b->used > b->cap)
+		b->used = b->cap;
+	return p;
+}
+
+/* Forgets everything but the newest block, which is kept for reuse. */
+static void arena_reset(arena *a)
+{
+	if (!a->head)
+		return;
+	for (block *b = a->head->next, *n; b; b = n) {
+		n = b->next;
+		free(b);
+	}
+	a->head->next = NULL;
+	a->head->used = 0;
+}
+
+static void arena_free(arena *a)
+{
+	for (block *b = a->head, *n; b; b = n) {
+		n = b->next;
+		free(b);
+	}
+	a->head = NULL;
+}
+
+/* An update whose bytes live in an arena or in the map. */
+typedef struct eu {
+	const uint8_t *k, *v;
+	uint32_t kl, vl;
+	uint64_t t;
+	int64_t d;
+} eu;
+
+typedef struct uset {
+	eu *a;
+	size_t n, cap;
+	arena ar;
+} uset;
+
+static void uset_free(uset *s)
+{
+	free(s->a);
+	arena_free(&s->ar);
+	memset(s, 0, sizeof *s);
+}
+
+static int uset_push(uset *s, const void *k, size_t kl, const void *v, size_t vl, uint64_t t,
+                     int64_t d, int copy)
+{
+	if (kl > UINT32_MAX || vl > UINT32_MAX)
+		return AH_ELIMIT;
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? 2 * s->cap : 1024;
+		eu *a = realloc(s->a, cap * sizeof *a);
+		if (!a)
+			return AH_ENOMEM;
+		s->a = a;
+		s->cap = cap;
+	}
+	if (copy) {
+		uint8_t *p = arena_alloc(&s->ar, kl + vl ? kl + vl : 1);
+		if (!p)
+			return AH_ENOMEM;
+		if (kl)
+			memcpy(p, k, kl);
+		if (vl)
+			memcpy(p + kl, v, vl);
+		k = p;
+		v = p + kl;
+	}
+	s->a[s->n++] = (eu){ k, v, (uint32_t)kl, (uint32_t)vl, t, d };
+	return 0;
+}
+
+static int bcmp_(const uint8_t *a, size_t al, const uint8_t *b, size_t bl)
+{
+	size_t n = al < bl ? al : bl;
+	int c = n ? memcmp(a, b, n) : 0;
+
+	return c ? c : (al > bl) - (al < bl);
+}
+
+static int eu_cmp(const void *x, const void *y)
+{
+	const eu *a = x, *b = y;
+	int c = bcmp_(a->k, a->kl, b->k, b->kl);
+
+	if (!c)
+		c = bcmp_(a->v, a->vl, b->v, b->vl);
+	if (!c)
+		c = (a->t > b->t) - (a->t < b->t);
+	return c;
+}
+
+/* Sorts by (key, val, time) and sums equal ones, dropping zeros.
+ * AH_ELIMIT when a sum leaves int64. */
+static int uset_consolidate(uset *s)
+{
+	size_t w = 0;
+
+	if (s->n > 1)
+		qsort(s->a, s->n, sizeof *s->a, eu_cmp);
+	for (size_t r = 0; r < s->n;) {
+		__int128 sum = 0;
+		size_t e = r;
+		while (e < s->n && eu_cmp(&s->a[r], &s->a[e]) == 0)
+			sum += s->a[e++].d;
+		if (sum > INT64_MAX || sum < INT64_MIN)
+			return AH_ELIMIT;
+		if (sum) {
+			s->a[w] = s->a[r];
+			s->a[w++].d = (int64_t)sum;
+		}
+		r = e;
+	}
+	s->n = w;
+	return 0;
+}
+
+/* -------------------------------------------------------------- graph */
+
+enum { OP_ARRANGE, OP_REDUCE, OP_JOIN };
+
+typedef struct node {
+	int op;
+	char out[AH_NAME_MAX + 1];
+	char in[2][AH_NAME_MAX + 1];
+	void *fn;
+	void *user;
+} node;
+
+struct eg_graph {
+	node *n;
+	size_t nn;
+	eg_stats st;
+	char err[512];
+};
+
+struct eg_out {
+	eg_graph *g;
+	const node *nd;
+	uset *out;
+	int rc;
+	/* what eg_emit stamps: */
+	uint64_t t;
+	int64_t d;
+	/* reduce: the key and the vals emitted for it */
+	const void *key;
+	size_t klen;
+	uset *vals;
+};
+
+static int fail(eg_graph *g, int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(g->err, sizeof g->err, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+int eg_graph_new(eg_graph **out)
+{
+	if (!out)
+		return AH_EINVAL;
+	if (!(*out = calloc(1, sizeof **out)))
+		return AH_ENOMEM;
+	return 0;
+}
+
+void eg_graph_free(eg_graph *g)
+{
+	if (g) {
+		free(g->n);
+		free(g);
+	}
+}
+
+const char *eg_errmsg(const eg_graph *g)
+{
+	return g ? g->err : "";
+}
+
+void eg_stats_get(const eg_graph *g, eg_stats *st)
+{
+	if (g && st)
+		*st = g->st;
+}
+
+static int name_ok(const char *s)
+{
+	size_t n = s ? strlen(s) : 0;
+
+	return n > 0 && n <= AH_NAME_MAX;
+}
+
+static int add(eg_graph *g, int op, const char *out, const char *a, const char *b, void *fn,
+               void *user)
+{
+	if (!g || !fn || !name_ok(out) || !name_ok(a) || (op == OP_JOIN && !name_ok(b)))
+		return g ? fail(g, AH_EINVAL, "bad node: a name is empty or over %d bytes, or no function",
+		                AH_NAME_MAX)
+		         : AH_EINVAL;
+	for (size_t i = 0; i < g->nn; i++)
+		if (!strcmp(g->n[i].out, out))
+			return fail(g, AH_EINVAL, "node %s: output already made by another node", out);
+	if (!strcmp(out, a) || (b && !strcmp(out, b)))
+		return fail(g, AH_EINVAL, "node %s: reads its own output", out);
+	node *n = realloc(g->n, (g->nn + 1) * sizeof *n);
+	if (!n)
+		return AH_ENOMEM;
+	g->n = n;
+	n = &g->n[g->nn++];
+	memset(n, 0, sizeof *n);
+	n->op = op;
+	strcpy(n->out, out);
+	strcpy(n->in[0], a);
+	if (b)
+		strcpy(n->in[1], b);
+	n->fn = fn;
+	n->user = user;
+	return 0;
+}
+
+int eg_arrange_by(eg_graph *g, const char *out, const char *in, eg_map_fn fn, void *user)
+{
+	return add(g, OP_ARRANGE, out, in, NULL, (void *)fn, user);
+}
+
+int eg_reduce(eg_graph *g, const char *out, const char *in, eg_reduce_fn fn, void *user)
+{
+	return add(g, OP_REDUCE, out, in, NULL, (void *)fn, user);
+}
+
+int eg_join(eg_graph *g, const char *out, const char *a, const char *b, eg_join_fn fn,
+            void *user)
+{
+	return add(g, OP_JOIN, out, a, b, (void *)fn, user);
+}
+
+int eg_create(eg_graph *g, ah_txn *txn)
+{
+	if (!g || !txn)
+		return AH_EINVAL;
+	for (size_t i = 0; i < g->nn; i++) {
+		ah_arrangement_info ai;
+		int rc = ah_arrangement_info_get(txn, g->n[i].out, &ai);
+		if (rc == AH_ENOTFOUND)
+			rc = ah_arrangement_create(txn, g->n[i].out);
+		if (rc)
+			return fail(g, rc, "node %s: cannot create its arrangement: %s", g->n[i].out,
+			            ah_txn_errmsg(txn)[0] ? ah_txn_errmsg(txn) : ah_strerror(rc));
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------ emitting */
+
+int eg_emit(eg_out *o, const void *key, size_t key_len, const void *val, size_t val_len)
+{
+	int rc;
+
+	if (!o || o->vals || (key_len && !key) || (val_len && !val))
+		return AH_EINVAL;
+	if ((rc = uset_push(o->out, key, key_len, val, val_len, o->t, o->d, 1)) == 0)
+		o->g->st.emitted++;
+	return rc;
+}
+
+int eg_emit_val(eg_out *o, const void *val, size_t val_len, int64_t count)
+{
+	if (!o || !o->vals || (val_len && !val))
+		return AH_EINVAL;
+	return uset_push(o->vals, NULL, 0, val, val_len, 0, count, 1);
+}
+
+int eg_fail(eg_out *o, const char *msg)
+{
+	if (!o)
+		return AH_EINVAL;
+	fail(o->g, AH_EINVAL, "node %s: %s", o->nd->out, msg ? msg : "failed");
+	return AH_EINVAL;
+}
+
+/* ------------------------------------------------------------- reading */
+
+typedef struct delta_ctx {
+	uint64_t ids[256];
+	size_t n;
+	uint64_t lower, upper;
+	int over;
+} delta_ctx;
+
+static int pick_batch(const ah_batch_info *b, void *user)
+{
+	delta_ctx *dc = user;
+
+	if (b->partial || b->upper <= dc->lower || b->lower >= dc->upper || b->updates == 0)
+		return 0;
+	if (dc->n == sizeof dc->ids / sizeof dc->ids[0]) {
+		dc->over = 1;
+		return 1;
+	}
+	dc->ids[dc->n++] = b->id;
+	return 0;
+}
+
+/* The updates of NAME with times in [lower, upper), copied into *d,
+ * sorted and consolidated. */
+static int read_delta(eg_graph *g, ah_txn *txn, const char *name, uint64_t lower,
+                      uint64_t upper, uset *d)
+{
+	delta_ctx dc = { .lower = lower, .upper = upper };
+	int rc = ah_batch_foreach(txn, name, pick_batch, &dc);
+
+	if (rc < 0)
+		return fail(g, rc, "%s: cannot list its batches: %s", name, ah_strerror(rc));
+	if (dc.over)
+		return fail(g, AH_ELIMIT, "%s: more than 256 batches overlap the step", name);
+	for (size_t i = 0; i < dc.n && rc == 0; i++) {
+		ah_cursor *c = NULL;
+		if ((rc = ah_cursor_open_batch(txn, name, dc.ids[i], &c)) != 0)
+			break;
+		while (rc == 0 && ah_cursor_key_valid(c)) {
+			const void *k;
+			size_t kl;
+			if ((rc = ah_cursor_key(c, &k, &kl)) != 0)
+				break;
+			while (rc == 0 && ah_cursor_val_valid(c)) {
+				const void *v;
+				size_t vl;
+				uint64_t t;
+				int64_t df;
+				int r;
+				if ((rc = ah_cursor_val(c, &v, &vl)) != 0)
+					break;
+				while ((r = ah_cursor_time_next(c, &t, &df)) == 1)
+					if (t >= lower && t < upper) {
+						if ((rc = uset_push(d, k, kl, v, vl, t, df, 1)) != 0)
+							break;
+						g->st.delta_updates++;
+					}
+				if (r < 0)
+					rc = r;
+				else if (rc == 0 && (r = ah_cursor_step_val(c)) < 0)
+					rc = r;
+			}
+			if (rc == 0 && (rc = ah_cursor_step_key(c)) > 0)
+				rc = 0;
+		}
+		int crc = ah_cursor_close(c);
+		if (rc == 0)
+			rc = crc;
+	}
+	if (rc < 0)
+		return fail(g, rc, "%s: cannot read its updates: %s", name, ah_strerror(rc));
+	if ((rc = uset_consolidate(d)) != 0)
+		return fail(g, rc, "%s: a delta's diff leaves int64", name);
+	return 0;
+}
+
+/* A cursor that visits keys in increasing order (state reads). */
+typedef struct scan {
+	ah_cursor *c;
+	const char *name;
+	int open;
+} scan;
+
+/* Appends to *s every (val, time, diff) of KEY in the cursor's
+ * arrangement with time < before (pointers into the map, key as given).
+ * Positions the cursor at the first key >= KEY. */
+static int scan_key(eg_graph *g, ah_txn *txn, scan *sc, const uint8_t *key, size_t kl,
+                    uint64_t before, uset *s)
+{
+	int rc;
+	const void *k;
+	size_t l;
+
+	if (!sc->open) {
+		if ((rc = ah_cursor_open_at(txn, sc->name, key, kl, &sc->c)) != 0)
+			return fail(g, rc, "%s: cannot open a cursor: %s", sc->name, ah_strerror(rc));
+		sc->open = 1;
+	} else if ((rc = ah_cursor_seek_key(sc->c, key, kl)) < 0)
+		goto bad;
+	if (!ah_cursor_key_valid(sc->c))
+		return 0;
+	if ((rc = ah_cursor_key(sc->c, &k, &l)) != 0)
+		goto bad;
+	if (bcmp_(k, l, key, kl) != 0)
+		return 0;
+	if ((rc = ah_cursor_rewind_vals(sc->c)) < 0)
+		goto bad;
+	while (ah_cursor_val_valid(sc->c)) {
+		const void *v;
+		size_t vl;
+		uint64_t t;
+		int64_t d;
+		if ((rc = ah_cursor_val(sc->c, &v, &vl)) != 0)
+			goto bad;
+		if ((rc = ah_cursor_times_rewind(sc->c)) < 0)
+			goto bad;
+		while ((rc = ah_cursor_time_next(sc->c, &t, &d)) == 1)
+			if (t < before) {
+				if ((rc = uset_push(s, key, kl, v, vl, t, d, 0)) != 0)
+					return fail(g, rc, "out of memory");
+				g->st.state_updates++;
+			}
+		if (rc < 0 || (rc = ah_cursor_step_val(sc->c)) < 0)
+			goto bad;
+	}
+	return 0;
+bad:
+	return fail(g, rc, "%s: cannot read: %s", sc->name, ah_strerror(rc));
+}
+
+static int scan_close(eg_graph *g, scan *sc)
+{
+	int rc = sc->open ? ah_cursor_close(sc->c) : 0;
+
+	sc->open = 0;
+	sc->c = NULL;
+	return rc ? fail(g, rc, "%s: cursor: %s", sc->name, ah_strerror(rc)) : 0;
+}
+
+/* ----------------------------------------------------------- appending */
+
+static int append(eg_graph *g, ah_txn *txn, const node *nd, uset *out, uint64_t lower,
+                  uint64_t upper)
+{
+	enum { PIECE = 4096 };
+	ah_update u[PIECE];
+	int rc;
+
+	if ((rc = uset_consolidate(out)) != 0)
+		return fail(g, rc, "node %s: an output diff leaves int64", nd->out);
+	g->st.appended += out->n;
+	if (out->n == 0)
+		rc = ah_advance(txn, nd->out, lower, upper);
+	else if (out->n <= PIECE) {
+		for (size_t i = 0; i < out->n; i++)
+			u[i] = (ah_update){ out->a[i].k, out->a[i].kl, out->a[i].v, out->a[i].vl,
+				            out->a[i].t, out->a[i].d };
+		rc = ah_append(txn, nd->out, lower, upper, u, out->n);
+	} else {
+		ah_builder *b = NULL;
+		if ((rc = ah_builder_begin(txn, nd->out, lower, upper, &b)) == 0) {
+			for (size_t i = 0; i < out->n && rc == 0; i += PIECE) {
+				size_t m = out->n - i < PIECE ? out->n - i : PIECE;
+				for (size_t j = 0; j < m; j++) {
+					const eu *e = &out->a[i + j];
+					u[j] = (ah_update){ e->k, e->kl, e->v, e->vl, e->t, e->d };
+				}
+				rc = ah_builder_push(b, u, m);
+			}
+			if (rc)
+				ah_builder_abandon(b);
+			else
+				rc = ah_builder_finish(b);
+		}
+	}
+	if (rc)
+		return fail(g, rc, "node %s: append: %s", nd->out,
+		            ah_txn_errmsg(txn)[0] ? ah_txn_errmsg(txn) : ah_strerror(rc));
+	return 0;
+}
+
+/* ------------------------------------------------------------ operators */
+
+static int step_arrange(eg_graph *g, ah_txn *txn, const node *nd, uint64_t lower,
+                        uint64_t upper, uset *out)
+{
+	uset d = { 0 };
+	int rc = read_delta(g, txn, nd->in[0], lower, upper, &d);
+	eg_out o = { .g = g, .nd = nd, .out = out };
+
+	for (size_t i = 0; rc == 0 && i < d.n; i++) {
+		o.t = d.a[i].t;
+		o.d = d.a[i].d;
+		rc = ((eg_map_fn)nd->fn)(nd->user, d.a[i].k, d.a[i].kl, d.a[i].v, d.a[i].vl, &o);
+		if (rc && !g->err[0])
+			fail(g, rc, "node %s: its function failed: %s", nd->out, ah_strerror(rc));
+	}
+	uset_free(&d);
+	return rc;
+}
+
+/* Joins the delta updates d[from, to) (all of one key) with the other
+ * side's state s (same key): fn(k, a, b) at max(ta, tb), da * db.
+ * d_is_a says which side the delta is. */
+static int join_key(eg_graph *g, const node *nd, const eu *d, size_t nd_, const uset *s,
+                    int d_is_a, uset *out)
+{
+	eg_out o = { .g = g, .nd = nd, .out = out };
+	int rc = 0;
+
+	for (size_t i = 0; i < nd_ && rc == 0; i++)
+		for (size_t j = 0; j < s->n && rc == 0; j++) {
+			const eu *a = d_is_a ? &d[i] : &s->a[j];
+			const eu *b = d_is_a ? &s->a[j] : &d[i];
+			o.t = a->t > b->t ? a->t : b->t;
+			if (__builtin_mul_overflow(a->d, b->d, &o.d))
+				return fail(g, AH_ELIMIT, "node %s: a product of diffs leaves int64",
+				            nd->out);
+			rc = ((eg_join_fn)nd->fn)(nd->user, d[i].k, d[i].kl, a->v, a->vl, b->v, b->vl,
+			                          &o);
+			if (rc && !g->err[0])
+				fail(g, rc, "node %s: its function failed: %s", nd->out,
+				     ah_strerror(rc));
+		}
+	return rc;
+}
+
+/* dSide's keys against the other input's state with times < before. */
+static int join_side(eg_graph *g, ah_txn *txn, const node *nd, const uset *dl, int d_is_a,
+                     uint64_t before, uset *out)
+{
+	scan sc = { .name = nd->in[d_is_a ? 1 : 0] };
+	uset s = { 0 };
+	int rc = 0;
+
+	for (size_t i = 0; i < dl->n && rc == 0;) {
+		size_t e = i;
+		while (e < dl->n && bcmp_(dl->a[e].k, dl->a[e].kl, dl->a[i].k, dl->a[i].kl) == 0)
+			e++;
+		s.n = 0;
+		if ((rc = scan_key(g, txn, &sc, dl->a[i].k, dl->a[i].kl, before, &s)) == 0)
+			rc = join_key(g, nd, &dl->a[i], e - i, &s, d_is_a, out);
+		i = e;
+	}
+	int crc = scan_close(g, &sc);
+	uset_free(&s);
+	return rc ? rc : crc;
+}
+
+static int step_join(eg_graph *g, ah_txn *txn, const node *nd, uint64_t lower, uint64_t upper,
+                     uset *out)
+{
+	uset da = { 0 }, db = { 0 };
+	int rc = read_delta(g, txn, nd->in[0], lower, upper, &da);
+
+	if (rc == 0)
+		rc = read_delta(g, txn, nd->in[1], lower, upper, &db);
+	/* new pairs: dA x B(< upper), then A(< lower) x dB */
+	if (rc == 0 && da.n)
+		rc = join_side(g, txn, nd, &da, 1, upper, out);
+	if (rc == 0 && db.n && lower > 0)
+		rc = join_side(g, txn, nd, &db, 0, lower, out);
+	uset_free(&da);
+	uset_free(&db);
+	return rc;
+}
+
+/* A val's history for reduce: its count before the key's first delta time
+ * and its later (time, diff)s. */
+typedef struct vh {
+	const uint8_t *v;
+	uint32_t vl;
+	int64_t count;
+} vh;
+
+static int vals_cmp(const void *x, const void *y)
+{
+	const eu *a = x, *b = y;
+	int c = bcmp_(a->v, a->vl, b->v, b->vl);
+
+	return c ? c : (a->t > b->t) - (a->t < b->t);
+}
+
+static int time_cmp(const void *x, const void *y)
+{
+	const eu *a = x, *b = y;
+
+	return (a->t > b->t) - (a->t < b->t);
+}
+
+/* Sorted, consolidated (val, count) list from s (times ignored). */
+static int vals_fold(uset *s)
+{
+	size_t w = 0;
+
+	if (s->n > 1)
+		qsort(s->a, s->n, sizeof *s->a, vals_cmp);
+	for (size_t r = 0; r < s->n;) {
+		__int128 sum = 0;
+		size_t e = r;
+		while (e < s->n && bcmp_(s->a[e].v, s->a[e].vl, s->a[r].v, s->a[r].vl) == 0)
+			sum += s->a[e++].d;
+		if (sum > INT64_MAX || sum < INT64_MIN)
+			return AH_ELIMIT;
+		if (sum) {
+			s->a[w] = s->a[r];
+			s->a[w].t = 0;
+			s->a[w++].d = (int64_t)sum;
+		}
+		r = e;
+	}
+	s->n = w;
+	return 0;
+}
+
+typedef struct reduce_scratch {
+	uset in, cur, nw;  /* input history; output now; output the function says */
+	vh *acc;           /* the input's distinct vals and their counts */
+	size_t nacc, cacc;
+	eg_valcount *list;
+	size_t clist;
+	uint64_t *times;
+	size_t ctimes;
+} reduce_scratch;
+
+static int grow(void **p, size_t *cap, size_t need, size_t sz)
+{
+	if (need <= *cap)
+		return 0;
+	size_t c = *cap ? *cap : 64;
+	while (c < need)
+		c *= 2;
+	void *q = realloc(*p, c * sz);
+	if (!q)
+		return AH_ENOMEM;
+	*p = q;
+	*cap = c;
+	return 0;
+}
+
+/* Emits new - cur (both sorted, consolidated val lists) at time t and makes
+ * cur equal to new. */
+static int reduce_diff(eg_graph *g, const uint8_t *k, size_t kl, uset *cur, uset *nw,
+                       uint64_t t, uset *out)
+{
+	size_t i = 0, j = 0;
+	int rc = 0;
+
+	while (rc == 0 && (i < cur->n || j < nw->n)) {
+		int c = i == cur->n ? 1 : j == nw->n ? -1
+		                                     : bcmp_(cur->a[i].v, cur->a[i].vl, nw->a[j].v,
+		                                             nw->a[j].vl);
+		const eu *e = c <= 0 ? &cur->a[i] : &nw->a[j];
+		__int128 d = c < 0 ? -(__int128)cur->a[i].d
+		           : c > 0 ? (__int128)nw->a[j].d
+		                   : (__int128)nw->a[j].d - cur->a[i].d;
+		if (d > INT64_MAX || d < INT64_MIN)
+			return AH_ELIMIT;
+		if (d) {
+			rc = uset_push(out, k, kl, e->v, e->vl, t, (int64_t)d, 1);
+			g->st.emitted++;
+		}
+		i += c <= 0;
+		j += c >= 0;
+	}
+	if (rc)
+		return rc;
+	/* cur = new (the new list's bytes live in nw's arena, kept per key) */
+	uset tmp = *cur;
+	*cur = *nw;
+	*nw = tmp;
+	nw->n = 0;
+	return 0;
+}
+
+static int reduce_key(eg_graph *g, const node *nd, const uint8_t *k, size_t kl,
+                      const uint64_t *times, size_t nt, reduce_scratch *r, uset *out)
+{
+	uset *in = &r->in;
+	size_t p = 0, nv = 0;
+	int rc;
+
+	/* the input's distinct vals (in val order) with counts before times[0] */
+	qsort(in->a, in->n, sizeof *in->a, vals_cmp);
+	for (size_t i = 0; i < in->n; i++)
+		if (i == 0 || bcmp_(in->a[i].v, in->a[i].vl, in->a[i - 1].v, in->a[i - 1].vl))
+			nv++;
+	if ((rc = grow((void **)&r->acc, &r->cacc, nv + 1, sizeof *r->acc)) != 0 ||
+	    (rc = grow((void **)&r->list, &r->clist, nv + 1, sizeof *r->list)) != 0)
+		return rc;
+	r->nacc = 0;
+	for (size_t i = 0; i < in->n; i++) {
+		if (i == 0 || bcmp_(in->a[i].v, in->a[i].vl, in->a[i - 1].v, in->a[i - 1].vl))
+			r->acc[r->nacc++] = (vh){ in->a[i].v, in->a[i].vl, 0 };
+		/* remember which val: reuse kl as its index */
+		in->a[i].kl = (uint32_t)(r->nacc - 1);
+	}
+	/* then in time order, applying as the times pass */
+	qsort(in->a, in->n, sizeof *in->a, time_cmp);
+	for (size_t ti = 0; ti < nt; ti++) {
+		uint64_t t = times[ti];
+		while (p < in->n && in->a[p].t <= t) {
+			vh *a = &r->acc[in->a[p].kl];
+			if (__builtin_add_overflow(a->count, in->a[p].d, &a->count))
+				return fail(g, AH_ELIMIT, "node %s: a count leaves int64", nd->out);
+			p++;
+		}
+		size_t n = 0;
+		for (size_t i = 0; i < r->nacc; i++)
+			if (r->acc[i].count)
+				r->list[n++] = (eg_valcount){ r->acc[i].v, r->acc[i].vl, r->acc[i].count };
+		r->nw.n = 0;
+		if (n) {
+			eg_out o = { .g = g, .nd = nd, .out = out, .key = k, .klen = kl, .vals = &r->nw };
+			rc = ((eg_reduce_fn)nd->fn)(nd->user, k, kl, r->list, n, &o);
+			if (rc) {
+				if (!g->err[0])
+					fail(g, rc, "node %s: its function failed: %s", nd->out,
+					     ah_strerror(rc));
+				return rc;
+			}
+			if ((rc = vals_fold(&r->nw)) != 0)
+				return fail(g, rc, "node %s: an output count leaves int64", nd->out);
+		}
+		if ((rc = reduce_diff(g, k, kl, &r->cur, &r->nw, t, out)) != 0)
+			return fail(g, rc, "node %s: cannot emit: %s", nd->out, ah_strerror(rc));
+	}
+	return 0;
+}
+
+static int u64_cmp(const void *x, const void *y)
+{
+	uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+
+	return (a > b) - (a < b);
+}
+
+static void scratch_free(reduce_scratch *r)
+{
+	uset_free(&r->in);
+	uset_free(&r->cur);
+	uset_free(&r->nw);
+	free(r->acc);
+	free(r->list);
+	free(r->times);
+}
+
+static int step_reduce(eg_graph *g, ah_txn *txn, const node *nd, uint64_t lower,
+                       uint64_t upper, uset *out)
+{
+	uset d = { 0 };
+	scan si = { .name = nd->in[0] }, so = { .name = nd->out };
+	reduce_scratch r = { 0 };
+	int rc = read_delta(g, txn, nd->in[0], lower, upper, &d);
+
+	for (size_t i = 0; rc == 0 && i < d.n;) {
+		size_t e = i, nt = 0;
+		const uint8_t *k = d.a[i].k;
+		size_t kl = d.a[i].kl;
+		while (e < d.n && bcmp_(d.a[e].k, d.a[e].kl, k, kl) == 0)
+			e++;
+		/* the key's distinct delta times, in order */
+		if ((rc = grow((void **)&r.times, &r.ctimes, e - i, sizeof *r.times)) != 0)
+			break;
+		for (size_t j = i; j < e; j++)
+			r.times[nt++] = d.a[j].t;
+		qsort(r.times, nt, sizeof *r.times, u64_cmp);
+		size_t w = 0;
+		for (size_t j = 0; j < nt; j++)
+			if (w == 0 || r.times[w - 1] != r.times[j])
+				r.times[w++] = r.times[j];
+		nt = w;
+		/* the input's whole history at the key (delta included), and the
+		 * output's accumulation before lower */
+		arena_reset(&r.cur.ar);
+		arena_reset(&r.nw.ar);
+		r.in.n = r.cur.n = r.nw.n = 0;
+		if ((rc = scan_key(g, txn, &si, k, kl, upper, &r.in)) != 0)
+			break;
+		if (lower > 0) {
+			if ((rc = scan_key(g, txn, &so, k, kl, lower, &r.cur)) != 0)
+				break;
+			if ((rc = vals_fold(&r.cur)) != 0) {
+				rc = fail(g, rc, "node %s: a stored count leaves int64", nd->out);
+				break;
+			}
+		}
+		rc = reduce_key(g, nd, k, kl, r.times, nt, &r, out);
+		i = e;
+	}
+	int c1 = scan_close(g, &si), c2 = scan_close(g, &so);
+	scratch_free(&r);
+	uset_free(&d);
+	return rc ? rc : c1 ? c1 : c2;
+}
+
+/* ---------------------------------------------------------------- step */
+
+static int check_frontiers(eg_graph *g, ah_txn *txn, const node *nd, uint64_t lower,
+                           uint64_t upper)
+{
+	for (int s = 0; s < (nd->op == OP_JOIN ? 2 : 1); s++) {
+		ah_arrangement_info ai;
+		int rc = ah_arrangement_info_get(txn, nd->in[s], &ai);
+		if (rc)
+			return fail(g, rc, "node %s: input %s: %s", nd->out, nd->in[s], ah_strerror(rc));
+		if (ai.upper < upper)
+			return fail(g, AH_EUPPER,
+			            "node %s: input %s is at upper %llu, before the step's upper %llu",
+			            nd->out, nd->in[s], (unsigned long long)ai.upper,
+			            (unsigned long long)upper);
+		if (lower > 0 && ai.since >= lower)
+			return fail(g, AH_ECOMPACTED,
+			            "node %s: input %s is compacted to since %llu, not before the "
+			            "step's lower %llu: its delta's times are not exact",
+			            nd->out, nd->in[s], (unsigned long long)ai.since,
+			            (unsigned long long)lower);
+	}
+	ah_arrangement_info ao;
+	int rc = ah_arrangement_info_get(txn, nd->out, &ao);
+	if (rc)
+		return fail(g, rc, "node %s: its arrangement: %s", nd->out, ah_strerror(rc));
+	if (ao.upper != lower)
+		return fail(g, AH_EUPPER, "node %s: its upper is %llu, not the step's lower %llu",
+		            nd->out, (unsigned long long)ao.upper, (unsigned long long)lower);
+	if (nd->op == OP_REDUCE && lower > 0 && ao.since >= lower)
+		return fail(g, AH_ECOMPACTED, "node %s: compacted to since %llu, not before %llu",
+		            nd->out, (unsigned long long)ao.since, (unsigned long long)lower);
+	return 0;
+}
+
+int eg_step(eg_graph *g, ah_txn *txn, uint64_t lower, uint64_t upper)
+{
+	if (!g || !txn)
+		return AH_EINVAL;
+	g->err[0] = 0;
+	if (lower >= upper)
+		return fail(g, AH_EINVAL, "step [%llu, %llu) is empty", (unsigned long long)lower,
+		            (unsigned long long)upper);
+	for (size_t i = 0; i < g->nn; i++) {
+		const node *nd = &g->n[i];
+		uset out = { 0 };
+		int rc = check_frontiers(g, txn, nd, lower, upper);
+		if (rc == 0)
+			rc = nd->op == OP_ARRANGE ? step_arrange(g, txn, nd, lower, upper, &out)
+			   : nd->op == OP_JOIN    ? step_join(g, txn, nd, lower, upper, &out)
+			                          : step_reduce(g, txn, nd, lower, upper, &out);
+		if (rc == 0)
+			rc = append(g, txn, nd, &out, lower, upper);
+		uset_free(&out);
+		if (rc) {
+			if (!g->err[0])
+				fail(g, rc, "node %s: %s", nd->out, ah_strerror(rc));
+			return rc;
+		}
+	}
+	g->st.steps++;
+	return 0;
+}
