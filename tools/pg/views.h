@@ -62,6 +62,8 @@ const char *views_arrangement(const views *v, int i);
 /* The view's SELECT as PostgreSQL runs it for verify: every name resolved,
  * quoted and qualified (owned by v). */
 const char *views_sql(const views *v, int i);
+/* The number of columns views_sql returns. */
+int views_columns(const views *v, int i);
 /* Encodes one row of views_sql's result (fields f[0..nitems)) as the
  * view's key and val into kv (key kv->p[0..*klen), val after).  0 or -1. */
 int views_encode(const views *v, int i, const pg_field *f, pg_buf *kv, size_t *klen);
