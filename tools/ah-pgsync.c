@@ -361,7 +361,7 @@ static int fill_heap(engine *e, const char *path, const char *snapshot, uint64_t
 	ah_heap *h = NULL;
 	ah_txn *txn = NULL;
 	copy_ctx c = { .e = e, .time = lsn };
-	pg_buf tabs = { 0 };
+	pg_buf tabs = { 0 }, vrec = { 0 };
 	pg_pub pub;
 	char id[1024], l[32], snap[100];
 	int rc, status = -1;
@@ -409,11 +409,11 @@ static int fill_heap(engine *e, const char *path, const char *snapshot, uint64_t
 			efail(e, "computing the views: %s (%s)", eg_errmsg(g), ah_strerror(rc));
 			goto out;
 		}
-		if (views_record(e->vw, e->snk.t, e->snk.nt, &tabs) != 0) {
+		if (views_record(e->vw, e->snk.t, e->snk.nt, &vrec) != 0) {
 			efail(e, "out of memory");
 			goto out;
 		}
-		if ((rc = ah_source_put(txn, "pg.views", tabs.p, tabs.len)) != 0) {
+		if ((rc = ah_source_put(txn, "pg.views", vrec.p, vrec.len)) != 0) {
 			efail(e, "recording the views in the heap: %s", ah_strerror(rc));
 			goto out;
 		}
@@ -450,6 +450,7 @@ out:
 	if (h && ah_close(h) != 0 && status == 0)
 		status = efail(e, "closing heap %s", path);
 	pg_buf_free(&tabs);
+	pg_buf_free(&vrec);
 	return status;
 }
 
