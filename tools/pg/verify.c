@@ -259,8 +259,9 @@ int cmd_verify(int argc, char **argv)
 	}
 	src_copy_end(&src);
 	if (ndiff) {
-		printf("DIFFERENT: %d of %d tables and views differ from the database at LSN %s: %.*s\n",
-		       ndiff, st.nt + views_count(vw), l, (int)names.len, (const char *)names.p);
+		printf("DIFFERENT: %d of %d tables%s differ from the database at LSN %s: %.*s\n",
+		       ndiff, st.nt + views_count(vw), views_count(vw) ? " and views" : "", l,
+		       (int)names.len, (const char *)names.p);
 		goto out;
 	}
 	printf("verified: %d tables, %" PRId64 " rows%s equal to the database at LSN %s\n", st.nt,
