@@ -47,9 +47,17 @@
 #include "tools/pg/engine.h"
 #include "tools/pg/pgoutput.h"
 #include "tools/pg/source.h"
+#include "tools/pg/views.h"
+#include "tools/pg/viewsql.h"
 
 typedef struct engine {
 	const char *heap_path;
+	/* --views FILE (first run; a restart compares it with pg.views) and
+	 * the compiled views (from the file or from pg.views) */
+	const char *views_path;
+	char *views_file;
+	size_t views_flen;
+	views *vw;
 	int group_ms, group_txns, retry_s;
 	pg_src src;
 	sink snk;
@@ -104,7 +112,7 @@ static void usage(FILE *f)
 {
 	fputs("usage: ah-pgsync [-d CONNINFO] [--slot NAME] [--publication NAME]\n"
 	      "                 [--group-ms N] [--group-txns N] [--retry-secs N]\n"
-	      "                 [--confirm-after-snapshot DIR] HEAP\n"
+	      "                 [--confirm-after-snapshot DIR] [--views FILE] HEAP\n"
 	      "       ah-pgsync verify [-d CONNINFO] HEAP\n"
 	      "       ah-pgsync status HEAP\n"
 	      "       ah-pgsync wait HEAP LSN [SECONDS]\n"
@@ -122,6 +130,16 @@ static void usage(FILE *f)
 	      "verify compares every table with its arrangement at the heap's frontier: one line\n"
 	      "per table (equal, or DIFFERENT and what differs), then \"verified\" or a line naming\n"
 	      "each differing table; exit 1 if any differs.\n"
+	      "Views (--views FILE, first run only: stored in the heap as pg.views, a restart\n"
+	      "needs no flag and refuses another file): statements\n"
+	      "  CREATE VIEW name AS SELECT col | count(*) | count(col) | sum(col) | min(col)\n"
+	      "    | max(col) [AS label], ... FROM [schema.]table [alias] [[INNER] JOIN table\n"
+	      "    [alias] ON a.col = b.col]... [GROUP BY col, ...];\n"
+	      "kept as arrangement view.NAME in the same commits as the tables (key = GROUP BY\n"
+	      "columns, val = the aggregates; without GROUP BY key = the columns, val empty).\n"
+	      "sum/min/max take int2, int4, int8, numeric; count any type; GROUP BY and join\n"
+	      "columns int2/4/8, oid, text, varchar, name, bool, date, time, timestamp(tz),\n"
+	      "uuid, bytea; aggregates need GROUP BY.  verify checks every view too.\n"
 	      "Confirmation: by default the slot is told flushed what the heap has committed.\n"
 	      "With --confirm-after-snapshot DIR (a run option: give it at every run) only up to\n"
 	      "the LSN of this heap's newest snapshot in DIR (ah-snapshot push HEAP DIR; re-read\n"
@@ -133,6 +151,65 @@ static void usage(FILE *f)
 
 
 /* ---- the heap ---------------------------------------------------------- */
+
+/* A lookup at the frontier: the first key of an arrangement. */
+static int first_lookup(ah_heap *h, const char *name, uint64_t as_of)
+{
+	ah_txn *txn = NULL;
+	ah_cursor *c = NULL;
+	int64_t sum = 0;
+	int rc;
+
+	if ((rc = ah_txn_begin(h, AH_TXN_RDONLY, &txn)) == 0 &&
+	    (rc = ah_cursor_open(txn, name, &c)) == 0 && (rc = ah_cursor_rewind_keys(c)) >= 0)
+		rc = ah_cursor_key_valid(c) ? ah_cursor_accumulate(c, as_of, &sum) : 0;
+	ah_cursor_close(c);
+	ah_txn_abort(txn);
+	return rc;
+}
+
+/* A restart: the views of pg.views, compiled against the stored tables
+ * and types; --views must name the same file, and a heap made without
+ * views takes none. */
+static int load_views(engine *e)
+{
+	pg_buf rec = { 0 };
+	const char *text;
+	size_t tlen;
+	char err[1024];
+	int have, rc = -1;
+
+	if (stored_views(e->snk.ig.heap, &rec, &have, err, sizeof err) != 0) {
+		efail(e, "%s", err);
+		goto out;
+	}
+	if (!have) {
+		rc = e->views_path ? efail(e, "heap %s was made without views, and views are made only "
+		                           "with a new heap: start without --views, or make a new heap "
+		                           "(another file and --slot) with --views %s", e->heap_path,
+		                           e->views_path) : 0;
+		goto out;
+	}
+	if (views_record_parse((const char *)rec.p, rec.len, e->st.t, e->st.nt, &text, &tlen, err,
+	                       sizeof err) != 0) {
+		efail(e, "heap %s: %s", e->heap_path, err);
+		goto out;
+	}
+	if (e->views_path && (tlen != e->views_flen || memcmp(text, e->views_file, tlen))) {
+		efail(e, "heap %s was made with other views than %s holds now (the heap's are in its "
+		      "pg.views record): start without --views, or make a new heap for these views",
+		      e->heap_path, e->views_path);
+		goto out;
+	}
+	if (views_compile(text, tlen, e->st.t, e->st.nt, &e->vw, err, sizeof err) != 0) {
+		efail(e, "heap %s: its stored views do not compile: %s", e->heap_path, err);
+		goto out;
+	}
+	rc = 0;
+out:
+	pg_buf_free(&rec);
+	return rc;
+}
 
 /* Resume: the stored records, and the time to the first answered query
  * (a lookup of the first key of the first arrangement at the frontier). */
@@ -151,6 +228,8 @@ static int open_existing(engine *e)
 		return -1;
 	if (!e->st.have_lsn)
 		return efail(e, "heap %s holds no ah-pgsync stream: give a new file name", e->heap_path);
+	if (load_views(e) != 0)
+		return -1;
 	if ((rc = ah_txn_begin(e->snk.ig.heap, AH_TXN_RDONLY, &txn)) == 0 &&
 	    (rc = ah_arrangement_next(txn, NULL, name)) == 0 &&
 	    (rc = ah_cursor_open(txn, name, &c)) == 0 && (rc = ah_cursor_rewind_keys(c)) >= 0)
@@ -162,12 +241,20 @@ static int open_existing(engine *e)
 	lsn_fmt(e->st.lsn, l, sizeof l);
 	fprintf(stderr, "ah-pgsync: heap %s at LSN %s, %d tables: first query answered %.1f ms "
 	        "after start\n", e->heap_path, l, e->st.nt, ms_since(&e->t0));
+	if (e->vw) {
+		/* a view is read as stored: nothing is recomputed at a restart */
+		if ((rc = first_lookup(e->snk.ig.heap, views_arrangement(e->vw, 0), e->st.lsn)) != 0)
+			return efail(e, "reading view %s: %s", views_arrangement(e->vw, 0), ah_strerror(rc));
+		fprintf(stderr, "ah-pgsync: %d views; first view query (%s) answered %.1f ms after "
+		        "start\n", views_count(e->vw), views_arrangement(e->vw, 0), ms_since(&e->t0));
+	}
 	e->snk.t = e->st.t;
 	e->snk.nt = e->st.nt;
 	e->st.t = NULL;
 	e->st.nt = 0;
 	if (sink_start(&e->snk) != 0)
 		return efail(e, "%s", e->snk.err);
+	e->snk.views = e->vw ? views_graph(e->vw) : NULL;
 	e->snk.pos = e->snk.group_pos = e->st.lsn;
 	e->snk.total_txns = e->st.txns;
 	e->snk.total_updates = e->st.updates;
@@ -274,7 +361,7 @@ static int fill_heap(engine *e, const char *path, const char *snapshot, uint64_t
 	ah_heap *h = NULL;
 	ah_txn *txn = NULL;
 	copy_ctx c = { .e = e, .time = lsn };
-	pg_buf tabs = { 0 };
+	pg_buf tabs = { 0 }, vrec = { 0 };
 	pg_pub pub;
 	char id[1024], l[32], snap[100];
 	int rc, status = -1;
@@ -315,6 +402,23 @@ static int fill_heap(engine *e, const char *path, const char *snapshot, uint64_t
 	}
 	if (src_copy_end(&e->src) != 0)
 		goto src_err;
+	if (e->vw) {
+		/* the views' first step, from 0: same txn and upper as the tables */
+		eg_graph *g = views_graph(e->vw);
+		if ((rc = eg_create(g, txn)) != 0 || (rc = eg_step(g, txn, 0, lsn + 1)) != 0) {
+			efail(e, "computing the views: %s (%s)", eg_errmsg(g), ah_strerror(rc));
+			goto out;
+		}
+		if (views_record(e->vw, e->snk.t, e->snk.nt, &vrec) != 0) {
+			efail(e, "out of memory");
+			goto out;
+		}
+		if ((rc = ah_source_put(txn, "pg.views", vrec.p, vrec.len)) != 0) {
+			efail(e, "recording the views in the heap: %s", ah_strerror(rc));
+			goto out;
+		}
+		fprintf(stderr, "ah-pgsync: computed %d views\n", views_count(e->vw));
+	}
 	identity_fmt(id, sizeof id, e->src.sysid, e->src.dbname, e->src.slot, e->src.pub);
 	snapshot_fmt(snap, sizeof snap, e->st.relid_max, e->st.pub_oid);
 	lsn_fmt(lsn, l, sizeof l);
@@ -346,6 +450,7 @@ out:
 	if (h && ah_close(h) != 0 && status == 0)
 		status = efail(e, "closing heap %s", path);
 	pg_buf_free(&tabs);
+	pg_buf_free(&vrec);
 	return status;
 }
 
@@ -384,6 +489,15 @@ static int first_run(engine *e)
 		             e->src.slot, e->heap_path, e->src.slot);
 	if (src_tables(&e->src, &e->snk.t, &e->snk.nt) != 0)
 		return efail(e, "%s", e->src.err);
+	if (e->views_path) {
+		/* checked before the slot exists: a refused view leaves nothing */
+		char err[1024];
+		if (src_column_types(&e->src, e->snk.t, e->snk.nt) != 0)
+			return efail(e, "%s", e->src.err);
+		if (views_compile(e->views_file, e->views_flen, e->snk.t, e->snk.nt, &e->vw, err,
+		                  sizeof err) != 0)
+			return efail(e, "views %s:%s", e->views_path, err);
+	}
 	/* This process's own temporary name: a concurrent first run of the
 	 * same heap never deletes our copy in progress, nor we its. */
 	snprintf(tmp, sizeof tmp, "%s.creating.%d", e->heap_path, (int)getpid());
@@ -417,6 +531,7 @@ static int first_run(engine *e)
 		return efail(e, "cannot open heap %s: %s", e->heap_path, ah_strerror(rc));
 	if (sink_start(&e->snk) != 0)
 		return efail(e, "%s", e->snk.err);
+	e->snk.views = e->vw ? views_graph(e->vw) : NULL;
 	e->snk.pos = e->snk.group_pos = lsn;
 	e->floor = lsn;  /* the new slot's confirmed_flush_lsn */
 	identity_fmt(e->st.identity, sizeof e->st.identity, e->src.sysid, e->src.dbname,
@@ -781,6 +896,36 @@ static int dir_or_parent(const char *path)
 	return stat(parent, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
+/* Reads --views FILE and checks its syntax before anything connects. */
+static int read_views(engine *e)
+{
+	FILE *f = fopen(e->views_path, "rb");
+	pg_buf b = { 0 };
+	vs_file vf;
+	char buf[65536], err[1024];
+	size_t n;
+
+	if (!f)
+		return efail(e, "cannot read views file %s: %s", e->views_path, strerror(errno));
+	while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+		if (pg_buf_put(&b, buf, n)) {
+			fclose(f);
+			pg_buf_free(&b);
+			return efail(e, "out of memory");
+		}
+	fclose(f);
+	if (pg_buf_put(&b, "", 1)) {
+		pg_buf_free(&b);
+		return efail(e, "out of memory");
+	}
+	e->views_file = (char *)b.p;
+	e->views_flen = b.len - 1;
+	if (vs_parse(e->views_file, e->views_flen, &vf, err, sizeof err) != 0)
+		return efail(e, "views %s:%s", e->views_path, err);
+	vs_free(&vf);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static engine e = { .group_ms = 200, .group_txns = 1000, .retry_s = 60 };
@@ -822,6 +967,8 @@ int main(int argc, char **argv)
 			e.retry_s = atoi(argv[++i]);
 		} else if (!strcmp(a, "--confirm-after-snapshot") && v) {
 			e.snap_dir = argv[++i];
+		} else if (!strcmp(a, "--views") && v) {
+			e.views_path = argv[++i];
 		} else if (a[0] == '-' || e.heap_path) {
 			usage(stderr);
 			return 2;
@@ -843,6 +990,11 @@ int main(int argc, char **argv)
 		        "a directory (ah-snapshot push creates it in an existing parent)\n", e.snap_dir);
 		return 2;
 	}
+	if (e.views_path && read_views(&e) != 0) {
+		fprintf(stderr, "ah-pgsync: %s\n", e.err);
+		free(e.views_file);
+		return 1;
+	}
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	e.tty = isatty(2);
@@ -857,5 +1009,7 @@ int main(int argc, char **argv)
 	}
 	sink_free(&e.snk);
 	tables_free(e.st.t, e.st.nt);
+	views_free(e.vw);
+	free(e.views_file);
 	return st;
 }

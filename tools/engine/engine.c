@@ -632,9 +632,14 @@ static int join_key(eg_graph *g, const node *nd, const eu *d, size_t nd_, const 
 	return rc;
 }
 
-/* dSide's keys against the other input's state with times < before. */
+/* dSide's keys against the other input's state with times < before.  The
+ * state's updates before lower pair with delta updates at times >= lower,
+ * so max(ta, tb) is the delta's time whatever theirs: they are summed per
+ * val first (time 0), and the pairs scale with the state's distinct vals,
+ * not its history (a pgbench branch updated in every transaction would
+ * otherwise pair each update with every earlier teller update). */
 static int join_side(eg_graph *g, ah_txn *txn, const node *nd, const uset *dl, int d_is_a,
-                     uint64_t before, uset *out)
+                     uint64_t before, uint64_t lower, uset *out)
 {
 	scan sc = { .name = nd->in[d_is_a ? 1 : 0] };
 	uset s = { 0 };
@@ -645,7 +650,14 @@ static int join_side(eg_graph *g, ah_txn *txn, const node *nd, const uset *dl, i
 		while (e < dl->n && bcmp_(dl->a[e].k, dl->a[e].kl, dl->a[i].k, dl->a[i].kl) == 0)
 			e++;
 		s.n = 0;
-		if ((rc = scan_key(g, txn, &sc, dl->a[i].k, dl->a[i].kl, before, &s)) == 0)
+		if ((rc = scan_key(g, txn, &sc, dl->a[i].k, dl->a[i].kl, before, &s)) == 0) {
+			for (size_t j = 0; j < s.n; j++)
+				if (s.a[j].t < lower)
+					s.a[j].t = 0;
+			if ((rc = uset_consolidate(&s)) != 0)
+				rc = fail(g, rc, "node %s: a count leaves int64", nd->out);
+		}
+		if (rc == 0)
 			rc = join_key(g, nd, &dl->a[i], e - i, &s, d_is_a, out);
 		i = e;
 	}
@@ -664,9 +676,9 @@ static int step_join(eg_graph *g, ah_txn *txn, const node *nd, uint64_t lower, u
 		rc = read_delta(g, txn, nd->in[1], lower, upper, &db);
 	/* new pairs: dA x B(< upper), then A(< lower) x dB */
 	if (rc == 0 && da.n)
-		rc = join_side(g, txn, nd, &da, 1, upper, out);
+		rc = join_side(g, txn, nd, &da, 1, upper, lower, out);
 	if (rc == 0 && db.n && lower > 0)
-		rc = join_side(g, txn, nd, &db, 0, lower, out);
+		rc = join_side(g, txn, nd, &db, 0, lower, lower, out);
 	uset_free(&da);
 	uset_free(&db);
 	return rc;

@@ -34,6 +34,9 @@ typedef struct pg_stored {
 } pg_stored;
 
 int stored_read(ah_heap *h, pg_stored *st, char *err, size_t errlen);
+/* The pg.views record's bytes into out (*have 0: the heap has no views).
+ * 0, or -1 with a line in err. */
+int stored_views(ah_heap *h, pg_buf *out, int *have, char *err, size_t errlen);
 void identity_fmt(char *buf, size_t len, const char *sysid, const char *db, const char *slot,
                   const char *pub);
 /* The value of "key=" in an identity text, copied to buf ("" if absent). */

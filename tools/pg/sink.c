@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tools/engine/engine.h"
 #include "tools/pg/sink.h"
 
 static int oom(sink *s)
@@ -289,7 +290,8 @@ int sink_add_table(sink *s, pg_table *t)
 
 /* In one write transaction: every table's batch [pos + 1, group_pos + 1)
  * (a table followed since this run: created, with its first rows from 0,
- * or left out while it has none), pg.lsn = group_pos, pg.tables when a
+ * or left out while it has none), the views stepped over those batches,
+ * pg.lsn = group_pos, pg.tables when a
  * table was created, pg.stats and (once) pg.settings.  A table created is
  * marked in_heap 2 until the commit says whether it is in the heap. */
 int sink_flush(sink *s)
@@ -299,7 +301,7 @@ int sink_flush(sink *s)
 	char lsn[32], stats[100];
 	pg_buf tabs = { 0 };
 	size_t np = 0;
-	int rc, i = -1, created = 0;
+	int rc, i = -1, created = 0, views_failed = 0;
 
 	if (g->in_src || s->group_pos == s->pos)
 		return 0;
@@ -320,6 +322,11 @@ int sink_flush(sink *s)
 			goto out;
 	}
 	i = -1;
+	/* the views derive from the batches just appended: same txn, same upper */
+	if (s->views && (rc = eg_step(s->views, g->txn, s->pos + 1, s->group_pos + 1)) != 0) {
+		views_failed = 1;
+		goto out;
+	}
 	lsn_fmt(s->group_pos, lsn, sizeof lsn);
 	p[np++] = (ingest_pos){ "pg.lsn", lsn, strlen(lsn) };
 	if (created) {
@@ -351,8 +358,12 @@ out:
 		if (s->t[k].in_heap == 2)
 			s->t[k].in_heap = 0;
 	pg_buf_free(&tabs);
-	ingest_error(g, rc, i >= 0 ? "heap commit of" : "heap commit", i >= 0 ? s->t[i].name : NULL,
-	             s->err, sizeof s->err);
+	if (views_failed)
+		snprintf(s->err, sizeof s->err, "maintaining the views: %s (%s)", eg_errmsg(s->views),
+		         ah_strerror(rc));
+	else
+		ingest_error(g, rc, i >= 0 ? "heap commit of" : "heap commit",
+		             i >= 0 ? s->t[i].name : NULL, s->err, sizeof s->err);
 	ingest_abort(g);
 	return -1;
 }

@@ -25,6 +25,9 @@
  *   source "pg.settings"   the text settings both connections had when the
  *                          heap was made ("name=value" lines, source.h): a
  *                          restart with others is refused.
+ *   source "pg.views"      the view file and the types of the columns it
+ *                          uses (tools/pg/views.h); its arrangements view.*
+ *                          advance with the tables in every commit.
  *   source "pg.tables"     one line per table: relid, arrangement, schema,
  *                          table, key column indices, column names
  *                          (tab-separated, names escaped as escape.h).
@@ -53,6 +56,8 @@ typedef struct pg_table {
 	int in_heap;       /* 0: followed since this run (sink_add_table), its
 	                    * arrangement not made yet; 1: in the heap; 2: made
 	                    * by the sink_flush under way (pg.tables lists it) */
+	char **types;      /* ncols pg_type names, for the views (tools/pg/views.h);
+	                    * NULL when not read, an entry NULL when not known */
 	ingest_arr *arr;   /* its pending updates, in the sink's engine (set
 	                    * by sink_start or sink_add_table; NULL outside a
 	                    * sink); time 0 until their source txn commits */
@@ -72,6 +77,9 @@ typedef struct sink {
 	uint64_t total_txns, total_updates; /* of earlier runs (pg.stats) */
 	int stuck;           /* the last error is in the stream: a restart meets it again */
 	const char *settings; /* written as pg.settings by the next flush if set */
+	struct eg_graph *views; /* the views' operators (tools/pg/views.h), stepped
+	                       * in every flush's transaction after the tables;
+	                       * NULL: no views (not owned) */
 	pg_buf kv;           /* scratch for one row's key and val */
 	char err[1024];
 } sink;

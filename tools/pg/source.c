@@ -540,12 +540,12 @@ static int put_id(pg_src *s, pg_buf *q, const char *str)
 	return rc;
 }
 
+static int copy_out(pg_src *s, const char *q, int (*row)(void *, char *, size_t), void *ctx);
+
 int src_copy(pg_src *s, const pg_table *t, int (*row)(void *, char *, size_t), void *ctx)
 {
 	pg_buf q = { 0 };
-	PGresult *r = NULL;
-	char *line;
-	int rc = -1, n, bad;
+	int rc = -1, bad;
 
 	bad = pg_buf_put(&q, "COPY ", 5) || put_id(s, &q, t->nsp) || pg_buf_put(&q, ".", 1) ||
 	      put_id(s, &q, t->rel) || pg_buf_put(&q, " (", 2);
@@ -553,7 +553,22 @@ int src_copy(pg_src *s, const pg_table *t, int (*row)(void *, char *, size_t), v
 		bad = (c && pg_buf_put(&q, ", ", 2)) || put_id(s, &q, t->cols[c]);
 	if (bad || pg_buf_put(&q, ") TO STDOUT", 12))
 		goto oom;
-	r = PQexec(s->sql, (char *)q.p);
+	rc = copy_out(s, (char *)q.p, row, ctx);
+	goto out;
+oom:
+	fail(s, "out of memory");
+out:
+	pg_buf_free(&q);
+	return rc;
+}
+
+/* Runs a COPY ... TO STDOUT, row() per line. */
+static int copy_out(pg_src *s, const char *q, int (*row)(void *, char *, size_t), void *ctx)
+{
+	PGresult *r = PQexec(s->sql, q);
+	char *line;
+	int rc = -1, n, bad;
+
 	if (PQresultStatus(r) != PGRES_COPY_OUT) {
 		pq_fail(s, s->sql, "COPY");
 		goto out;
@@ -571,15 +586,55 @@ int src_copy(pg_src *s, const pg_table *t, int (*row)(void *, char *, size_t), v
 		goto out;
 	}
 	rc = 0;
-	goto out;
-oom:
-	fail(s, "out of memory");
 out:
 	PQclear(r);
 	while ((r = PQgetResult(s->sql)))
 		PQclear(r);
+	return rc;
+}
+
+int src_copy_query(pg_src *s, const char *sql, int (*row)(void *, char *, size_t), void *ctx)
+{
+	pg_buf q = { 0 };
+	int rc;
+
+	if (pg_buf_put(&q, "COPY (", 6) || pg_buf_put(&q, sql, strlen(sql)) ||
+	    pg_buf_put(&q, ") TO STDOUT", 12))
+		rc = fail(s, "out of memory");
+	else
+		rc = copy_out(s, (char *)q.p, row, ctx);
 	pg_buf_free(&q);
 	return rc;
+}
+
+int src_column_types(pg_src *s, pg_table *t, int nt)
+{
+	for (int i = 0; i < nt; i++) {
+		char oid[16];
+		const char *pv[1] = { oid };
+		snprintf(oid, sizeof oid, "%" PRIu32, t[i].relid);
+		PGresult *r = PQexecParams(s->sql,
+			"SELECT a.attname, y.typname FROM pg_attribute a JOIN pg_type y ON y.oid = a.atttypid "
+			"WHERE a.attrelid = $1::oid AND a.attnum > 0 AND NOT a.attisdropped "
+			"AND a.attgenerated = '' ORDER BY a.attnum", 1, NULL, pv, NULL, NULL, 0);
+		if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+			PQclear(r);
+			return pq_fail(s, s->sql, "reading the column types");
+		}
+		if (!t[i].types && !(t[i].types = calloc((size_t)t[i].ncols, sizeof(char *)))) {
+			PQclear(r);
+			return fail(s, "out of memory");
+		}
+		for (int k = 0; k < PQntuples(r); k++)
+			for (int c = 0; c < t[i].ncols; c++)
+				if (!strcmp(t[i].cols[c], PQgetvalue(r, k, 0)) && !t[i].types[c] &&
+				    !(t[i].types[c] = strdup(PQgetvalue(r, k, 1)))) {
+					PQclear(r);
+					return fail(s, "out of memory");
+				}
+		PQclear(r);
+	}
+	return 0;
 }
 
 int src_start(pg_src *s, uint64_t lsn)

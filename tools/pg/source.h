@@ -79,6 +79,10 @@ int src_tables(pg_src *s, pg_table **out, int *nt);
 int src_copy_begin(pg_src *s, const char *snapshot);
 int src_copy(pg_src *s, const pg_table *t, int (*row)(void *, char *, size_t), void *ctx);
 int src_copy_end(pg_src *s);
+/* COPY (sql) TO STDOUT in the same transaction: row() per line. */
+int src_copy_query(pg_src *s, const char *sql, int (*row)(void *, char *, size_t), void *ctx);
+/* Sets t[i].types (pg_type names per column) for t[0..nt) from the catalog. */
+int src_column_types(pg_src *s, pg_table *t, int nt);
 int src_publication(pg_src *s, pg_pub *out);
 /* Relation relid now: out->exists, and if it exists t gets its names,
  * columns and primary key (as src_tables; t's strings are malloc'd). */

@@ -140,3 +140,27 @@ bad:
 	         "it was not made by ah-pgsync");
 	return -1;
 }
+
+int stored_views(ah_heap *h, pg_buf *out, int *have, char *err, size_t errlen)
+{
+	ah_txn *txn = NULL;
+	const void *p;
+	size_t len;
+	int rc;
+
+	*have = 0;
+	out->len = 0;
+	if ((rc = ah_txn_begin(h, AH_TXN_RDONLY, &txn)) == 0) {
+		rc = ah_source_get(txn, "pg.views", &p, &len);
+		if (rc == 0) {
+			*have = 1;
+			rc = pg_buf_put(out, p, len) ? AH_ENOMEM : 0;
+		} else if (rc == AH_ENOTFOUND) {
+			rc = 0;
+		}
+	}
+	ah_txn_abort(txn);
+	if (rc)
+		snprintf(err, errlen, "reading the heap's pg.views: %s", ah_strerror(rc));
+	return rc ? -1 : 0;
+}

@@ -189,7 +189,10 @@ void table_clear(pg_table *t)
 {
 	for (int c = 0; t->cols && c < t->ncols; c++)
 		free(t->cols[c]);
+	for (int c = 0; t->types && c < t->ncols; c++)
+		free(t->types[c]);
 	free(t->cols);
+	free(t->types);
 	free(t->key);
 	free(t->nsp);
 	free(t->rel);

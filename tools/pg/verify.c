@@ -26,6 +26,7 @@
 
 #include "tools/pg/engine.h"
 #include "tools/pg/source.h"
+#include "tools/pg/views.h"
 
 typedef struct digest {
 	uint64_t a, b;
@@ -104,6 +105,25 @@ static int verify_row(void *ctx, char *line, size_t len)
 	return 0;
 }
 
+typedef struct qctx {
+	const views *vw;
+	int i, n;
+	pg_field *f;
+	pg_buf kv;
+	digest d;
+} qctx;
+
+static int query_row(void *ctx, char *line, size_t len)
+{
+	qctx *q = ctx;
+	size_t kl;
+
+	if (row_copy_split(line, len, q->f, q->n) != 0 || views_encode(q->vw, q->i, q->f, &q->kv, &kl))
+		return -1;
+	digest_add(&q->d, q->kv.p, kl, q->kv.p + kl, q->kv.len - kl, 1);
+	return 0;
+}
+
 /* What differs, for a table whose digests differ. */
 static void describe(char *buf, size_t len, const digest *table, const digest *heap)
 {
@@ -125,10 +145,11 @@ int cmd_verify(int argc, char **argv)
 	ah_heap *h = NULL;
 	pg_stored st = { 0 };
 	vctx v = { 0 };
-	pg_buf names = { 0 };
+	pg_buf names = { 0 }, names_v = { 0 };
+	views *vw = NULL;
 	char err[1024], l[32], what[100];
 	int64_t total = 0;
-	int status = 1, rc, ndiff = 0;
+	int status = 1, rc, ndiff = 0, have_views = 0;
 
 	for (int i = 1; i < argc; i++) {
 		if ((!strcmp(argv[i], "-d") || !strcmp(argv[i], "--dbname")) && i + 1 < argc)
@@ -188,16 +209,67 @@ int cmd_verify(int argc, char **argv)
 		       same ? "" : what, same ? "" : ")");
 		total += v.d.rows;
 	}
-	src_copy_end(&src);
-	if (ndiff) {
-		printf("DIFFERENT: %d of %d tables differ from the database at LSN %s: %.*s\n", ndiff,
-		       st.nt, l, (int)names.len, (const char *)names.p);
+	/* the views: each one's SELECT in the same snapshot, against its
+	 * arrangement at the frontier, as multisets of (key, val) */
+	if (stored_views(h, &names_v, &have_views, err, sizeof err) != 0) {
+		fprintf(stderr, "ah-pgsync verify: %s\n", err);
 		goto out;
 	}
-	printf("verified: %d tables, %" PRId64 " rows equal to the database at LSN %s\n", st.nt,
-	       total, l);
+	if (have_views) {
+		const char *text;
+		size_t tlen;
+		if (views_record_parse((const char *)names_v.p, names_v.len, st.t, st.nt, &text, &tlen,
+		                       err, sizeof err) ||
+		    views_compile(text, tlen, st.t, st.nt, &vw, err, sizeof err)) {
+			fprintf(stderr, "ah-pgsync verify: heap %s: %s\n", path, err);
+			goto out;
+		}
+	}
+	for (int i = 0; i < views_count(vw); i++) {
+		digest hd = { 0 };
+		const char *sql = views_sql(vw, i), *name = views_arrangement(vw, i);
+		qctx q = { .vw = vw, .i = i };
+		q.n = views_columns(vw, i);
+		if (!(q.f = calloc((size_t)q.n + 1, sizeof *q.f))) {
+			fprintf(stderr, "ah-pgsync verify: out of memory\n");
+			goto out;
+		}
+		rc = src_copy_query(&src, sql, query_row, &q);
+		free(q.f);
+		pg_buf_free(&q.kv);
+		if (rc) {
+			fprintf(stderr, "ah-pgsync verify: view %s: %s\n", name, src.err);
+			goto out;
+		}
+		if ((rc = heap_digest(h, name, st.lsn, &hd))) {
+			fprintf(stderr, "ah-pgsync verify: reading %s: %s\n", name, ah_strerror(rc));
+			goto out;
+		}
+		int same = hd.a == q.d.a && hd.b == q.d.b && hd.rows == q.d.rows;
+		if (!same) {
+			describe(what, sizeof what, &q.d, &hd);
+			if ((ndiff++ && pg_buf_put(&names, ", ", 2)) || pg_buf_put(&names, name, strlen(name))) {
+				fprintf(stderr, "ah-pgsync verify: out of memory\n");
+				goto out;
+			}
+		}
+		printf("%s: query %" PRId64 " rows, heap %" PRId64 " rows at LSN %s: %s%s%s\n", name,
+		       q.d.rows, hd.rows, l, same ? "equal" : "DIFFERENT (", same ? "" : what,
+		       same ? "" : ")");
+	}
+	src_copy_end(&src);
+	if (ndiff) {
+		printf("DIFFERENT: %d of %d tables%s differ from the database at LSN %s: %.*s\n",
+		       ndiff, st.nt + views_count(vw), views_count(vw) ? " and views" : "", l,
+		       (int)names.len, (const char *)names.p);
+		goto out;
+	}
+	printf("verified: %d tables, %" PRId64 " rows%s equal to the database at LSN %s\n", st.nt,
+	       total, views_count(vw) ? (views_count(vw) == 1 ? " and 1 view" : " and the views") : "", l);
 	status = 0;
 out:
+	views_free(vw);
+	pg_buf_free(&names_v);
 	pg_buf_free(&names);
 	pg_buf_free(&v.s.kv);
 	src_close(&src);
