@@ -655,7 +655,7 @@ static int join_side(eg_graph *g, ah_txn *txn, const node *nd, const uset *dl, i
 				if (s.a[j].t < lower)
 					s.a[j].t = 0;
 			if ((rc = uset_consolidate(&s)) != 0)
-				rc = fail(g, rc, "node %s: a count leaves int64", nd->out);
+				rc = eg__fail(g, rc, "node %s: a count leaves int64", nd->out);
 		}
 		if (rc == 0)
 			rc = join_key(g, nd, &dl->a[i], e - i, &s, d_is_a, out);
