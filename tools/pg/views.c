@@ -75,6 +75,7 @@ struct views {
 	/* the columns used, for the record: heap table index, column */
 	vcol *used;
 	int nused;
+	char prefix[21];  /* of every arrangement name ("view."): with a 40-byte view name and ".NN" it fits AH_NAME_MAX */
 };
 
 /* ---- callbacks ---------------------------------------------------------- */
@@ -445,7 +446,7 @@ static int need(cc *c, const vcol *fk, int nfk, const vcol *fv, int nfv, int j, 
 
 static int name_next(cc *c, char *buf)
 {
-	snprintf(buf, AH_NAME_MAX + 1, "view.%s.%d", c->pv->name, ++c->seq);
+	snprintf(buf, AH_NAME_MAX + 1, "%s%s.%d", c->vs->prefix, c->pv->name, ++c->seq);
 	return 0;
 }
 
@@ -525,7 +526,7 @@ static int compile_view(cc *c, view1 *out)
 	char left[AH_NAME_MAX + 1], right[AH_NAME_MAX + 1], outn[AH_NAME_MAX + 1];
 	int group = v->ngroup > 0;
 
-	snprintf(out->arr, sizeof out->arr, "view.%s", v->name);
+	snprintf(out->arr, sizeof out->arr, "%s%s", c->vs->prefix, v->name);
 	out->ncols = v->nitems;
 	for (int k = 0; k < v->nfrom; k++)
 		if (resolve_table(c, k))
@@ -759,6 +760,12 @@ out:
 int views_compile(const char *text, size_t len, const pg_table *t, int nt, views **out,
                   char *err, size_t errlen)
 {
+	return views_compile_as(text, len, t, nt, "view.", out, err, errlen);
+}
+
+int views_compile_as(const char *text, size_t len, const pg_table *t, int nt, const char *prefix,
+                     views **out, char *err, size_t errlen)
+{
 	vs_file f;
 	views *vs = NULL;
 	int rc;
@@ -772,6 +779,13 @@ int views_compile(const char *text, size_t len, const pg_table *t, int nt, views
 		snprintf(err, errlen, "out of memory");
 		goto out;
 	}
+	if (strlen(prefix) >= sizeof vs->prefix) {
+		rc = -1;
+		snprintf(err, errlen, "arrangement name prefix %s is over %zu bytes", prefix,
+		         sizeof vs->prefix - 1);
+		goto out;
+	}
+	strcpy(vs->prefix, prefix);
 	memcpy(vs->text, text, len);
 	vs->text[len] = 0;
 	vs->tlen = len;

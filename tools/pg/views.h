@@ -52,6 +52,11 @@ typedef struct views views;
  * of memory.  *out owned by the caller (views_free). */
 int views_compile(const char *text, size_t len, const pg_table *t, int nt, views **out,
                   char *err, size_t errlen);
+/* As views_compile, but every arrangement is named PREFIX + NAME (+ ".N")
+ * instead of "view." + NAME: a second reader's own views ("R.view."), or a
+ * recomputation beside the stored ones.  PREFIX is at most 20 bytes. */
+int views_compile_as(const char *text, size_t len, const pg_table *t, int nt, const char *prefix,
+                     views **out, char *err, size_t errlen);
 void views_free(views *v);
 
 /* The graph (owned by v): its inputs are the tables' arrangements. */
