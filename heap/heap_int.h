@@ -136,6 +136,10 @@ int heap_meta_check(const void *val, size_t len, uint32_t psize,
  * and every table value framed (record.c).  A no-op for format 2 and 3. */
 int heap_upgrade(heap *h);
 
+/* hold.c: makes t's file format 3 unless its meta record already says so
+ * (heap_put calls it before the first hold record of t). */
+int heap_hold_mark_format(heap_txn *t);
+
 /* txn.c: the checks every txn operation starts with. */
 int heap_txn_usable(const heap_txn *t, bool write);
 int heap_txn_fail(heap_txn *t, int rc);

@@ -108,8 +108,7 @@ int heap_hold_get(heap_txn *t, const char *arr, const char *name,
 	return decode(v, vlen, out);
 }
 
-/* Makes t's file format 3 unless its meta record already says so. */
-static int mark_format(heap_txn *t)
+int heap_hold_mark_format(heap_txn *t)
 {
 	heap *h = t->h;
 	MDB_val k = { sizeof HEAP_META_KEY - 1, (void *)HEAP_META_KEY }, v;
@@ -153,8 +152,6 @@ int heap_hold_put(heap_txn *t, const heap_hold *hd)
 	put_u64(val + 8, hd->frontier);
 	put_u64(val + 16, hd->lease_ms);
 	put_u64(val + 24, hd->renewed_ms);
-	if ((rc = mark_format(t)) != 0)
-		return heap_txn_fail(t, rc);
 	return heap_put(t, HEAP_T_HOLD, key, klen, val, sizeof val);
 }
 

@@ -99,6 +99,9 @@ int heap_put(heap_txn *t, enum heap_table tb, const void *key, size_t klen,
 		return heap_txn_fail(t, rc);
 	v.mv_size = vlen + HEAP_RECORD_FRAME;
 	rc = heap_space_need(t, (klen + v.mv_size + 16) / t->h->psize + 1);
+	/* A hold makes the file format 3 (hold.c), in the same txn. */
+	if (rc == 0 && tb == HEAP_T_HOLD)
+		rc = heap_hold_mark_format(t);
 	/* Reserved, then framed in place: the bytes are written once.  A new
 	 * name of the arr or source table also goes into the names digest. */
 	if (rc == 0 && (tb == HEAP_T_ARR || tb == HEAP_T_SOURCE)) {
