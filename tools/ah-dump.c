@@ -53,6 +53,7 @@ static const command commands[] = {
 	{ "updates", "updates NAME --batch ID [RANGE] [--limit N | --count]",
 	  CHECK, cmd_updates },
 	{ "source", "source NAME", CHECK, cmd_source },
+	{ "holds", "holds [NAME]", CHECK, cmd_holds },
 	{ "verify", "verify", 0, cmd_verify },
 	{ "space", "space [--scan]", CHECK, cmd_space },
 	{ "backup", "backup OUT [--same-uuid]", CHECK, cmd_backup },
@@ -134,6 +135,13 @@ static const char help_text[] =
 "ah-dump HEAP source NAME\n"
 "    the position of source NAME, its bytes exactly (--hex: hex and a\n"
 "    newline).   json: source bytes position(null if not text) position_hex\n"
+"ah-dump HEAP holds [NAME]\n"
+"    every read hold (of arrangement NAME), by arrangement then hold:\n"
+"    ARRANGEMENT<TAB>HOLD<TAB>FRONTIER<TAB>LEASE<TAB>RENEWED<TAB>STATE, LEASE\n"
+"    in ms or \"none\", RENEWED in UTC (ms), STATE live, expired (its lease\n"
+"    ran out: since may pass it) or released (expired and since passed it).\n"
+"    json: [arrangement] holds[]{arrangement name frontier lease_ms\n"
+"      renewed_ms renewed state}\n"
 "ah-dump HEAP verify\n"
 "    checks LMDB's pages (trees, free list, page accounting), then\n"
 "    recomputes every chunk checksum and checks every invariant (sorted,\n"
@@ -172,7 +180,8 @@ static const char help_text[] =
 "      complete salvage\n"
 "ah-dump HEAP since NAME SINCE\n"
 "ah-dump HEAP advance NAME UPPER\n"
-"    logical compaction (since only advances, never past the upper), and\n"
+"    logical compaction (since only advances, never past the upper nor a\n"
+"    live read hold: see holds), and\n"
 "    an empty advance of the upper; the library's rules and messages.\n"
 "    json: arrangement since_before since upper | upper_before upper since\n"
 "ah-dump HEAP maintain NAME [--fuel N]\n"

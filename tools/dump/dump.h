@@ -168,6 +168,7 @@ int cmd_get(dump *d, int argc, char **argv);
 int cmd_history(dump *d, int argc, char **argv);
 int cmd_updates(dump *d, int argc, char **argv);
 int cmd_source(dump *d, int argc, char **argv);
+int cmd_holds(dump *d, int argc, char **argv);
 int cmd_verify(dump *d, int argc, char **argv);
 int cmd_space(dump *d, int argc, char **argv);
 int cmd_backup(dump *d, int argc, char **argv);
