@@ -322,8 +322,32 @@ static void check_holds(verifier *v)
 			return;
 		if (rc == AH_ECORRUPT && (pos.klen != before ||
 		                          memcmp(last, pos.key, before) != 0)) {
-			report(v, UINT32_MAX, 0, 0, "hold record of %zu-byte key "
-			       "damaged (checksum, layout or key)", pos.klen);
+			char esc[4 * HEAP_HOLD_KEY_MAX + 1];
+			size_t o = 0;
+			uint32_t ai = UINT32_MAX;
+
+			/* arrangement/hold, as stored (maybe damaged) */
+			for (size_t i = 0; i < pos.klen; i++) {
+				unsigned char c = pos.key[i];
+
+				if (c == 0)
+					esc[o++] = '/';
+				else if (c >= 0x20 && c < 0x7f && c != '\\')
+					esc[o++] = (char)c;
+				else
+					o += (size_t)snprintf(esc + o, sizeof esc - o,
+					                      "\\x%02x", c);
+			}
+			esc[o] = 0;
+			for (size_t i = 0; i < v->nnames; i++) {
+				size_t n = strlen(v->names[i]);
+
+				if (n < pos.klen && pos.key[n] == 0 &&
+				    memcmp(v->names[i], pos.key, n) == 0)
+					ai = (uint32_t)i;
+			}
+			report(v, ai, 0, 0, "hold %s: record damaged (checksum, "
+			       "layout or key)", esc);
 			continue;
 		}
 		if (rc != 0) {
