@@ -4,7 +4,8 @@
  * arrangement, hold, frontier, lease, renewed time, state (live, expired:
  * its lease ran out, released: expired and since passed it).
  *
- * Only the public API; it never changes the heap.
+ * The summary lists them too (dump_summary_holds).  Only the public API;
+ * it never changes the heap.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -32,6 +33,14 @@ static void fmt_ms(uint64_t ms, char out[40])
 		         (unsigned)(ms % 1000u));
 }
 
+static void lease_text(const ah_hold_info *h, char out[32])
+{
+	if (h->lease_ms)
+		snprintf(out, 32, "%" PRIu64 "ms", h->lease_ms);
+	else
+		snprintf(out, 32, "none");
+}
+
 static int print_hold(const ah_hold_info *h, void *user)
 {
 	dump *d = user;
@@ -50,10 +59,7 @@ static int print_hold(const ah_hold_info *h, void *user)
 		tj_obj_end(&d->j);
 		return 0;
 	}
-	if (h->lease_ms)
-		snprintf(lease, sizeof lease, "%" PRIu64 "ms", h->lease_ms);
-	else
-		snprintf(lease, sizeof lease, "none");
+	lease_text(h, lease);
 	printf("%s\t%s\t%" PRIu64 "\t%s\t%s\t%s\n", h->arrangement, h->name,
 	       h->frontier, lease, when, state_of(h));
 	return 0;
@@ -77,5 +83,34 @@ int cmd_holds(dump *d, int argc, char **argv)
 		tj_arr_end(&d->j);
 		tj_obj_end(&d->j);
 	}
+	return 0;
+}
+
+static int summary_hold(const ah_hold_info *h, void *user)
+{
+	dump *d = user;
+	char when[40], lease[32];
+
+	if (d->json)
+		return print_hold(h, user);
+	fmt_ms(h->renewed_ms, when);
+	lease_text(h, lease);
+	printf("hold %s/%s: frontier %" PRIu64 ", lease %s, renewed %s, %s\n",
+	       h->arrangement, h->name, h->frontier, lease, when, state_of(h));
+	return 0;
+}
+
+int dump_summary_holds(dump *d)
+{
+	int rc;
+
+	if (d->json) {
+		tj_key(&d->j, "holds");
+		tj_arr(&d->j);
+	}
+	if ((rc = ah_hold_foreach(d->txn, NULL, summary_hold, d)) < 0)
+		return dump_lib_error(d, rc, "list holds");
+	if (d->json)
+		tj_arr_end(&d->j);
 	return 0;
 }
