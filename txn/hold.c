@@ -8,17 +8,17 @@
  * hold is a record (heap/hold.c) naming (arrangement, hold) with a
  * frontier, a lease and the time it was last renewed, and:
  *
- *   H1 a hold is *live* unless it is released, or its lease ran out
+ *   R1 a hold is *live* unless it is released, or its lease ran out
  *      (lease_ms != 0 and renewed_ms + lease_ms <= now, CLOCK_REALTIME ms);
- *   H2 since <= frontier of every live hold: ah_set_since past one is
+ *   R2 since <= frontier of every live hold: ah_set_since past one is
  *      AH_EFRONTIER naming it (the lowest one), and changes nothing;
- *   H3 a since that passes an expired hold marks it released (frontier
+ *   R3 a since that passes an expired hold marks it released (frontier
  *      kept): it holds nothing any more, until ah_hold_set re-establishes
  *      it at a frontier >= since;
- *   H4 ah_hold_set never sets a frontier below since (AH_ECOMPACTED: how a
+ *   R4 ah_hold_set never sets a frontier below since (AH_ECOMPACTED: how a
  *      reader learns its hold was released), nor moves an unreleased hold
  *      backwards (AH_EFRONTIER);
- *   H5 dropping a hold never changes since; dropping an arrangement drops
+ *   R5 dropping a hold never changes since; dropping an arrangement drops
  *      its holds.
  *
  * Clock: leases compare CLOCK_REALTIME of the process deciding (the one

@@ -344,7 +344,7 @@ int ah_set_since(ah_txn *t, const char *name, uint64_t since)
 		                name, since, frontier_time(arr_upper(a)));
 	if (rc)
 		goto out;
-	/* H2, H3 (txn/hold.c): never past a live hold. */
+	/* R2, R3 (txn/hold.c): never past a live hold. */
 	if (since > frontier_time(arr_since(a)))
 		TRY(txn_holds_before_since(t, name, since));
 	arr_set_since(a, frontier_of(since));

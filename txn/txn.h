@@ -81,8 +81,8 @@ int txn_foreign_abort_check(ah_txn *t);
 bool txn_name_ok(const char *name);
 
 /* hold.c.  Before since of ARR becomes SINCE: AH_EFRONTIER naming the
- * lowest live hold it would pass (H2), else marks the expired holds it
- * passes released (H3).  Poisons t on any error. */
+ * lowest live hold it would pass (R2), else marks the expired holds it
+ * passes released (R3).  Poisons t on any error. */
 int txn_holds_before_since(ah_txn *t, const char *arr, uint64_t since);
 /* Deletes every hold of ARR (ah_arrangement_drop); poisons on error. */
 int txn_holds_drop_all(ah_txn *t, const char *arr);
