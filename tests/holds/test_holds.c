@@ -591,6 +591,13 @@ Test(holds, bad_input_gives_its_error_and_changes_nothing)
 	cr_assert_eq(since_of("orders"), 10);
 }
 
+static int stop_fn(const ah_hold_info *hi, void *user)
+{
+	(void)hi;
+	++*(int *)user;
+	return 42;
+}
+
 Test(holds, callback_value_stops_the_walk)
 {
 	ah_txn *t;
@@ -601,6 +608,9 @@ Test(holds, callback_value_stops_the_walk)
 	int n = 0;
 	cr_assert_eq(ah_hold_foreach(t, NULL, count_fn, &n), 0);
 	cr_assert_eq(n, 2);
+	n = 0;
+	cr_assert_eq(ah_hold_foreach(t, "orders", stop_fn, &n), 42);
+	cr_assert_eq(n, 1);
 	ah_txn_abort(t);
 }
 
@@ -622,4 +632,90 @@ Test(holds, arrangement_drop_drops_its_holds)
 	EXPECT_HOLDS("orders", "");
 	cr_assert_eq(meet_of("orders"), UINT64_MAX);
 	cr_assert_eq(tl_verify(h, NULL), 0);
+}
+
+/* Hold keys sort among the meta DB's own records ("arrheap.meta" <
+ * "arrheap.meta\0x" < "arrheap.names" < "arrheap.names\0x"): a walk skips
+ * exactly those two records and no hold. */
+Test(holds, arrangements_named_like_catalog_records)
+{
+	ah_txn *t;
+
+	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
+	cr_assert_eq(ah_arrangement_create(t, "arrheap.meta"), 0);
+	cr_assert_eq(ah_arrangement_create(t, "arrheap.names"), 0);
+	cr_assert_eq(ah_arrangement_create(t, "arrheap"), 0);
+	cr_assert_eq(ah_hold_set(t, "arrheap.meta", "x", 0, 0), 0);
+	cr_assert_eq(ah_hold_set(t, "arrheap.names", "x", 0, 0), 0);
+	cr_assert_eq(ah_hold_set(t, "arrheap", "meta", 0, 0), 0);
+	cr_assert_eq(ah_txn_commit(t), 0);
+	EXPECT_HOLDS(NULL, "arrheap/meta 0 0 live;arrheap.meta/x 0 0 live;"
+	                   "arrheap.names/x 0 0 live;");
+	cr_assert_eq(meet_of("arrheap.meta"), 0);
+	cr_assert_eq(meet_of("arrheap.names"), 0);
+	cr_assert_eq(tl_verify(h, NULL), 0);
+	cr_assert_eq(ah_close(h), 0);
+	h = tl_open_path(dir.path, 0, 0);
+	EXPECT_HOLDS("arrheap.names", "arrheap.names/x 0 0 live;");
+	cr_assert_eq(tl_verify(h, NULL), 0);
+}
+
+Test(holds, dump_holds_empty_unknown_and_since_refused)
+{
+	char cmd[700], *out;
+
+	snprintf(cmd, sizeof cmd, "'%s/ah-dump' '%s' holds", tl_build(),
+	         dir.path);
+	cr_assert_eq(tl_sh(cmd, true, &out), 0);
+	cr_assert_str_eq(out, "");
+	free(out);
+	snprintf(cmd, sizeof cmd, "'%s/ah-dump' '%s' holds --json | tr -d ' \\n'",
+	         tl_build(), dir.path);
+	cr_assert_eq(tl_sh(cmd, true, &out), 0);
+	cr_assert_str_eq(out, "{\"holds\":[]}");
+	free(out);
+	snprintf(cmd, sizeof cmd, "'%s/ah-dump' '%s' holds nope", tl_build(),
+	         dir.path);
+	cr_assert_eq(tl_sh(cmd, true, &out), 1);
+	cr_assert(strstr(out, "unknown arrangement nope") != NULL, "%s", out);
+	free(out);
+	cr_assert_eq(set_hold("orders", "reader-2", 99, 0, NULL, 0), 0);
+	snprintf(cmd, sizeof cmd, "'%s/ah-dump' '%s' since orders 120", tl_build(),
+	         dir.path);
+	cr_assert_eq(tl_sh(cmd, true, &out), 1);
+	cr_assert(strstr(out, "since 120 of 'orders' would pass hold 'reader-2' "
+	                 "at 99 (no lease, set ") != NULL, "%s", out);
+	free(out);
+	cr_assert_eq(since_of("orders"), 0);
+	snprintf(cmd, sizeof cmd, "'%s/ah-dump' '%s' | grep '^hold '", tl_build(),
+	         dir.path);
+	cr_assert_eq(tl_sh(cmd, true, &out), 0);
+	cr_assert(strncmp(out, "hold orders/reader-2: frontier 99, lease none, "
+	                  "renewed 20", 48) == 0, "%s", out);
+	cr_assert(strstr(out, "Z, live\n") != NULL, "%s", out);
+	free(out);
+	snprintf(cmd, sizeof cmd, "'%s/ah-dump' '%s' verify", tl_build(),
+	         dir.path);
+	cr_assert_eq(tl_sh(cmd, true, &out), 0, "%s", out);
+	free(out);
+}
+
+/* A lease that cannot overflow: renewed + lease beyond 2^64 never expires. */
+Test(holds, huge_lease_never_expires)
+{
+	cr_assert_eq(set_hold("orders", "r", 5, UINT64_MAX, NULL, 0), 0);
+	EXPECT_HOLDS(NULL, "orders/r 5 18446744073709551615 live;");
+	cr_assert_eq(set_since("orders", 6, NULL, 0), AH_EFRONTIER);
+	cr_assert_eq(meet_of("orders"), 5);
+}
+
+/* A hold at UINT64_MAX never stops a since; one at the upper stops it
+ * exactly there. */
+Test(holds, frontier_extremes)
+{
+	cr_assert_eq(set_hold("orders", "max", UINT64_MAX, 0, NULL, 0), 0);
+	cr_assert_eq(set_since("orders", 200, NULL, 0), 0);
+	cr_assert_eq(meet_of("orders"), UINT64_MAX);
+	EXPECT_HOLDS(NULL, "orders/max 18446744073709551615 0 live;");
+	cr_assert_eq(set_hold("orders", "max", 200, 0, NULL, 0), AH_EFRONTIER);
 }
