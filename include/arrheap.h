@@ -50,6 +50,12 @@
  *  - The heap maps its whole size limit: by default the size of its
  *    filesystem (the file is sparse).  Under an address-space limit
  *    (ulimit -v) or valgrind, set ah_open_opts.max_bytes.
+ *  - Read hold leases (ah_hold_set) are judged by the wall clock
+ *    (CLOCK_REALTIME) of the process that advances since; keep the clocks
+ *    of the processes sharing a heap in step.  A binary older than read
+ *    holds refuses a heap that held one (format 3), but one that opened
+ *    the heap before its first hold was written does not notice it: run
+ *    one library version per heap at a time.
  *  - LMDB trusts its own pages.  Run ah_verify (in-process is safe) before
  *    reading a heap file you do not trust; once it (or ah_verify_pages)
  *    finds damaged LMDB pages, every call of this handle that would read

@@ -719,3 +719,25 @@ Test(holds, frontier_extremes)
 	EXPECT_HOLDS(NULL, "orders/max 18446744073709551615 0 live;");
 	cr_assert_eq(set_hold("orders", "max", 200, 0, NULL, 0), AH_EFRONTIER);
 }
+
+Test(holds, backup_carries_holds)
+{
+	char path[256];
+	ah_heap *r;
+	ah_heap_stat st;
+	char *a, *b;
+
+	cr_assert_eq(set_hold("orders", "r", 40, HOUR_MS, NULL, 0), 0);
+	tl_dir_file(&dir, "copy", path, sizeof path);
+	cr_assert_eq(ah_backup(h, path), 0);
+	r = tl_open_path(path, 0, 0);
+	cr_assert_eq(ah_heap_stat_get(r, &st), 0);
+	cr_assert_eq(st.format_version, 3);
+	a = holds_text(NULL);
+	b = holds_text_of(r, NULL);
+	cr_assert_str_eq(a, "orders/r 40 3600000 live;");
+	cr_assert_str_eq(b, a);
+	free(a);
+	free(b);
+	cr_assert_eq(ah_close(r), 0);
+}
