@@ -23,7 +23,7 @@
  *
  * Clock: leases compare CLOCK_REALTIME of the process deciding (the one
  * advancing since) with renewed_ms stored by the one renewing.  A clock set
- * back by J makes a hold expire J later (never never: a renewed time in the
+ * back by J makes a hold expire J later, not never (a renewed time in the
  * future just counts as "not yet expired"); a clock set forward by J makes
  * it expire up to J early, never earlier.  Nothing else uses the clock.
  *
