@@ -65,12 +65,12 @@ $(BUILD)/obj/%.o: %.c $(HDRS) $(BUILD)/.flags | deps
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
 # Tests by what they may see (conventions §7).  tests/api, tests/crash,
-# tests/stress and tests/misuse see only the public header: they are
+# tests/stress, tests/misuse and tests/holds see only the public header: they are
 # compiled without -I. (and without libpq's include path), so an
 # #include "heap/heap.h" or "tools/common/..." there does not compile.
 # Their helpers are tests/lib (public API only).  The other kinds (unit,
 # fault, format, dump, pg, cases) may see internals and get -I. as well.
-PUBLIC_TEST_DIRS := tests/api tests/crash tests/stress tests/misuse
+PUBLIC_TEST_DIRS := tests/api tests/crash tests/stress tests/misuse tests/holds
 PUBLIC_TEST_OBJ := $(filter $(addsuffix /%,$(addprefix $(BUILD)/obj/,$(PUBLIC_TEST_DIRS))),$(TEST_OBJ))
 CFLAGS_PUBLIC_TEST := $(filter-out -I. -I$(PG_INC),$(CFLAGS_ALL)) -Itests/lib
 $(PUBLIC_TEST_OBJ): $(BUILD)/obj/%.o: %.c $(HDRS) $(BUILD)/.flags | deps

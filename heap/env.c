@@ -144,8 +144,8 @@ static int catalog(heap *h, MDB_env *env, bool create, bool prealloc)
 	rc = HEAP_MDB(mdb_get(txn, h->dbi[HEAP_DBI_META], &k, &v));
 	if (rc == MDB_NOTFOUND && create) {
 		TRY(heap_uuid_new(h->uuid));
-		heap_meta_encode(rec, h->psize, h->uuid, HEAP_FORMAT_VERSION);
-		h->format = HEAP_FORMAT_VERSION;
+		heap_meta_encode(rec, h->psize, h->uuid, HEAP_FORMAT_BASE);
+		h->format = HEAP_FORMAT_BASE;
 		v.mv_size = sizeof rec;
 		v.mv_data = rec;
 		TRY(heap_err(HEAP_MDB(mdb_put(txn, h->dbi[HEAP_DBI_META], &k, &v,
@@ -398,7 +398,7 @@ int heap_open(const char *path, const ah_open_opts *opts, heap **out)
 	}
 	pthread_mutex_unlock(&registry_mu);
 	/* A writable open of a format-1 heap makes it format 2 (heap.h). */
-	if (rc == 0 && h->format < HEAP_FORMAT_VERSION &&
+	if (rc == 0 && h->format < HEAP_FORMAT_BASE &&
 	    !(o.flags & AH_OPEN_RDONLY) && (rc = heap_upgrade(h)) != 0) {
 		heap_close(h);
 		return rc;

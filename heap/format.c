@@ -37,7 +37,7 @@
  *
  *   off  size  field
  *     0     8  magic              "ARRHEAP\0"
- *     8     4  format version     1 or 2 (HEAP_FORMAT_VERSION)
+ *     8     4  format version     1, 2 or 3 (heap.h: 3 = may hold holds)
  *    12     4  page size          bytes
  *    16     4  byte-order marker  0x01020304
  *    20     4  number of classes  HEAP_NCLASSES
@@ -290,7 +290,7 @@ int heap_upgrade(heap *h)
 	/* Inside the writer lock: another process may have upgraded it. */
 	TRY(heap_err(HEAP_MDB(mdb_get(t->txn, h->dbi[HEAP_DBI_META], &k, &v))));
 	TRY(heap_meta_check(v.mv_data, v.mv_size, h->psize, uuid, &ver));
-	if (ver < HEAP_FORMAT_VERSION) {
+	if (ver < HEAP_FORMAT_BASE) {
 		uint64_t names[4];
 
 		for (int tb = 0; tb < HEAP_T__COUNT; tb++)
@@ -298,7 +298,7 @@ int heap_upgrade(heap *h)
 		TRY(heap_names_compute(t->txn, h->dbi, names));
 		TRY(heap_space_need(t, 2));
 		TRY(heap_names_put_raw(t->txn, h->dbi[HEAP_DBI_META], names));
-		heap_meta_encode(rec, h->psize, uuid, HEAP_FORMAT_VERSION);
+		heap_meta_encode(rec, h->psize, uuid, HEAP_FORMAT_BASE);
 		v.mv_size = sizeof rec;
 		v.mv_data = rec;
 		TRY(heap_space_need(t, 2));
@@ -308,7 +308,7 @@ int heap_upgrade(heap *h)
 	rc = heap_txn_commit(t);
 	t = NULL;
 	if (rc == 0)
-		h->format = HEAP_FORMAT_VERSION;
+		h->format = ver < HEAP_FORMAT_BASE ? HEAP_FORMAT_BASE : ver;
 out:
 	if (t != NULL)
 		heap_txn_abort(t);

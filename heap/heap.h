@@ -34,23 +34,40 @@ typedef struct heap_txn heap_txn;
  *     exactly the pages it touches; every table value (arrangement and
  *     batch records, source positions, the batch id counter) is framed
  *     with a checksum over its table, key and bytes (record.c).
- * This library writes version 2.  It reads version 1; the first writable
- * open of a version-1 heap upgrades it in one transaction (meta record and
+ *  3  as 2, and the meta DB may hold read holds (hold.c): a binary that
+ *     does not know holds must not open it, since its ah_set_since would
+ *     compact past them.
+ * This library reads versions 1 to 3 (HEAP_FORMAT_MIN..HEAP_FORMAT_VERSION).
+ * New heaps are version 2 (HEAP_FORMAT_BASE), and the first writable open
+ * of a version-1 heap upgrades it to 2 in one transaction (meta record and
  * every table value rewritten; chunks stay as they are, version-1 chunks
- * are checked whole, and merges rewrite them).  Any other version is
- * AH_EFORMAT.  The layouts inside chunk bodies and records have their own
- * version fields (arrangement/). */
-#define HEAP_FORMAT_VERSION 2
+ * are checked whole, and merges rewrite them).  The transaction that
+ * writes a heap's first hold makes it version 3 (heap_hold_put), so a heap
+ * without holds stays readable by the binaries that know only 2; a heap
+ * never goes back from 3.  Any other version is AH_EFORMAT.  The layouts
+ * inside chunk bodies and records have their own version fields
+ * (arrangement/). */
+#define HEAP_FORMAT_VERSION 3
+#define HEAP_FORMAT_BASE 2
+#define HEAP_FORMAT_HOLDS 3
 #define HEAP_FORMAT_MIN 1
 
-/* Small tables, one LMDB named database each.  Keys 1 to 511 bytes
+/* Small tables, one LMDB named database each, and the holds table, which
+ * lives in the meta DB beside the catalog records (so a heap without holds
+ * has exactly the DBs a format-2 binary knows).  Keys 1 to 511 bytes
  * (AH_EINVAL otherwise).  HEAP_T_BATCH is MDB_INTEGERKEY: its keys must be
- * exactly 8 bytes (a native u64) and iterate in numeric order. */
+ * exactly 8 bytes (a native u64) and iterate in numeric order.
+ * HEAP_T_HOLD keys contain a NUL (arrangement NUL hold), which no catalog
+ * key does; heap_next over it skips the catalog records.  Use the
+ * heap_hold_* calls below rather than the table calls for it. */
 enum heap_table {
 	HEAP_T_ARR = 0,   /* arrangement name -> arrangement record (spine) */
 	HEAP_T_BATCH = 1, /* u64 batch id (native) -> batch record */
 	HEAP_T_SOURCE = 2,/* source name -> opaque position bytes */
-	HEAP_T__COUNT
+	HEAP_T__COUNT,    /* the tables with a named DB of their own */
+	HEAP_T_HOLD = HEAP_T__COUNT, /* arrangement NUL hold -> hold record,
+	                  * in the meta DB (same index as its DBI and tree) */
+	HEAP_T__ALL
 };
 
 /* ------------------------------------------------------------ lifecycle */
@@ -271,6 +288,42 @@ int heap_catalog_check(heap_txn *t, void (*fn)(const char *problem, void *user),
  * when there is none.  Errors: AH_EINVAL, AH_ECORRUPT. */
 int heap_last_below(heap_txn *t, enum heap_table tb, uint64_t below,
                     uint64_t *id);
+
+/* Read holds (hold.c): one record per (arrangement, hold name), framed
+ * like every table value, in the meta DB.  This layer stores and checks
+ * them; what they mean (leases, since) is txn/hold.c's. */
+#define HEAP_HOLD_RELEASED 0x1u  /* since passed it after its lease ran out */
+#define HEAP_HOLD_KEY_MAX (2 * AH_NAME_MAX + 1)
+typedef struct heap_hold {
+	char arr[AH_NAME_MAX + 1];   /* NUL-terminated */
+	char name[AH_NAME_MAX + 1];
+	uint64_t frontier;           /* since <= frontier while it holds */
+	uint64_t lease_ms;           /* 0: no lease */
+	uint64_t renewed_ms;         /* CLOCK_REALTIME ms of the last set */
+	uint32_t flags;              /* HEAP_HOLD_* */
+} heap_hold;
+/* A walk's place: the last key answered (klen 0: before the first). */
+typedef struct heap_hold_pos {
+	size_t klen;
+	uint8_t key[HEAP_HOLD_KEY_MAX];
+} heap_hold_pos;
+
+/* Looks up hold NAME of ARR (names 1 to AH_NAME_MAX bytes, no NUL).
+ * Errors: AH_ENOTFOUND, AH_EINVAL, AH_ECORRUPT (frame or layout). */
+int heap_hold_get(heap_txn *t, const char *arr, const char *name,
+                  heap_hold *out);
+/* Creates or replaces the hold; the first hold of a heap of format < 3
+ * rewrites its meta record as format 3 in t.  Errors: as heap_put, and
+ * AH_ECORRUPT (meta record); poisons t on failure. */
+int heap_hold_put(heap_txn *t, const heap_hold *hd);
+/* Errors: AH_ENOTFOUND (nothing changes), as heap_del. */
+int heap_hold_del(heap_txn *t, const char *arr, const char *name);
+/* The hold after *pos in key order (arrangement, then name): 0 with *out
+ * filled and *pos moved to it, AH_ENOTFOUND past the last.  AH_ECORRUPT
+ * for a record that fails its frame or layout: *pos is moved past it when
+ * its key could be read (a walk may report it and go on; compare klen),
+ * else left as it was (the table cannot be walked: stop). */
+int heap_hold_next(heap_txn *t, heap_hold_pos *pos, heap_hold *out);
 
 /* Debug checks (invariants), compiled in every build, on when
  * AH_DEBUG is set in the environment at open. */

@@ -38,7 +38,7 @@ struct heap {
 	uint64_t map_bytes;    /* current LMDB map size */
 	uint64_t reserved_to;  /* bytes [0, reserved_to) fallocated (space.c) */
 	uint8_t uuid[16];
-	uint32_t format;       /* HEAP_FORMAT_VERSION of the file (1 or 2) */
+	uint32_t format;       /* format version of the file (1, 2 or 3) */
 	pool *pool;
 	struct heap_vcache *vcache; /* pages checked by seeks (chunk.c) */
 	uint8_t *wbuf;         /* chunk.c: a regular chunk's value assembled
@@ -63,6 +63,7 @@ struct heap_txn {
 	bool names_loaded, names_have, names_dirty;
 	unsigned names_ok;     /* tables (bits) walked and found in step */
 	uint64_t names[4];
+	bool format_holds;     /* hold.c: t made (or saw) the file format 3 */
 	uint64_t bound_pages;  /* pages this write txn may touch (space.c) */
 	/* chunk.c: the reserved chunk being assembled in h->wbuf (0: none),
 	 * its value's size and its offset in the file. */
@@ -132,8 +133,12 @@ void heap_meta_encode(uint8_t out[HEAP_META_BYTES], uint32_t psize,
 int heap_meta_check(const void *val, size_t len, uint32_t psize,
                     uint8_t uuid[16], uint32_t *version);
 /* Rewrites a format-1 heap as format 2 in one write txn: the meta record
- * and every table value framed (record.c).  A no-op for format 2. */
+ * and every table value framed (record.c).  A no-op for format 2 and 3. */
 int heap_upgrade(heap *h);
+
+/* hold.c: makes t's file format 3 unless its meta record already says so
+ * (heap_put calls it before the first hold record of t). */
+int heap_hold_mark_format(heap_txn *t);
 
 /* txn.c: the checks every txn operation starts with. */
 int heap_txn_usable(const heap_txn *t, bool write);

@@ -1,7 +1,7 @@
 /*
  * heap/record.c - checked records: every value of the small tables
  * (arrangement records, batch records, the batch id counter, source
- * positions) is stored framed with a checksum over its table, its key and
+ * positions, read holds) is stored framed with a checksum over its table, its key and
  * its bytes, so that a flipped byte anywhere in it, or in the key it is
  * stored under (a renamed arrangement, a batch record under another id),
  * is AH_ECORRUPT instead of a wrong answer.  Format 2 (heap.h).
@@ -61,7 +61,7 @@ int heap_record_unframe(const heap *h, int tb, const void *key, size_t klen,
 		*vlen -= HEAP_RECORD_FRAME;
 		return 0;
 	}
-	if (h->format < 2)
-		return 0; /* a raw version-1 value */
+	if (h->format < 2 && tb != HEAP_T_HOLD)
+		return 0; /* a raw version-1 value (holds are never raw) */
 	return CORRUPT("record checksum (value or key damaged)");
 }

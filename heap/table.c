@@ -31,12 +31,30 @@
 
 static int check_key(enum heap_table tb, const void *key, size_t klen)
 {
-	if ((unsigned)tb >= HEAP_T__COUNT || key == NULL || klen == 0 ||
+	if ((unsigned)tb >= HEAP_T__ALL || key == NULL || klen == 0 ||
 	    klen > MAX_KEY)
 		return AH_EINVAL;
 	if (tb == HEAP_T_BATCH && klen != sizeof(uint64_t))
 		return AH_EINVAL;
+	/* A hold key never names a catalog record of the meta DB. */
+	if (tb == HEAP_T_HOLD && memchr(key, 0, klen) == NULL)
+		return AH_EINVAL;
 	return 0;
+}
+
+/* The meta DB's own records, which a walk of the holds table skips: every
+ * other key there is a hold's (and is checked as one). */
+static bool catalog_key(enum heap_table tb, const MDB_val *k)
+{
+	static const char *const keys[] = { HEAP_META_KEY, "arrheap.names" };
+
+	if (tb != HEAP_T_HOLD)
+		return false;
+	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+		if (k->mv_size == strlen(keys[i]) &&
+		    memcmp(k->mv_data, keys[i], k->mv_size) == 0)
+			return true;
+	return false;
 }
 
 int heap_get(heap_txn *t, enum heap_table tb, const void *key, size_t klen,
@@ -81,6 +99,9 @@ int heap_put(heap_txn *t, enum heap_table tb, const void *key, size_t klen,
 		return heap_txn_fail(t, rc);
 	v.mv_size = vlen + HEAP_RECORD_FRAME;
 	rc = heap_space_need(t, (klen + v.mv_size + 16) / t->h->psize + 1);
+	/* A hold makes the file format 3 (hold.c), in the same txn. */
+	if (rc == 0 && tb == HEAP_T_HOLD)
+		rc = heap_hold_mark_format(t);
 	/* Reserved, then framed in place: the bytes are written once.  A new
 	 * name of the arr or source table also goes into the names digest. */
 	if (rc == 0 && (tb == HEAP_T_ARR || tb == HEAP_T_SOURCE)) {
@@ -156,7 +177,7 @@ int heap_next(heap_txn *t, enum heap_table tb, const void *after, size_t alen,
 	*key = NULL;
 	if (after != NULL && (rc = check_key(tb, after, alen)) != 0)
 		return rc;
-	if ((unsigned)tb >= HEAP_T__COUNT)
+	if ((unsigned)tb >= HEAP_T__ALL)
 		return AH_EINVAL;
 	if ((rc = heap_trees_usable(t->h, HEAP_TREE_BIT(tb))) != 0)
 		return rc;
@@ -169,6 +190,9 @@ int heap_next(heap_txn *t, enum heap_table tb, const void *after, size_t alen,
 		    memcmp(k.mv_data, after, alen) == 0)
 			rc = HEAP_MDB(mdb_cursor_get(cur, &k, &v, MDB_NEXT));
 	}
+	/* Two catalog keys at most; each skip still moves forward. */
+	for (int skips = 0; rc == 0 && catalog_key(tb, &k) && skips < 2; skips++)
+		rc = HEAP_MDB(mdb_cursor_get(cur, &k, &v, MDB_NEXT));
 	TRY(heap_err(rc));
 	if (k.mv_size == 0 || k.mv_size > MAX_KEY ||
 	    (tb == HEAP_T_BATCH && k.mv_size != sizeof(uint64_t)) ||

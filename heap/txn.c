@@ -178,6 +178,8 @@ int heap_txn_commit(heap_txn *t)
 		mdb_txn_abort(t->txn);
 	} else {
 		rc = heap_err(heap_fault_commit(t->txn));
+		if (rc == 0 && t->format_holds && t->h->format < HEAP_FORMAT_HOLDS)
+			t->h->format = HEAP_FORMAT_HOLDS; /* hold.c */
 	}
 	release(t);
 	return rc;

@@ -50,6 +50,12 @@
  *  - The heap maps its whole size limit: by default the size of its
  *    filesystem (the file is sparse).  Under an address-space limit
  *    (ulimit -v) or valgrind, set ah_open_opts.max_bytes.
+ *  - Read hold leases (ah_hold_set) are judged by the wall clock
+ *    (CLOCK_REALTIME) of the process that advances since; keep the clocks
+ *    of the processes sharing a heap in step.  A binary older than read
+ *    holds refuses a heap that held one (format 3), but one that opened
+ *    the heap before its first hold was written does not notice it: run
+ *    one library version per heap at a time.
  *  - LMDB trusts its own pages.  Run ah_verify (in-process is safe) before
  *    reading a heap file you do not trust; once it (or ah_verify_pages)
  *    finds damaged LMDB pages, every call of this handle that would read
@@ -187,7 +193,8 @@ int ah_set_max_bytes(ah_heap *heap, uint64_t max_bytes);
 
 typedef struct ah_heap_stat {
 	uint32_t format_version;    /* the file's: 1 (read-only opens of old
-	                             * heaps) or 2 */
+	                             * heaps), 2, or 3 once it held a read
+	                             * hold (ah_hold_set) */
 	uint32_t page_size;         /* bytes */
 	uint8_t uuid[16];           /* heap UUID, fixed at creation */
 	uint64_t map_bytes;         /* virtual map size (= size limit) */
@@ -300,7 +307,8 @@ int ah_arrangement_info_get(ah_txn *txn, const char *name,
  * empty NAME).  The pages return to LMDB's free list when txn commits and
  * are reused once no read snapshot can still see them: a snapshot begun
  * before the commit goes on reading NAME whole.  Source positions are not
- * touched (they may describe other arrangements too).  Errors: AH_EINVAL
+ * touched (they may describe other arrangements too); its read holds are
+ * dropped with it.  Errors: AH_EINVAL
  * (bad name), AH_ENOTFOUND, AH_EREADONLY, AH_EBADTXN, AH_ESTATE (a builder
  * is open), AH_ECORRUPT (a batch record or chunk it lists is missing),
  * AH_EFULL, AH_EIO; each poisons the txn.  Source: LMDB mdb_drop;
@@ -375,10 +383,18 @@ int ah_advance(ah_txn *txn, const char *name, uint64_t expected_upper,
                uint64_t new_upper);
 
 /* Logical compaction: sets NAME's since.  since never goes backwards and
- * never beyond upper: AH_EFRONTIER otherwise (message names both).  Reads at
- * as_of < since fail afterwards.  Errors: AH_EFRONTIER, AH_ENOTFOUND,
- * AH_EINVAL, AH_EREADONLY, AH_EBADTXN; each poisons the txn.  Source:
- * differential dataflow's TraceReader::set_logical_compaction. */
+ * never beyond upper: AH_EFRONTIER otherwise (message names both).  Nor
+ * past a live read hold of NAME (ah_hold_set): a since above a live
+ * hold's frontier is AH_EFRONTIER, and the message names the lowest such
+ * hold, its frontier and its lease ("since 120 of 'orders' would pass hold
+ * 'reader-2' at 99 (lease 30000 ms, renewed 2026-12-01T12:00:00.123Z)").
+ * Holds whose lease ran out do not stop it; those it passes are kept,
+ * marked released (ah_hold_info.released).  Reads at as_of < since fail
+ * afterwards.  Errors: AH_EFRONTIER, AH_ENOTFOUND, AH_EINVAL, AH_EREADONLY,
+ * AH_EBADTXN, AH_ECORRUPT (a damaged hold record anywhere in the heap: a
+ * since is never decided without every hold), AH_ENOMEM, AH_EFULL, AH_EIO;
+ * each poisons the txn.  Source: differential dataflow's
+ * TraceReader::set_logical_compaction. */
 int ah_set_since(ah_txn *txn, const char *name, uint64_t since);
 
 /* Spends up to fuel units of merge work (one unit = one input update read;
@@ -390,6 +406,88 @@ int ah_set_since(ah_txn *txn, const char *name, uint64_t since);
  * batch.  *idle (may be NULL) is set to 1 when nothing is left to do.  Errors: as ah_append.
  * Source: differential dataflow's Spine::exert (spine_fueled). */
 int ah_maintain(ah_txn *txn, const char *name, uint64_t fuel, int *idle);
+
+/* ---------------------------------------------------------- read holds */
+
+/* Durable named read holds: a reader that will read NAME at times >= F
+ * sets a hold at frontier F, and no since of NAME passes F while the hold
+ * lives, in this process or any other, across crashes and restarts: holds
+ * are records in the heap, checksummed like every record, committed with
+ * the transaction that sets them, carried by ah_backup and by snapshots
+ * (ah_snapshot_push / restore).  An arrangement's since never passes the
+ * meet (minimum frontier) of its live holds.
+ *
+ * A hold may carry a lease (ms): it lives until dropped, or until its
+ * lease runs out without a renewal (renewed_ms + lease_ms <= now, in
+ * CLOCK_REALTIME ms since the epoch; each ah_hold_set renews), so that a
+ * reader that died stops holding compaction back.  A hold whose lease ran
+ * out (expired) does not stop ah_set_since; once a since passes its
+ * frontier it is marked released and kept (ah-dump holds shows it), and
+ * the reader learns it from its next ah_hold_set (AH_ECOMPACTED).  The
+ * clock is the wall clock of the process that decides: set back by J it
+ * lets a hold live J longer (never forever); set forward by J it expires
+ * holds up to J early, never earlier.
+ *
+ * Hold names follow the arrangement name rules (1 to AH_NAME_MAX bytes of
+ * [A-Za-z0-9_.:/-]); a hold is named by (arrangement, hold name).  The
+ * first hold written to a heap makes its file format 3 (ah_heap_stat),
+ * which binaries that do not know holds refuse to open (AH_EFORMAT), so
+ * none of them can compact past a hold.
+ * Source: differential dataflow's TraceAgent (set_logical_compaction over
+ * a MutableAntichain of its readers' frontiers); Materialize's ReadHold
+ * and persist's since handles with leases. */
+
+/* Creates hold HOLD of arrangement ARR at FRONTIER, or moves it there, and
+ * renews its lease: lease_ms from now (0: no lease, it holds until
+ * dropped).  Errors: AH_ECOMPACTED (FRONTIER < ARR's since: the message
+ * says both, and whether the hold was released; nothing changes),
+ * AH_EFRONTIER (the hold exists, is not released, and FRONTIER is below
+ * its frontier: holds never move back), AH_EINVAL (NULL or bad names),
+ * AH_ENOTFOUND (no arrangement ARR), AH_EREADONLY, AH_EBADTXN, AH_ECORRUPT
+ * (the stored hold is damaged), AH_EFULL, AH_EIO; each poisons the txn.  A
+ * released hold set again at a FRONTIER >= since lives again.  Source:
+ * Materialize's ReadHold::try_downgrade, persist's heartbeat of a since
+ * handle. */
+int ah_hold_set(ah_txn *txn, const char *arrangement, const char *hold,
+                uint64_t frontier, uint64_t lease_ms);
+
+/* Removes hold HOLD of ARR.  since does not change (so dropping one hold
+ * never compacts past another: the next ah_set_since is checked against
+ * the holds left).  Errors: AH_ENOTFOUND (no arrangement ARR, or no such
+ * hold), AH_EINVAL, AH_EREADONLY, AH_EBADTXN, AH_EFULL, AH_EIO; each
+ * poisons the txn.  ah_arrangement_drop drops an arrangement's holds. */
+int ah_hold_drop(ah_txn *txn, const char *arrangement, const char *hold);
+
+typedef struct ah_hold_info {
+	const char *arrangement; /* valid during the callback only */
+	const char *name;        /* the hold's name (valid likewise) */
+	uint64_t frontier;       /* since may not pass it: since <= frontier */
+	uint64_t lease_ms;       /* 0: no lease (holds until dropped) */
+	uint64_t renewed_ms;     /* CLOCK_REALTIME ms since the epoch of the
+	                          * last ah_hold_set */
+	int expired;             /* 1: lease ran out (renewed_ms + lease_ms
+	                          * <= now) */
+	int released;            /* 1: expired AND a since advanced past its
+	                          * frontier: it holds nothing any more */
+} ah_hold_info;
+
+typedef int (*ah_hold_fn)(const ah_hold_info *h, void *user);
+
+/* Calls fn for every hold of ARR (NULL: of every arrangement), by
+ * arrangement name then hold name; expired is judged against the clock
+ * at the call.  Reads only; does not poison.  A nonzero return from fn
+ * stops the walk and is returned.  Errors: AH_EINVAL (NULL fn, bad name),
+ * AH_ENOTFOUND (no arrangement ARR), AH_ECORRUPT (a damaged hold record;
+ * the walk stops), AH_EBADTXN, AH_EFORK, or fn's value. */
+int ah_hold_foreach(ah_txn *txn, const char *arrangement, ah_hold_fn fn,
+                    void *user);
+
+/* *meet = the largest since ARR's live holds allow: the minimum frontier
+ * over its holds that are neither expired nor released; UINT64_MAX (and
+ * 0 returned) when it has none.  Reads only; does not poison.  Errors:
+ * AH_EINVAL, AH_ENOTFOUND, AH_ECORRUPT, AH_EBADTXN, AH_EFORK.  Source:
+ * differential dataflow's MutableAntichain::frontier of the holds. */
+int ah_hold_meet(ah_txn *txn, const char *arrangement, uint64_t *meet);
 
 /* ------------------------------------------------------------- sources */
 
@@ -608,7 +706,9 @@ typedef struct ah_verify_stats {
  * offsets in bounds, counts), batch since <= the arrangement's since; every
  * chunk referenced by exactly one batch record and every batch record by
  * exactly one spine (chain or merge output), none leaked; every stored
- * arrangement name a valid name.  Each problem is passed to fn (may be
+ * arrangement name a valid name; every read hold record (checksum, layout,
+ * names, an arrangement that exists, since <= frontier unless released,
+ * frontier < since when released).  Each problem is passed to fn (may be
  * NULL: then only counted) and the check goes on.  Cost: the page check,
  * then every chunk read once for its checksum and once more for its
  * structure (the second from the page cache).  *st (may be NULL) gets the

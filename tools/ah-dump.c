@@ -53,6 +53,7 @@ static const command commands[] = {
 	{ "updates", "updates NAME --batch ID [RANGE] [--limit N | --count]",
 	  CHECK, cmd_updates },
 	{ "source", "source NAME", CHECK, cmd_source },
+	{ "holds", "holds [NAME]", CHECK, cmd_holds },
 	{ "verify", "verify", 0, cmd_verify },
 	{ "space", "space [--scan]", CHECK, cmd_space },
 	{ "backup", "backup OUT [--same-uuid]", CHECK, cmd_backup },
@@ -88,13 +89,14 @@ static const char help_text[] =
 "    summary.  Lines \"arrangement NAME: upper, since, batches, updates, keys\n"
 "    (summed over batches), bytes\" and \"source NAME: position P\" (text; a\n"
 "    text of several lines follows, indented; else hex:...; long ones cut),\n"
+"    \"hold ARR/NAME: frontier F, lease L, renewed T, STATE\" (as holds),\n"
 "    then the heap: format version, uuid, apparent/allocated file size, map\n"
 "    size, pages used/free, last commit, reader slots in use.\n"
 "    json: heap format_version uuid page_size file_bytes file_alloc_bytes\n"
 "      map_bytes pages_used pages_free last_txn_id readers_used readers_max\n"
 "      arrangements[]{name upper since batches merging updates keys chunks\n"
 "      bytes chunk_bytes} sources[]{name position(null if not text)\n"
-"      position_hex}\n"
+"      position_hex} holds[] (as holds)\n"
 "ah-dump HEAP arrangements\n"
 "    arrangement names, one per line.   json: arrangements[] (names)\n"
 "ah-dump HEAP batches NAME\n"
@@ -134,6 +136,13 @@ static const char help_text[] =
 "ah-dump HEAP source NAME\n"
 "    the position of source NAME, its bytes exactly (--hex: hex and a\n"
 "    newline).   json: source bytes position(null if not text) position_hex\n"
+"ah-dump HEAP holds [NAME]\n"
+"    every read hold (of arrangement NAME), by arrangement then hold:\n"
+"    ARRANGEMENT<TAB>HOLD<TAB>FRONTIER<TAB>LEASE<TAB>RENEWED<TAB>STATE, LEASE\n"
+"    in ms or \"none\", RENEWED in UTC (ms), STATE live, expired (its lease\n"
+"    ran out: since may pass it) or released (expired and since passed it).\n"
+"    json: [arrangement] holds[]{arrangement name frontier lease_ms\n"
+"      renewed_ms renewed state}\n"
 "ah-dump HEAP verify\n"
 "    checks LMDB's pages (trees, free list, page accounting), then\n"
 "    recomputes every chunk checksum and checks every invariant (sorted,\n"
@@ -172,7 +181,8 @@ static const char help_text[] =
 "      complete salvage\n"
 "ah-dump HEAP since NAME SINCE\n"
 "ah-dump HEAP advance NAME UPPER\n"
-"    logical compaction (since only advances, never past the upper), and\n"
+"    logical compaction (since only advances, never past the upper nor a\n"
+"    live read hold: see holds), and\n"
 "    an empty advance of the upper; the library's rules and messages.\n"
 "    json: arrangement since_before since upper | upper_before upper since\n"
 "ah-dump HEAP maintain NAME [--fuel N]\n"

@@ -19,7 +19,7 @@
  *   arrangement NAMEHEX upper U since S batches N updates N
  *   batch ID lower L upper U since S updates N chunks C partial 0|1
  *                                   (the arrangement's, for readers)
- *   record arr|batch|source KEYHEX VALHEX
+ *   record arr|batch|source|hold KEYHEX VALHEX
  *   object ID XXH3 BYTES XXH128     (ID decimal, checksums hex; id order)
  *   objects N / bytes N / objects-new N / bytes-new N
  *   end XXH3                        (XXH3-64 of every byte before "end")
@@ -387,6 +387,8 @@ int mf_parse(const char *text, size_t len, manifest *m)
 				tb = MF_T_BATCH;
 			else if (wl[1] == 6 && memcmp(w[1], "source", 6) == 0)
 				tb = MF_T_SOURCE;
+			else if (wl[1] == 4 && memcmp(w[1], "hold", 4) == 0)
+				tb = MF_T_HOLD;
 			else
 				return AH_ECORRUPT;
 			if ((rc = grow((void **)&m->rec, &cap_rec, m->nrec,

@@ -344,6 +344,9 @@ int ah_set_since(ah_txn *t, const char *name, uint64_t since)
 		                name, since, frontier_time(arr_upper(a)));
 	if (rc)
 		goto out;
+	/* R2, R3 (txn/hold.c): never past a live hold. */
+	if (since > frontier_time(arr_since(a)))
+		TRY(txn_holds_before_since(t, name, since));
 	arr_set_since(a, frontier_of(since));
 	rc = store(t, a);
 out:
@@ -383,6 +386,8 @@ int ah_arrangement_drop(ah_txn *t, const char *name)
 	TRY(load(t, name, &a));
 	if ((rc = arr_drop(t->ht, a)))
 		txn_poison(t, rc, "arrangement '%s': drop: %s", name, ah_strerror(rc));
+	else
+		rc = txn_holds_drop_all(t, name);
 out:
 	arr_free(a);
 	return rc;

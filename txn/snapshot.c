@@ -443,7 +443,9 @@ static int push_chunk(push *p, heap_txn *ht, const heap_chunk_info *ci,
 	return 0;
 }
 
-static const char *const table_word[] = { "arr", "batch", "source" };
+static const char *const table_word[] = { "arr", "batch", "source", "hold" };
+_Static_assert(MF_T_HOLD == (int)HEAP_T_HOLD && MF_T_SOURCE == (int)HEAP_T_SOURCE,
+               "manifest record tags are the heap's table numbers");
 
 static int batch_line(const ah_batch_info *b, void *user)
 {
@@ -480,7 +482,7 @@ static int push_records(push *p, ah_txn *t, ah_snapshot_info *si)
 		SAY(si, "listing arrangements: %s", ah_strerror(rc));
 		return rc;
 	}
-	for (int tb = 0; tb < HEAP_T__COUNT; tb++) {
+	for (int tb = 0; tb < HEAP_T__ALL; tb++) {
 		const void *k = NULL, *v;
 		size_t kl = 0, vl;
 

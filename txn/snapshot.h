@@ -14,7 +14,7 @@
 #define MF_VERSION 1
 
 /* Table tags of "record" lines; the same numbers as heap.h's HEAP_T_*. */
-enum { MF_T_ARR = 0, MF_T_BATCH = 1, MF_T_SOURCE = 2 };
+enum { MF_T_ARR = 0, MF_T_BATCH = 1, MF_T_SOURCE = 2, MF_T_HOLD = 3 };
 
 typedef struct sbuf {
 	char *p;

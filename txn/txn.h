@@ -80,6 +80,15 @@ int txn_foreign_abort_check(ah_txn *t);
 /* 1 when name is a valid arrangement/source name. */
 bool txn_name_ok(const char *name);
 
+/* hold.c.  Before since of ARR becomes SINCE: AH_EFRONTIER naming the
+ * lowest live hold it would pass (R2), else marks the expired holds it
+ * passes released (R3).  Poisons t on any error. */
+int txn_holds_before_since(ah_txn *t, const char *arr, uint64_t since);
+/* Deletes every hold of ARR (ah_arrangement_drop); poisons on error. */
+int txn_holds_drop_all(ah_txn *t, const char *arr);
+/* ms since the epoch as "2026-12-01T12:00:00.123Z" (UTC). */
+void txn_fmt_ms(uint64_t ms, char buf[32]);
+
 /* ah_verify without recomputing chunk checksums (headers are still
  * checked): for a caller that checked every chunk whole itself, in this
  * process, from the bytes it wrote (ah_snapshot_restore). */

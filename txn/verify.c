@@ -26,6 +26,7 @@
  * It must never hand LMDB a tree the page check found damaged, never
  * write, and never stop at the first problem.
  */
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -303,6 +304,93 @@ static void check_sources(verifier *v)
 		       ah_err_name(rc));
 }
 
+/* Every read hold record: frame and layout (heap/hold.c), names, an
+ * arrangement that exists, and H2/H3 of txn/hold.c against its since. */
+static void check_holds(verifier *v)
+{
+	heap_hold_pos pos = { 0 };
+	heap_hold h;
+	int rc;
+
+	while (!v->stop) {
+		size_t before = pos.klen;
+		uint8_t last[HEAP_HOLD_KEY_MAX];
+
+		memcpy(last, pos.key, before);
+		rc = heap_hold_next(v->t->ht, &pos, &h);
+		if (rc == AH_ENOTFOUND)
+			return;
+		if (rc == AH_ECORRUPT && (pos.klen != before ||
+		                          memcmp(last, pos.key, before) != 0)) {
+			char esc[4 * HEAP_HOLD_KEY_MAX + 1];
+			size_t o = 0;
+			uint32_t ai = UINT32_MAX;
+
+			/* arrangement/hold, as stored (maybe damaged) */
+			for (size_t i = 0; i < pos.klen; i++) {
+				unsigned char c = pos.key[i];
+
+				if (c == 0)
+					esc[o++] = '/';
+				else if (c >= 0x20 && c < 0x7f && c != '\\')
+					esc[o++] = (char)c;
+				else
+					o += (size_t)snprintf(esc + o, sizeof esc - o,
+					                      "\\x%02x", c);
+			}
+			esc[o] = 0;
+			for (size_t i = 0; i < v->nnames; i++) {
+				size_t n = strlen(v->names[i]);
+
+				if (n < pos.klen && pos.key[n] == 0 &&
+				    memcmp(v->names[i], pos.key, n) == 0)
+					ai = (uint32_t)i;
+			}
+			report(v, ai, 0, 0, "hold %s: record damaged (checksum, "
+			       "layout or key)", esc);
+			continue;
+		}
+		if (rc != 0) {
+			report(v, UINT32_MAX, 0, 0, "hold records unreadable: %s",
+			       ah_err_name(rc));
+			return;
+		}
+		uint32_t ai = UINT32_MAX;
+
+		for (size_t i = 0; i < v->nnames; i++)
+			if (strcmp(v->names[i], h.arr) == 0)
+				ai = (uint32_t)i;
+		if (!txn_name_ok(h.arr) || !txn_name_ok(h.name)) {
+			report(v, ai, 0, 0, "hold record under a key that is no name");
+			continue;
+		}
+		arrangement *a;
+
+		rc = arr_load(v->t->ht, h.arr, &a);
+		if (rc == AH_ENOTFOUND) {
+			report(v, ai, 0, 0, "hold '%s' of '%s': no such arrangement",
+			       h.name, h.arr);
+			continue;
+		}
+		if (rc) {
+			report(v, ai, 0, 0, "hold '%s' of '%s': arrangement "
+			       "unreadable: %s", h.name, h.arr, ah_err_name(rc));
+			continue;
+		}
+		uint64_t since = frontier_time(arr_since(a));
+
+		arr_free(a);
+		if (!(h.flags & HEAP_HOLD_RELEASED) && since > h.frontier)
+			report(v, ai, 0, 0, "hold '%s' of '%s' at %" PRIu64 ": since "
+			       "%" PRIu64 " passed it and it is not released",
+			       h.name, h.arr, h.frontier, since);
+		else if ((h.flags & HEAP_HOLD_RELEASED) && since <= h.frontier)
+			report(v, ai, 0, 0, "hold '%s' of '%s' at %" PRIu64 " is "
+			       "released but since %" PRIu64 " has not passed it",
+			       h.name, h.arr, h.frontier, since);
+	}
+}
+
 static void on_catalog(const char *problem, void *user)
 {
 	report(user, UINT32_MAX, 0, 0, "%s", problem);
@@ -444,6 +532,8 @@ static int verify(ah_txn *t, bool sums, ah_problem_fn fn, void *user,
 	    (rc = heap_catalog_check(t->ht, on_catalog, &v)) != 0 && !v.stop)
 		report(&v, UINT32_MAX, 0, 0, "catalog records unreadable: %s",
 		       ah_err_name(rc));
+	if (!v.stop && arr_ok && tree_ok(&pc, HEAP_TREE_META))
+		check_holds(&v);
 	rc = v.stop;
 out:
 	if (st)

@@ -486,3 +486,79 @@ Test(format, foreign_byte_order_marker)
 	expect_refused(d.path, "other byte order (arrheap meta record)");
 	tl_rmdir(&d);
 }
+
+/* Format 3 (heap/heap.h): a heap of format 1 or 2 keeps its format through
+ * every write until its first read hold, which makes it 3 in the same
+ * commit (binaries that know only 1 and 2 refuse it, so none can compact
+ * past the hold); it then holds, verifies, reads the fixture's text, and
+ * stays 3 after the hold is dropped. */
+static void fixture_takes_a_hold(const char *which)
+{
+	tl_dir d;
+	char expect[512], *want, *text;
+	ah_open_opts o = tl_opts(0, 0, 0);
+	ah_arrangement_info in;
+	ah_heap_stat st;
+	ah_heap *h;
+	ah_txn *t;
+
+	need_native_fixture();
+	fixture_copy_of(&d, which);
+	snprintf(expect, sizeof expect, "%s/%s.expect", src_dir(), FIXTURE);
+	want = tl_slurp(expect);
+	cr_assert_eq(ah_open(d.path, &o, &h), 0);
+	cr_assert_eq(ah_heap_stat_get(h, &st), 0);
+	cr_assert_eq(st.format_version, 2);
+	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
+	cr_assert_eq(ah_arrangement_info_get(t, "orders", &in), 0);
+	cr_assert_eq(ah_hold_set(t, "orders", "reader", in.since, 0), 0,
+	             "%s", ah_txn_errmsg(t));
+	cr_assert_eq(ah_heap_stat_get(h, &st), 0);
+	cr_assert_eq(st.format_version, 2, "not before the commit");
+	cr_assert_eq(ah_txn_commit(t), 0);
+	cr_assert_eq(ah_heap_stat_get(h, &st), 0);
+	cr_assert_eq(st.format_version, 3);
+	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
+	cr_assert_eq(ah_set_since(t, "orders", in.since + 1), AH_EFRONTIER);
+	ah_txn_abort(t);
+	cr_assert_eq(tl_verify(h, NULL), 0);
+	text = text_of(h);
+	cr_assert_str_eq(text, want);
+	free(text);
+	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
+	cr_assert_eq(ah_hold_drop(t, "orders", "reader"), 0);
+	cr_assert_eq(ah_txn_commit(t), 0);
+	cr_assert_eq(ah_close(h), 0);
+	cr_assert_eq(format_of(d.path, AH_OPEN_RDONLY), 3);
+	free(want);
+	tl_rmdir(&d);
+}
+
+Test(format, v1_fixture_takes_a_hold_as_format_3)
+{
+	fixture_takes_a_hold(FIXTURE);
+}
+
+Test(format, v2_fixture_takes_a_hold_as_format_3)
+{
+	fixture_takes_a_hold(FIXTURE_V2);
+}
+
+/* An aborted first hold leaves the file format 2. */
+Test(format, aborted_first_hold_keeps_format_2)
+{
+	tl_dir d;
+	ah_open_opts o = tl_opts(0, 0, 0);
+	ah_heap *h;
+	ah_txn *t;
+
+	need_native_fixture();
+	fixture_copy_of(&d, FIXTURE_V2);
+	cr_assert_eq(ah_open(d.path, &o, &h), 0);
+	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
+	cr_assert_eq(ah_hold_set(t, "orders", "reader", UINT64_MAX, 0), 0);
+	ah_txn_abort(t);
+	cr_assert_eq(ah_close(h), 0);
+	cr_assert_eq(format_of(d.path, 0), 2);
+	tl_rmdir(&d);
+}

@@ -168,6 +168,9 @@ int cmd_get(dump *d, int argc, char **argv);
 int cmd_history(dump *d, int argc, char **argv);
 int cmd_updates(dump *d, int argc, char **argv);
 int cmd_source(dump *d, int argc, char **argv);
+int cmd_holds(dump *d, int argc, char **argv);
+/* The summary's hold lines (JSON: its holds[] member). */
+int dump_summary_holds(dump *d);
 int cmd_verify(dump *d, int argc, char **argv);
 int cmd_space(dump *d, int argc, char **argv);
 int cmd_backup(dump *d, int argc, char **argv);

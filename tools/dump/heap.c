@@ -283,7 +283,8 @@ int cmd_summary(dump *d, int argc, char **argv)
 		tj_obj(&d->j);
 		summary_heap(d, &st);
 	}
-	if ((rc = summary_arrangements(d)) || (rc = summary_sources(d)))
+	if ((rc = summary_arrangements(d)) || (rc = summary_sources(d)) ||
+	    (rc = dump_summary_holds(d)))
 		return rc;
 	if (d->json)
 		tj_obj_end(&d->j);

@@ -17,6 +17,9 @@
  *     missing, and an engine resuming from it would skip that data for
  *     good.  So a partial salvage has no positions (the output says so),
  *     and is for reading what survived, not for resuming an engine.
+ *     Read holds are not copied (a hold is a live reader's promise from
+ *     this heap's writer; OUT is a new heap, and its readers set theirs
+ *     again).
  *  4. OUT is built under OUT.creating.<pid>, verified, and published
  *     complete without replacing anything (renameat2 RENAME_NOREPLACE, or
  *     link), like ah_backup: OUT never holds half a salvage.
