@@ -116,6 +116,9 @@ static void usage(FILE *f)
 	      "       ah-pgsync verify [-d CONNINFO] HEAP\n"
 	      "       ah-pgsync status HEAP\n"
 	      "       ah-pgsync wait HEAP LSN [SECONDS]\n"
+	      "       ah-pgsync reader HEAP --name R [--views FILE [-d CONNINFO]] [--lease MS]\n"
+	      "                 [--interval MS] [--until-lsn X/Y]\n"
+	      "       ah-pgsync recompute HEAP\n"
 	      "       ah-pgsync --help | --version\n"
 	      "Keeps the tables of publication NAME (default ah_pgsync) as arrangements in HEAP\n"
 	      "through logical replication slot NAME (default ah_pgsync; pgoutput), resuming from\n"
@@ -139,7 +142,18 @@ static void usage(FILE *f)
 	      "columns, val = the aggregates; without GROUP BY key = the columns, val empty).\n"
 	      "sum/min/max take int2, int4, int8, numeric; count any type; GROUP BY and join\n"
 	      "columns int2/4/8, oid, text, varchar, name, bool, date, time, timestamp(tz),\n"
-	      "uuid, bytea; aggregates need GROUP BY.  verify checks every view too.\n"
+	      "uuid, bytea; aggregates need GROUP BY.  verify checks every view too.  With views,\n"
+	      "every commit also advances since (logical compaction) of the tables and views to\n"
+	      "the heap's LSN, but never past a reader's hold.\n"
+	      "reader: a second reader, another process: keeps its own copies of the heap's\n"
+	      "views (or of FILE's, named at its first run) as R.view.NAME, behind the engine\n"
+	      "at its own pace (every MS, default 200), holding read hold reader.R on each table\n"
+	      "it reads (lease MS, default 60000: renewed at every step) and storing its position\n"
+	      "as source reader.R; a restart resumes there.  One that stayed away past its lease\n"
+	      "while the tables were compacted past it is refused (drop its views, start again).\n"
+	      "recompute: computes every view again from the tables at the heap's frontier in a\n"
+	      "transaction it aborts (it holds the writer lock meanwhile), prints the time, and\n"
+	      "compares each with the stored view; exit 1 if one differs.\n"
 	      "Confirmation: by default the slot is told flushed what the heap has committed.\n"
 	      "With --confirm-after-snapshot DIR (a run option: give it at every run) only up to\n"
 	      "the LSN of this heap's newest snapshot in DIR (ah-snapshot push HEAP DIR; re-read\n"
@@ -864,6 +878,15 @@ static int run(engine *e)
 	        " bytes, WAL %" PRIu64 " bytes since LSN %s\n", rc ? "stopped by an error" : "stopped",
 	        l2, e->snk.txns, e->snk.skipped, e->snk.updates, e->src.bytes,
 	        e->snk.pos - e->start_lsn, l1);
+	if (e->snk.views) {
+		eg_stats vs;
+		eg_stats_get(e->snk.views, &vs);
+		fprintf(stderr, "ah-pgsync: views: %" PRIu64 " steps in %.1f ms (%.2f us per table "
+		        "update), %" PRIu64 " input updates read, %" PRIu64 " view updates appended\n",
+		        vs.steps, e->snk.views_ms,
+		        e->snk.updates ? e->snk.views_ms * 1e3 / (double)e->snk.updates : 0.0,
+		        vs.delta_updates + vs.state_updates, vs.appended);
+	}
 	return rc < 0 ? 1 : 0;
 }
 
@@ -948,6 +971,10 @@ int main(int argc, char **argv)
 		return cmd_status(argc - 1, argv + 1);
 	if (argc > 1 && !strcmp(argv[1], "wait"))
 		return cmd_wait(argc - 1, argv + 1);
+	if (argc > 1 && !strcmp(argv[1], "reader"))
+		return cmd_reader(argc - 1, argv + 1);
+	if (argc > 1 && !strcmp(argv[1], "recompute"))
+		return cmd_recompute(argc - 1, argv + 1);
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {

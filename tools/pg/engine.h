@@ -66,5 +66,8 @@ int apply_msg(sink *s, const struct po_msg *m, int *committed);
 int cmd_verify(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 int cmd_wait(int argc, char **argv);
+/* tools/pg/reader.c: a second reader's views; every view recomputed. */
+int cmd_reader(int argc, char **argv);
+int cmd_recompute(int argc, char **argv);
 
 #endif /* TOOLS_PG_ENGINE_H */

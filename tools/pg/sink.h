@@ -79,7 +79,10 @@ typedef struct sink {
 	const char *settings; /* written as pg.settings by the next flush if set */
 	struct eg_graph *views; /* the views' operators (tools/pg/views.h), stepped
 	                       * in every flush's transaction after the tables;
-	                       * NULL: no views (not owned) */
+	                       * NULL: no views (not owned).  With views every
+	                       * flush also advances since of the tables and
+	                       * views to the new LSN, bounded by read holds */
+	double views_ms;     /* spent stepping and compacting the views, this run */
 	pg_buf kv;           /* scratch for one row's key and val */
 	char err[1024];
 } sink;
