@@ -606,82 +606,214 @@ static int step_arrange(eg_graph *g, ah_txn *txn, const node *nd, uint64_t lower
 	return rc;
 }
 
-/* Joins the delta updates d[from, to) (all of one key) with the other
- * side's state s (same key): fn(k, a, b) at max(ta, tb), da * db.
- * d_is_a says which side the delta is. */
-static int join_key(eg_graph *g, const node *nd, const eu *d, size_t nd_, const uset *s,
-                    int d_is_a, uset *out)
+static int time_cmp(const void *x, const void *y)
+{
+	const eu *a = x, *b = y;
+
+	return (a->t > b->t) - (a->t < b->t);
+}
+
+/* One side of a join at one key: its distinct vals with their counts so
+ * far, the live (count != 0) ones listed for pairing, and its updates at
+ * times in [lower, upper) in time order (the events of the sweep). */
+typedef struct jside {
+	uset all;        /* the key's updates with time < upper (map pointers) */
+	const uint8_t **v;
+	uint32_t *vl;
+	int64_t *cnt;
+	size_t *at;      /* index in live[], or SIZE_MAX */
+	size_t *live;
+	size_t nv, nlive, cap;
+	eu *ev;          /* events: kl holds the val's index */
+	size_t nev, cev, p;
+} jside;
+
+static void jside_free(jside *j)
+{
+	uset_free(&j->all);
+	free(j->v);
+	free(j->vl);
+	free(j->cnt);
+	free(j->at);
+	free(j->live);
+	free(j->ev);
+}
+
+static int jside_add(jside *j, size_t i, int64_t d)
+{
+	int64_t c;
+
+	if (__builtin_add_overflow(j->cnt[i], d, &c))
+		return AH_ELIMIT;
+	if (j->cnt[i] == 0 && c != 0) {
+		j->at[i] = j->nlive;
+		j->live[j->nlive++] = i;
+	} else if (j->cnt[i] != 0 && c == 0) {
+		size_t w = j->at[i], last = j->live[--j->nlive];
+		j->live[w] = last;
+		j->at[last] = w;
+		j->at[i] = SIZE_MAX;
+	}
+	j->cnt[i] = c;
+	return 0;
+}
+
+/* Builds a side from its updates at the key (j->all, in val order as the
+ * cursor walks them): counts before lower, events from lower on. */
+static int jside_build(jside *j, uint64_t lower)
+{
+	uset *a = &j->all;
+	size_t need = a->n + 1;
+
+	if (need > j->cap) {
+		const uint8_t **v = realloc(j->v, need * sizeof *v);
+		uint32_t *vl = v ? realloc(j->vl, need * sizeof *vl) : NULL;
+		int64_t *cnt = vl ? realloc(j->cnt, need * sizeof *cnt) : NULL;
+		size_t *at = cnt ? realloc(j->at, need * sizeof *at) : NULL;
+		size_t *live = at ? realloc(j->live, need * sizeof *live) : NULL;
+		eu *ev = live ? realloc(j->ev, need * sizeof *ev) : NULL;
+		if (v)
+			j->v = v;
+		if (vl)
+			j->vl = vl;
+		if (cnt)
+			j->cnt = cnt;
+		if (at)
+			j->at = at;
+		if (live)
+			j->live = live;
+		if (!ev)
+			return AH_ENOMEM;
+		j->ev = ev;
+		j->cap = need;
+	}
+	j->nv = j->nlive = j->nev = j->p = 0;
+	for (size_t i = 0; i < a->n; i++) {
+		eu e = a->a[i];
+		if (i == 0 || ((e.v != a->a[i - 1].v || e.vl != a->a[i - 1].vl) &&
+		               bcmp_(e.v, e.vl, a->a[i - 1].v, a->a[i - 1].vl) != 0)) {
+			j->v[j->nv] = e.v;
+			j->vl[j->nv] = e.vl;
+			j->cnt[j->nv] = 0;
+			j->at[j->nv++] = SIZE_MAX;
+		}
+		if (e.t < lower) {
+			int rc = jside_add(j, j->nv - 1, e.d);
+			if (rc)
+				return rc;
+		} else {
+			e.kl = (uint32_t)(j->nv - 1);
+			j->ev[j->nev++] = e;
+		}
+	}
+	if (j->nev > 1)
+		qsort(j->ev, j->nev, sizeof *j->ev, time_cmp);
+	return 0;
+}
+
+/* Emits fn(k, a-val ia, b-val ib) at t with diff d. */
+static int pair(eg_graph *g, const node *nd, eg_out *o, const uint8_t *k, size_t kl,
+                const jside *a, size_t ia, const jside *b, size_t ib, uint64_t t, int64_t d)
+{
+	int rc;
+
+	o->t = t;
+	o->d = d;
+	rc = ((eg_join_fn)nd->fn)(nd->user, k, kl, a->v[ia], a->vl[ia], b->v[ib], b->vl[ib], o);
+	if (rc && !g->err[0])
+		eg__fail(g, rc, "node %s: its function failed: %s", nd->out, ah_strerror(rc));
+	return rc;
+}
+
+/* The join's output at one key for [lower, upper), by a sweep over the
+ * key's event times in order:  out(t) - out(<t) = dA(t) x B(<=t) +
+ * A(<t) x dB(t).  So at each time B's events are applied first, A's events
+ * pair with B's live vals, B's events with A's live vals as they were
+ * before t, and then A's events are applied.  The work is the events times
+ * the other side's live vals: linear in the step's length, however many
+ * updates of both sides it holds. */
+static int join_sweep(eg_graph *g, const node *nd, const uint8_t *k, size_t kl, jside *a,
+                      jside *b, uset *out)
 {
 	eg_out o = { .g = g, .nd = nd, .out = out };
 	int rc = 0;
 
-	for (size_t i = 0; i < nd_ && rc == 0; i++)
-		for (size_t j = 0; j < s->n && rc == 0; j++) {
-			const eu *a = d_is_a ? &d[i] : &s->a[j];
-			const eu *b = d_is_a ? &s->a[j] : &d[i];
-			o.t = a->t > b->t ? a->t : b->t;
-			if (__builtin_mul_overflow(a->d, b->d, &o.d))
-				return eg__fail(g, AH_ELIMIT, "node %s: a product of diffs leaves int64",
-				            nd->out);
-			rc = ((eg_join_fn)nd->fn)(nd->user, d[i].k, d[i].kl, a->v, a->vl, b->v, b->vl,
-			                          &o);
-			if (rc && !g->err[0])
-				eg__fail(g, rc, "node %s: its function failed: %s", nd->out,
-				     ah_strerror(rc));
+	while (rc == 0 && (a->p < a->nev || b->p < b->nev)) {
+		uint64_t t = a->p == a->nev ? b->ev[b->p].t
+		           : b->p == b->nev ? a->ev[a->p].t
+		           : a->ev[a->p].t < b->ev[b->p].t ? a->ev[a->p].t : b->ev[b->p].t;
+		size_t b0 = b->p, a0 = a->p;
+		while (rc == 0 && b->p < b->nev && b->ev[b->p].t == t) {
+			rc = jside_add(b, b->ev[b->p].kl, b->ev[b->p].d);
+			b->p++;
 		}
-	return rc;
-}
-
-/* dSide's keys against the other input's state with times < before.  The
- * state's updates before lower pair with delta updates at times >= lower,
- * so max(ta, tb) is the delta's time whatever theirs: they are summed per
- * val first (time 0), and the pairs scale with the state's distinct vals,
- * not its history (a pgbench branch updated in every transaction would
- * otherwise pair each update with every earlier teller update). */
-static int join_side(eg_graph *g, ah_txn *txn, const node *nd, const uset *dl, int d_is_a,
-                     uint64_t before, uint64_t lower, uset *out)
-{
-	scan sc = { .name = nd->in[d_is_a ? 1 : 0] };
-	uset s = { 0 };
-	int rc = 0;
-
-	for (size_t i = 0; i < dl->n && rc == 0;) {
-		size_t e = i;
-		while (e < dl->n && bcmp_(dl->a[e].k, dl->a[e].kl, dl->a[i].k, dl->a[i].kl) == 0)
-			e++;
-		s.n = 0;
-		if ((rc = scan_key(g, txn, &sc, dl->a[i].k, dl->a[i].kl, before, &s)) == 0) {
-			for (size_t j = 0; j < s.n; j++)
-				if (s.a[j].t < lower)
-					s.a[j].t = 0;
-			if ((rc = uset_consolidate(&s)) != 0)
-				rc = eg__fail(g, rc, "node %s: a count leaves int64", nd->out);
+		for (size_t i = a0; rc == 0 && i < a->nev && a->ev[i].t == t; i++)
+			for (size_t q = 0; rc == 0 && q < b->nlive; q++) {
+				size_t ib = b->live[q];
+				int64_t d;
+				if (__builtin_mul_overflow(a->ev[i].d, b->cnt[ib], &d))
+					rc = AH_ELIMIT;
+				else
+					rc = pair(g, nd, &o, k, kl, a, a->ev[i].kl, b, ib, t, d);
+			}
+		for (size_t i = b0; rc == 0 && i < b->p; i++)
+			for (size_t q = 0; rc == 0 && q < a->nlive; q++) {
+				size_t ia = a->live[q];
+				int64_t d;
+				if (__builtin_mul_overflow(a->cnt[ia], b->ev[i].d, &d))
+					rc = AH_ELIMIT;
+				else
+					rc = pair(g, nd, &o, k, kl, a, ia, b, b->ev[i].kl, t, d);
+			}
+		while (rc == 0 && a->p < a->nev && a->ev[a->p].t == t) {
+			rc = jside_add(a, a->ev[a->p].kl, a->ev[a->p].d);
+			a->p++;
 		}
-		if (rc == 0)
-			rc = join_key(g, nd, &dl->a[i], e - i, &s, d_is_a, out);
-		i = e;
 	}
-	int crc = scan_close(g, &sc);
-	uset_free(&s);
-	return rc ? rc : crc;
+	if (rc == AH_ELIMIT && !g->err[0])
+		eg__fail(g, rc, "node %s: a product or sum of diffs leaves int64", nd->out);
+	return rc;
 }
 
 static int step_join(eg_graph *g, ah_txn *txn, const node *nd, uint64_t lower, uint64_t upper,
                      uset *out)
 {
 	uset da = { 0 }, db = { 0 };
+	scan sa = { .name = nd->in[0] }, sb = { .name = nd->in[1] };
+	jside ja = { 0 }, jb = { 0 };
 	int rc = read_delta(g, txn, nd->in[0], lower, upper, &da);
+	size_t i = 0, j = 0;
 
 	if (rc == 0)
 		rc = read_delta(g, txn, nd->in[1], lower, upper, &db);
-	/* new pairs: dA x B(< upper), then A(< lower) x dB */
-	if (rc == 0 && da.n)
-		rc = join_side(g, txn, nd, &da, 1, upper, lower, out);
-	if (rc == 0 && db.n && lower > 0)
-		rc = join_side(g, txn, nd, &db, 0, lower, lower, out);
+	/* every key with new updates on either side, in order */
+	while (rc == 0 && (i < da.n || j < db.n)) {
+		const eu *ka = i < da.n ? &da.a[i] : NULL, *kb = j < db.n ? &db.a[j] : NULL;
+		int c = !ka ? 1 : !kb ? -1 : bcmp_(ka->k, ka->kl, kb->k, kb->kl);
+		const uint8_t *k = c <= 0 ? ka->k : kb->k;
+		size_t kl = c <= 0 ? ka->kl : kb->kl;
+		ja.all.n = jb.all.n = 0;
+		if ((rc = scan_key(g, txn, &sa, k, kl, upper, &ja.all)) != 0 ||
+		    (rc = scan_key(g, txn, &sb, k, kl, upper, &jb.all)) != 0)
+			break;
+		if ((rc = jside_build(&ja, lower)) != 0 || (rc = jside_build(&jb, lower)) != 0) {
+			eg__fail(g, rc, "node %s: %s", nd->out,
+			         rc == AH_ELIMIT ? "a count leaves int64" : "out of memory");
+			break;
+		}
+		if ((rc = join_sweep(g, nd, k, kl, &ja, &jb, out)) != 0)
+			break;
+		while (i < da.n && bcmp_(da.a[i].k, da.a[i].kl, k, kl) == 0)
+			i++;
+		while (j < db.n && bcmp_(db.a[j].k, db.a[j].kl, k, kl) == 0)
+			j++;
+	}
+	int c1 = scan_close(g, &sa), c2 = scan_close(g, &sb);
+	jside_free(&ja);
+	jside_free(&jb);
 	uset_free(&da);
 	uset_free(&db);
-	return rc;
+	return rc ? rc : c1 ? c1 : c2;
 }
 
 /* A val's history for reduce: its count before the key's first delta time
@@ -700,12 +832,6 @@ static int vals_cmp(const void *x, const void *y)
 	return c ? c : (a->t > b->t) - (a->t < b->t);
 }
 
-static int time_cmp(const void *x, const void *y)
-{
-	const eu *a = x, *b = y;
-
-	return (a->t > b->t) - (a->t < b->t);
-}
 
 /* Sorted, consolidated (val, count) list from s (times ignored). */
 static int vals_fold(uset *s)
