@@ -17,6 +17,9 @@
 
 #include "tools/common/escape.h"
 #include "tools/pg/decimal.h"
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 #include "tools/pg/views.h"
 #include "tools/pg/viewsql.h"
 
@@ -53,6 +56,10 @@ typedef struct red {
 	pg_field *best;
 	dec_num *bestn;
 	dec_sum *sum;
+	/* 1: the second level of a two-level GROUP BY: every input val is a
+	 * first-level result (one field per aggregate: a count, a sum, a min
+	 * or a max, or NULL), combined times its count */
+	int combine;
 } red;
 
 typedef struct view1 {
@@ -167,14 +174,34 @@ static int reduce_fn(void *u, const void *key, size_t key_len, const eg_valcount
 			             "arrangement contradicts itself");
 			goto out;
 		}
-		total += in[j].count;
+		if (!r->combine)
+			total += in[j].count;
 		if ((rc = decode(in[j].val, in[j].len, r->f, r->nin, o)))
 			goto out;
 		for (int a = 0; a < r->nagg; a++) {
-			const pg_field *f = r->a[a].in >= 0 ? &r->f[r->a[a].in] : NULL;
+			const pg_field *f = r->combine ? &r->f[a] : r->a[a].in >= 0 ? &r->f[r->a[a].in] : NULL;
 			dec_num d;
 			if (!f || f->null)
 				continue;
+			if (r->combine && (r->a[a].kind == VS_COUNT || r->a[a].kind == VS_COUNT_STAR)) {
+				/* a first-level count, times how many groups gave it */
+				int64_t c = 0, m;
+				for (size_t q = 0; q < f->len; q++) {
+					if (f->p[q] < '0' || f->p[q] > '9' ||
+					    __builtin_mul_overflow(c, 10, &c) ||
+					    __builtin_add_overflow(c, f->p[q] - '0', &c)) {
+						rc = eg_fail(o, "a first-level count is not a count");
+						goto out;
+					}
+				}
+				if (__builtin_mul_overflow(c, in[j].count, &m) ||
+				    __builtin_add_overflow(r->a[a].kind == VS_COUNT ? r->cnt[a] : total, m,
+				                           r->a[a].kind == VS_COUNT ? &r->cnt[a] : &total)) {
+					rc = eg_fail(o, "a count leaves int64");
+					goto out;
+				}
+				continue;
+			}
 			switch (r->a[a].kind) {
 			case VS_COUNT:
 				r->cnt[a] += in[j].count;
@@ -231,6 +258,38 @@ out:
 	for (int a = 0; a < r->nagg; a++)
 		dec_sum_free(&r->sum[a]);
 	return rc;
+}
+
+/* The first level of a two-level GROUP BY: the group key plus a bucket
+ * (a hash of the aggregate inputs, as one more key field), so that each
+ * first-level reduce sees a 1/GROUP_BUCKETS share of a large group. */
+#define GROUP_BUCKETS 64
+
+static int bucket_fn(void *u, const void *k, size_t kl, const void *v, size_t vl, eg_out *o)
+{
+	red *r = u;
+	char b[4];
+	int n = snprintf(b, sizeof b, "%u", (unsigned)(XXH3_64bits(v, vl) % GROUP_BUCKETS));
+
+	r->tmp.len = 0;
+	if (pg_buf_put(&r->tmp, k, kl) || put_text(&r->tmp, b, (size_t)n))
+		return AH_ENOMEM;
+	return eg_emit(o, r->tmp.p, r->tmp.len, v, vl);
+}
+
+/* The second level: the group key again (the bucket field dropped). */
+static int unbucket_fn(void *u, const void *k, size_t kl, const void *v, size_t vl, eg_out *o)
+{
+	const uint8_t *q = k, *end = q + kl, *last = q;
+	pg_field f;
+	int r;
+
+	(void)u;
+	while ((r = row_next_field(&q, end, &f)) == 1 && q < end)
+		last = q;
+	if (r != 1)
+		return eg_fail(o, "a bucketed group key without its bucket");
+	return eg_emit(o, k, (size_t)(last - (const uint8_t *)k), v, vl);
 }
 
 /* ---- compilation -------------------------------------------------------- */
@@ -736,8 +795,39 @@ static int compile_view(cc *c, view1 *out)
 			r->a[a].in = it->kind == VS_COUNT_STAR ? -1 : find_col(fv, nfv, it->ref.tab, it->ref.col);
 			a++;
 		}
-		snprintf(r->out, sizeof r->out, "%s", out->arr);
-		if ((rc = eg_reduce(g, out->arr, red_in, reduce_fn, r)) != 0)
+		/* two levels (Materialize's hierarchical reductions): (group,
+		 * bucket) -> the aggregates of that share, then group -> those
+		 * combined; a change costs a bucket's share of the group's
+		 * distinct inputs plus GROUP_BUCKETS, not the whole group */
+		red *r2 = calloc(1, sizeof *r2);
+		if (!r2 || !(q = realloc(c->vs->r, (size_t)(c->vs->nr + 1) * sizeof *q))) {
+			free(r2);
+			goto out;
+		}
+		c->vs->r = q;
+		q[c->vs->nr++] = r2;
+		r2->nin = naggs;
+		r2->nagg = naggs;
+		r2->combine = 1;
+		if (!(r2->a = calloc(na, sizeof *r2->a)) || !(r2->f = calloc(na, sizeof *r2->f)) ||
+		    !(r2->cnt = calloc(na, sizeof *r2->cnt)) || !(r2->has = calloc(na, sizeof *r2->has)) ||
+		    !(r2->best = calloc(na, sizeof *r2->best)) ||
+		    !(r2->bestn = calloc(na, sizeof *r2->bestn)) || !(r2->sum = calloc(na, sizeof *r2->sum)))
+			goto out;
+		for (int a = 0; a < naggs; a++) {
+			r2->a[a].kind = r->a[a].kind;
+			r2->a[a].in = a;
+		}
+		char bucketed[AH_NAME_MAX + 1], partial[AH_NAME_MAX + 1], regroup[AH_NAME_MAX + 1];
+		name_next(c, bucketed);
+		name_next(c, partial);
+		name_next(c, regroup);
+		snprintf(r->out, sizeof r->out, "%s", partial);
+		snprintf(r2->out, sizeof r2->out, "%s", out->arr);
+		if ((rc = eg_arrange_by(g, bucketed, red_in, bucket_fn, r)) != 0 ||
+		    (rc = eg_reduce(g, partial, bucketed, reduce_fn, r)) != 0 ||
+		    (rc = eg_arrange_by(g, regroup, partial, unbucket_fn, NULL)) != 0 ||
+		    (rc = eg_reduce(g, out->arr, regroup, reduce_fn, r2)) != 0)
 			goto eg;
 	}
 	rc = 0;
@@ -886,7 +976,7 @@ int views_encode(const views *v, int i, const pg_field *f, pg_buf *kv, size_t *k
 
 /* ---- the pg.views record ------------------------------------------------ */
 
-#define REC_MAGIC "ah-pgsync views 1\n"
+#define REC_MAGIC "ah-pgsync views 2\n"
 
 int views_record(const views *v, const pg_table *t, int nt, pg_buf *out)
 {
@@ -915,6 +1005,11 @@ int views_record_parse(const char *p, size_t len, pg_table *t, int nt, const cha
 	const char *end = p + len, *q = p;
 	size_t ml = strlen(REC_MAGIC);
 
+	if (len >= ml && !memcmp(p, "ah-pgsync views 1\n", ml)) {
+		snprintf(err, errlen, "the heap's views were made by an older ah-pgsync, whose plan "
+		         "for GROUP BY had one level: make a new heap for them");
+		return -1;
+	}
 	if (len < ml || memcmp(p, REC_MAGIC, ml))
 		goto bad;
 	q += ml;
