@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
-# tools/demo.sh - `make demo`: arrangements of a live PostgreSQL database,
-# killed and resumed.
+# tools/demo.sh - `make demo`: arrangements and views of a live PostgreSQL
+# database, killed and resumed.
 #   demo.sh BUILD_DIR [SCALE] [SECONDS]      (defaults: 10, 30)
 # Makes a throwaway PostgreSQL cluster in a temp dir on a free loopback port
 # (as the postgres user when run as root), runs `pgbench -i -s SCALE`, sets
-# REPLICA IDENTITY FULL and a publication, starts build/ah-pgsync, runs
-# pgbench for SECONDS with 4 clients, kill -9s the engine half way, restarts
-# it, waits until the heap has caught up with every commit, verifies
-# every table against its arrangement and prints a report ending in
-# "verified".  The report compares what the source must read to bring the
+# REPLICA IDENTITY FULL and a publication, starts build/ah-pgsync with three
+# views over pgbench's tables (a GROUP BY with count, sum, min and max, a
+# join, and a GROUP BY over two joins: tools/demo-views.sql), runs pgbench
+# for SECONDS with 4 clients, kill -9s the engine half way, restarts it (no
+# flags: the views are in the heap), waits until the heap has caught up with
+# every commit, verifies every table and every view against PostgreSQL at
+# the heap's LSN and prints a report ending in "verified".  The report also
+# gives the time from the restart to the first answered view query, against
+# the time `ah-pgsync recompute` takes to compute the same views again from
+# the base arrangements (what an engine without stored derived state does
+# at every restart).  The report compares what the source must read to bring the
 # heap from the kill to the end of the run: the WAL from the heap's LSN
 # (resuming), against a copy of the tables plus the WAL from the restart
 # on (a re-snapshot; that tail is streamed either way).  The cluster and
@@ -55,9 +61,10 @@ for tb in accounts branches tellers history; do sql "ALTER TABLE pgbench_$tb REP
 sql "CREATE PUBLICATION ah_pgsync FOR ALL TABLES"
 
 heap=$work/heap
-t=$(ms); "$sync" "$heap" 2>"$work/sync1.log" & engine=$!
+views=$(dirname "$0")/demo-views.sql
+t=$(ms); "$sync" --views "$views" "$heap" 2>"$work/sync1.log" & engine=$!
 until [ -e "$heap" ]; do kill -0 "$engine" 2>/dev/null || { cat "$work/sync1.log" >&2; exit 1; }; sleep 0.1; done
-echo "first copy (slot, snapshot, COPY of 4 tables into the heap): $(( $(ms) - t )) ms"
+echo "first copy (slot, snapshot, COPY of 4 tables into the heap, 3 views computed): $(( $(ms) - t )) ms"
 grep '^ah-pgsync: copied' "$work/sync1.log" | sed 's/^ah-pgsync: /  /'
 
 "$pgbin/pgbench" -c 4 -j 2 -T "$secs" -n >"$work/pgbench.log" 2>&1 & pgbench_pid=$!
@@ -80,6 +87,11 @@ echo "pgbench done ($tps tps); heap caught up with every commit (LSN $target) $(
 kill -TERM "$engine"; wait "$engine" || { cat "$work/sync2.log" >&2; exit 1; }; engine=""
 
 first_ms=$(sed -n 's/.*first query answered \([0-9.]*\) ms.*/\1/p' "$work/sync2.log")
+view_ms=$(sed -n 's/.*first view query (\(.*\)) answered \([0-9.]*\) ms.*/\2 ms (\1)/p' "$work/sync2.log")
+[ -n "$view_ms" ] || { echo "demo: the restarted engine answered no view query" >&2; cat "$work/sync2.log" >&2; exit 1; }
+views_cost=$(sed -n 's/^ah-pgsync: views: //p' "$work/sync2.log")
+"$sync" recompute "$heap" >"$work/recompute.log" || { cat "$work/recompute.log" >&2; exit 1; }
+recompute_ms=$(sed -n 's/^recomputed .* in \([0-9.]*\) ms .*/\1/p' "$work/recompute.log")
 final=$("$sync" status "$heap" | sed -n 's/^lsn //p')
 # Like with like: both ways end at the end of the run ($final) and both
 # stream the WAL written after the restart; resuming reads the WAL from the
@@ -93,12 +105,17 @@ updates=$("$sync" status "$heap" | sed -n 's/^updates //p')
 txns=$("$sync" status "$heap" | sed -n 's/^txns //p')
 "$sync" verify "$heap" >"$work/verify.log" || { cat "$work/verify.log" >&2; exit 1; }
 rows=$(sed -n 's/^verified: [0-9]* tables, \([0-9]*\) rows.*/\1/p' "$work/verify.log")
+grep -q '^verified: .* and the views equal' "$work/verify.log" || { echo "demo: verify did not check the views" >&2; cat "$work/verify.log" >&2; exit 1; }
 echo
 echo "report"
 sed 's/^/  /' "$work/verify.log" | grep -v '^  verified'
 echo "  rows arranged:                 $rows (4 tables)"
 echo "  updates arranged:              $updates from $txns source transactions (after the first copy)"
 echo "  restart to first answered query: $first_ms ms (heap opened, a key read at the frontier)"
+echo "  restart to first answered view query: $view_ms, nothing recomputed"
+echo "  recomputing the 3 views from the base arrangements instead: $recompute_ms ms"
+echo "    ($(sed -n 's/^recomputed 3 views from the tables at LSN [^ ]* in [0-9.]* ms (\(.*\))$/\1/p' "$work/recompute.log"); $(tail -1 "$work/recompute.log"))"
+echo "  view maintenance after the restart: $views_cost"
 echo "  from the kill (heap at LSN $killed_at) to the end of the run ($final), what the source reads:"
 echo "    resuming from the heap:        $(mib "$wal_resume") of WAL, the heap's LSN to the end"
 echo "      (to decode it the server read the WAL from the slot's restart_lsn $restart_lsn: $(mib "$wal_decoded");"
@@ -106,4 +123,4 @@ echo "      $(mib "$streamed") of pgoutput streamed)"
 echo "    a re-snapshot instead:         $(mib $((tables + wal_tail))): $(mib "$tables") of tables (pg_total_relation_size)"
 echo "      + $(mib "$wal_tail") of WAL from the restart ($restart_at) to the end, streamed either way"
 echo "  total demo time:               $(( ($(ms) - t_start) / 1000 )) s"
-echo "verified: every arrangement at LSN $final equals SELECT * FROM its table"
+echo "verified: every table's arrangement at LSN $final equals SELECT * FROM the table, and every view the view's query"
