@@ -750,3 +750,88 @@ Test(engine, kill_the_reader_behind)
 	cr_assert_eq(ah_close(h), 0);
 	tl_rmdir(&d);
 }
+
+/* ---------------------------------------------------------- I/O faults */
+
+#include <errno.h>
+
+#include "tests/fault/interpose.h"
+#include "tests/lib/tl_file.h"
+
+#define FAULT_BASE 10  /* commits before the one under faults */
+
+/* One commit: inputs i and the views' step, in one transaction. */
+static int commit_one(ah_heap *h, eg_graph *g, const model *m, unsigned i)
+{
+	ah_txn *t;
+	uint64_t lo = (uint64_t)i * STEP, hi = lo + STEP;
+	int rc = ah_txn_begin(h, 0, &t);
+
+	if (rc)
+		return rc;
+	if ((rc = append_inputs(t, m, lo, hi)) != 0 || (rc = eg_step(g, t, lo, hi)) != 0) {
+		ah_txn_abort(t);
+		return rc;
+	}
+	return ah_txn_commit(t);
+}
+
+/* The nth write, sync or allocation of the commit fails (EIO or ENOSPC),
+ * n = 1, 2, ... until one succeeds: every failure leaves the heap with
+ * inputs and views at one frontier, the old one or (a commit whose data
+ * was all written when a later sync failed) the new one, equal to the
+ * model there; nothing is half done. */
+Test(engine, io_fault_sweep_in_a_step, .timeout = 240)
+{
+	uint64_t seed = tl_seed("engine/io_fault_sweep_in_a_step", 91);
+	tl_dir d = tl_tmpdir("engine");
+	char base[160];
+	ah_open_opts o = tl_opts(0, 64 * TL_MiB, 0);
+	ah_heap *h = tl_open_path(d.path, 0, 0);
+	eg_graph *g = graph();
+	static model m;
+	uint64_t n, faults = 0, new_frontier = 0;
+
+	m.n = 0;
+	create_all(h, g);
+	for (unsigned i = 0; i < FAULT_BASE; i++) {
+		gen_commit(&m, seed, i);
+		cr_assert_eq(commit_one(h, g, &m, i), 0, "%s", eg_errmsg(g));
+	}
+	gen_commit(&m, seed, FAULT_BASE);
+	cr_assert_eq(ah_close(h), 0);
+	snprintf(base, sizeof base, "%s/base", d.dir);
+	cr_assert_eq(tl_copy(d.path, base), 0);
+	for (n = 1; n < 2000; n++) {
+		cr_assert_eq(tl_copy(base, d.path), 0);
+		cr_assert_eq(ah_open(d.path, &o, &h), 0);
+		uint64_t inj = io_fault_injected();
+		io_fault_arm(n, (1u << IO_MSYNC) | (1u << IO_FDATASYNC) | (1u << IO_FSYNC) |
+		                (1u << IO_PWRITE) | (1u << IO_FALLOCATE), n % 2 ? EIO : ENOSPC);
+		int rc = commit_one(h, g, &m, FAULT_BASE);
+		io_fault_arm(0, 0, 0);
+		int hit = io_fault_injected() != inj;
+		ah_close(h);
+		if (rc == 0 && !hit)
+			break;
+		faults += hit;
+		cr_assert(rc == 0 || rc == AH_EIO || rc == AH_EFULL, "n=%" PRIu64 ": %s (%s)", n,
+		          ah_err_name(rc), eg_errmsg(g));
+		h = tl_open_path(d.path, 0, 0);
+		uint64_t up = one_frontier(h, 0);
+		cr_assert(up == FAULT_BASE * STEP || up == (FAULT_BASE + 1) * STEP,
+		          "n=%" PRIu64 ": frontier %" PRIu64, n, up);
+		new_frontier += up == (FAULT_BASE + 1) * STEP;
+		check_all(h, &m, up, seed);
+		cr_assert_eq(ah_close(h), 0);
+	}
+	cr_assert_lt(n, 2000, "the commit never succeeded");
+	cr_assert_gt(faults, 3, "only %" PRIu64 " faults hit the commit", faults);
+	h = tl_open_path(d.path, 0, 0);
+	check_all(h, &m, (FAULT_BASE + 1) * STEP, seed);
+	cr_assert_eq(ah_close(h), 0);
+	cr_log_info("engine/io_fault_sweep_in_a_step: %" PRIu64 " faults, %" PRIu64
+	            " found committed after a failed sync", faults, new_frontier);
+	eg_graph_free(g);
+	tl_rmdir(&d);
+}

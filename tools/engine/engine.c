@@ -407,10 +407,10 @@ int eg_fail(eg_out *o, const char *msg)
 /* ------------------------------------------------------------- reading */
 
 typedef struct delta_ctx {
-	uint64_t ids[256];
-	size_t n;
+	uint64_t *ids;
+	size_t n, cap;
 	uint64_t lower, upper;
-	int over;
+	int nomem;
 } delta_ctx;
 
 static int pick_batch(const ah_batch_info *b, void *user)
@@ -419,9 +419,15 @@ static int pick_batch(const ah_batch_info *b, void *user)
 
 	if (b->partial || b->upper <= dc->lower || b->lower >= dc->upper || b->updates == 0)
 		return 0;
-	if (dc->n == sizeof dc->ids / sizeof dc->ids[0]) {
-		dc->over = 1;
-		return 1;
+	if (dc->n == dc->cap) {
+		size_t cap = dc->cap ? 2 * dc->cap : 16;
+		uint64_t *ids = realloc(dc->ids, cap * sizeof *ids);
+		if (!ids) {
+			dc->nomem = 1;
+			return 1;
+		}
+		dc->ids = ids;
+		dc->cap = cap;
 	}
 	dc->ids[dc->n++] = b->id;
 	return 0;
@@ -435,10 +441,11 @@ static int read_delta(eg_graph *g, ah_txn *txn, const char *name, uint64_t lower
 	delta_ctx dc = { .lower = lower, .upper = upper };
 	int rc = ah_batch_foreach(txn, name, pick_batch, &dc);
 
-	if (rc < 0)
-		return eg__fail(g, rc, "%s: cannot list its batches: %s", name, ah_strerror(rc));
-	if (dc.over)
-		return eg__fail(g, AH_ELIMIT, "%s: more than 256 batches overlap the step", name);
+	if (rc < 0 || dc.nomem) {
+		free(dc.ids);
+		return rc < 0 ? eg__fail(g, rc, "%s: cannot list its batches: %s", name, ah_strerror(rc))
+		              : eg__fail(g, AH_ENOMEM, "%s: out of memory", name);
+	}
 	for (size_t i = 0; i < dc.n && rc == 0; i++) {
 		ah_cursor *c = NULL;
 		if ((rc = ah_cursor_open_batch(txn, name, dc.ids[i], &c)) != 0)
@@ -474,6 +481,7 @@ static int read_delta(eg_graph *g, ah_txn *txn, const char *name, uint64_t lower
 		if (rc == 0)
 			rc = crc;
 	}
+	free(dc.ids);
 	if (rc < 0)
 		return eg__fail(g, rc, "%s: cannot read its updates: %s", name, ah_strerror(rc));
 	if ((rc = uset_consolidate(d)) != 0)
