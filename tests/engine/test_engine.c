@@ -497,6 +497,9 @@ Test(engine, frontier_rules)
 	/* empty step, bad nodes */
 	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
 	cr_assert_eq(eg_step(g, t, STEP, STEP), AH_EINVAL);
+	cr_assert_str_eq(eg_errmsg(g), "step [10, 10) is empty");
+	cr_assert_eq(eg_step(g, NULL, STEP, 2 * STEP), AH_EINVAL);
+	cr_assert_str_eq(eg_errmsg(g), "step without a transaction");
 	ah_txn_abort(t);
 	cr_assert_eq(eg_reduce(g, "red", "A", red_fn, NULL), AH_EINVAL);
 	cr_assert_str_eq(eg_errmsg(g), "node red: output already made by another node");

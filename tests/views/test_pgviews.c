@@ -134,8 +134,10 @@ Test(views, null_rules, .timeout = 120, .fini = pgt_fini)
 		"INSERT INTO j VALUES (1, 1, 'one'), (2, NULL, 'null'), (3, 2, 'two');\n"
 		"CREATE PUBLICATION ah_pgsync FOR ALL TABLES;\n");
 	write_file(&c, "v.sql",
-		"CREATE VIEW agg AS SELECT k, count(*), count(x), sum(x), min(x), max(x), sum(n), "
-		"min(n), max(n) FROM g GROUP BY k;\n"
+		"CREATE VIEW agg AS SELECT k, count(*), count(x) AS cx, sum(x), min(x), max(x), "
+		"sum(n) AS sn, min(n) AS mn, max(n) AS mx FROM g GROUP BY k;\n"
+		"CREATE VIEW twice AS SELECT k, count(*) AS a, count(*) AS b, count(x) AS c, "
+		"count(x) AS d FROM g GROUP BY k;\n"
 		"CREATE VIEW jn AS SELECT g.id, j.label FROM g JOIN j ON g.k = j.k;\n");
 	snprintf(args, sizeof args, "--views %s/v.sql", c.dir);
 	pid_t e = pgt_engine(&c, "heap", "e.log", args);
@@ -198,6 +200,10 @@ Test(views, bad_input_refused, .timeout = 120, .fini = pgt_fini)
 		  "view v: GROUP BY column amount has type numeric, whose equal values may print "
 		  "differently" },
 		{ "CREATE VIEW v AS SELECT id FROM t WHERE id = 1;\n", "views.sql:1:35: expected ;" },
+		{ "CREATE VIEW v AS SELECT name, count(*), count(id) FROM t GROUP BY name;\n",
+		  "views.sql:1:41: view v: output column count appears twice: give one an AS label" },
+		{ "CREATE VIEW v AS SELECT id, id FROM t;\n",
+		  "views.sql:1:29: view v: output column id appears twice" },
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
 		write_file(&c, "views.sql", cases[i].file);

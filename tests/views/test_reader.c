@@ -237,11 +237,23 @@ Test(views, second_reader_behind_with_holds, .timeout = 240, .fini = pgt_fini)
 	/* r2 comes back too late: one line naming the fix, nothing written */
 	cr_assert_eq(pgt_wait_pid(reader(&c, "r2b.log", "--name r2")), 1);
 	log = pgt_file(&c, "r2b.log");
-	cr_assert(strstr(log, "drop the reader's views and start it again"), "%s", log);
+	cr_assert(strstr(log, "its views must be computed anew: start it again with --reset"), "%s",
+	          log);
 	cr_assert_eq(strchr(log, '\n') - log + 1, (long)strlen(log), "one line: %s", log);
 	free(log);
 	hstate s3 = state(&c, "r2");
 	cr_assert_eq(s3.pos, s.pos);
+	/* --reset computes its views anew, and it holds again */
+	char *l3 = heap_lsn(&c);
+	snprintf(ua, sizeof ua, "--name r2 --reset --until-lsn %s", l3);
+	rrc = pgt_wait_pid(reader(&c, "r2c.log", ua));
+	if (rrc != 0)
+		cr_assert_fail("reader status %d: %s", rrc, pgt_file(&c, "r2c.log"));
+	same_views(&c, "r2");
+	s3 = state(&c, "r2");
+	cr_assert_eq(s3.released, 0);
+	cr_assert_eq(s3.nholds, 4);
+	free(l3);
 	kill(e, SIGTERM);
 	cr_assert_eq(pgt_wait_pid(e), 0, "%s", pgt_file(&c, "e2.log"));
 	free(l1);

@@ -1092,9 +1092,11 @@ static int check_frontiers(eg_graph *g, ah_txn *txn, const node *nd, uint64_t lo
 
 int eg_step(eg_graph *g, ah_txn *txn, uint64_t lower, uint64_t upper)
 {
-	if (!g || !txn)
+	if (!g)
 		return AH_EINVAL;
 	g->err[0] = 0;
+	if (!txn)
+		return eg__fail(g, AH_EINVAL, "step without a transaction");
 	if (lower >= upper)
 		return eg__fail(g, AH_EINVAL, "step [%llu, %llu) is empty", (unsigned long long)lower,
 		            (unsigned long long)upper);

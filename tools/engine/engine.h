@@ -92,8 +92,10 @@ void eg_graph_free(eg_graph *g);
 
 /* Adds a node (names are copied; user is kept).  Inputs must be base
  * arrangements or outputs of nodes added before; an output name is used by
- * one node only.  0, AH_EINVAL (bad or reused output name, an input that
- * is a later node's output) or AH_ENOMEM. */
+ * one node only.  0, AH_EINVAL (a name empty or over AH_NAME_MAX bytes, a
+ * reused output name, a node reading its own output or an output an
+ * earlier node reads) or AH_ENOMEM.  The library's other name rules are
+ * checked when the arrangement is made (eg_create: AH_EINVAL there). */
 int eg_arrange_by(eg_graph *g, const char *out, const char *in, eg_map_fn fn, void *user);
 int eg_reduce(eg_graph *g, const char *out, const char *in, eg_reduce_fn fn, void *user);
 int eg_join(eg_graph *g, const char *out, const char *a, const char *b, eg_join_fn fn,
@@ -147,7 +149,7 @@ void eg_stats_get(const eg_graph *g, eg_stats *st);
  * Errors: AH_ECOMPACTED when a base input's since passed the reader's
  * position: its hold was released (the lease ran out while the reader was
  * away) and the data it needed is compacted; the message says so and names
- * the fix (drop the reader's views and start it again); the errors of
+ * the fix (its views must be computed anew: drop them and step from 0); the errors of
  * eg_step, ah_hold_set and ah_txn_commit.  Nothing is written on error. */
 int eg_reader_step(eg_graph *g, ah_heap *heap, const char *name, uint64_t lease_ms,
                    uint64_t *pos, int *moved);

@@ -99,7 +99,7 @@ int eg_reader_step(eg_graph *g, ah_heap *heap, const char *name, uint64_t lease_
 			eg__fail(g, AH_ECOMPACTED,
 			         "reader %s: input %s is compacted to since %llu, past the reader's "
 			         "position %llu (its hold was released: the lease ran out while the "
-			         "reader was away); drop the reader's views and start it again",
+			         "reader was away): its views must be computed anew",
 			         name, in, (unsigned long long)ai.since, (unsigned long long)p);
 			return fail_txn(t, AH_ECOMPACTED);
 		}

@@ -192,9 +192,11 @@ out:
 }
 
 /* Creates the reader's arrangements and stores its views, in one
- * transaction (before its first step). */
-static int reader_create(ah_heap *h, views *vw, const char *r, const pg_buf *rec, char *err,
-                         size_t errlen)
+ * transaction (before its first step); with reset, its arrangements are
+ * dropped first, so the first step computes them anew from position 0
+ * (its holds are set again there; the stored views stay). */
+static int reader_create(ah_heap *h, views *vw, const char *r, const pg_buf *rec, int reset,
+                         char *err, size_t errlen)
 {
 	char name[AH_NAME_MAX + 32];
 	ah_txn *t = NULL;
@@ -205,15 +207,27 @@ static int reader_create(ah_heap *h, views *vw, const char *r, const pg_buf *rec
 		snprintf(err, errlen, "cannot begin a write transaction: %s", ah_strerror(rc));
 		return -1;
 	}
+	for (size_t i = 0; reset && i < eg_node_count(views_graph(vw)); i++) {
+		const char *o = eg_node_output(views_graph(vw), i);
+		rc = ah_arrangement_drop(t, o);
+		if (rc != 0 && rc != AH_ENOTFOUND) {
+			snprintf(err, errlen, "dropping %s: %s", o, ah_strerror(rc));
+			ah_txn_abort(t);
+			return -1;
+		}
+	}
 	if ((rc = eg_create(views_graph(vw), t)) != 0) {
 		snprintf(err, errlen, "%s", eg_errmsg(views_graph(vw)));
 		ah_txn_abort(t);
 		return -1;
 	}
-	if ((rc = ah_source_put(t, name, rec->p, rec->len)) != 0 || (rc = ah_txn_commit(t)) != 0) {
+	if (rec && (rc = ah_source_put(t, name, rec->p, rec->len)) != 0) {
 		snprintf(err, errlen, "storing %s: %s", name, ah_strerror(rc));
-		if (rc != 0)
-			ah_txn_abort(t);
+		ah_txn_abort(t);
+		return -1;
+	}
+	if ((rc = ah_txn_commit(t)) != 0) {
+		snprintf(err, errlen, "commit: %s", ah_strerror(rc));
 		return -1;
 	}
 	return 0;
@@ -221,13 +235,13 @@ static int reader_create(ah_heap *h, views *vw, const char *r, const pg_buf *rec
 
 static const char reader_usage[] =
 	"usage: ah-pgsync reader HEAP --name R [--views FILE [-d CONNINFO]] [--lease MS]\n"
-	"                        [--interval MS] [--until-lsn X/Y]\n";
+	"                        [--interval MS] [--until-lsn X/Y] [--reset]\n";
 
 int cmd_reader(int argc, char **argv)
 {
 	const char *path = NULL, *r = NULL, *file = NULL, *conninfo = NULL;
 	uint64_t lease = 60000, interval = 200, until = 0;
-	int have_until = 0, fresh = 0, status = 1;
+	int have_until = 0, fresh = 0, status = 1, reset = 0;
 	ah_heap *h = NULL;
 	pg_stored st = { 0 };
 	views *vw = NULL;
@@ -238,6 +252,8 @@ int cmd_reader(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--name") && i + 1 < argc)
 			r = argv[++i];
+		else if (!strcmp(argv[i], "--reset"))
+			reset = 1;
 		else if (!strcmp(argv[i], "--views") && i + 1 < argc)
 			file = argv[++i];
 		else if ((!strcmp(argv[i], "-d") || !strcmp(argv[i], "--dbname")) && i + 1 < argc)
@@ -279,7 +295,7 @@ int cmd_reader(int argc, char **argv)
 		fprintf(stderr, "ah-pgsync reader %s: %s\n", r, err);
 		goto out;
 	}
-	if (fresh && reader_create(h, vw, r, &rec, err, sizeof err) != 0) {
+	if ((fresh || reset) && reader_create(h, vw, r, fresh ? &rec : NULL, reset, err, sizeof err) != 0) {
 		fprintf(stderr, "ah-pgsync reader %s: %s\n", r, err);
 		goto out;
 	}
@@ -290,14 +306,16 @@ int cmd_reader(int argc, char **argv)
 	last = t0;
 	for (;;) {
 		if ((rc = eg_reader_step(g, h, hold, lease, &pos, &moved)) != 0) {
-			fprintf(stderr, "ah-pgsync reader %s: %s\n", r, eg_errmsg(g));
+			fprintf(stderr, "ah-pgsync reader %s: %s%s\n", r, eg_errmsg(g),
+			        rc == AH_ECOMPACTED ? ": start it again with --reset" : "");
 			goto out;
 		}
 		steps += moved;
 		if (steps == 1 && moved) {
 			lsn_fmt(pos - 1, l, sizeof l);
 			fprintf(stderr, "ah-pgsync reader %s: %d views %s at LSN %s, %.1f ms after start\n",
-			        r, views_count(vw), fresh ? "computed" : "caught up", l, ms_since(&t0));
+			        r, views_count(vw), fresh || reset ? "computed" : "caught up", l,
+			        ms_since(&t0));
 		}
 		if (have_until && pos > until)
 			break;

@@ -55,13 +55,12 @@ static int open_ro(const char *path, ah_heap **h)
 
 /* Every cursor call is checked (a step returns 1 on a key or val, 0 at the
  * end, < 0 an error): a damaged heap is an error, never a short digest. */
-static int heap_digest(ah_heap *h, const char *name, uint64_t as_of, digest *d)
+static int heap_digest(ah_txn *txn, const char *name, uint64_t as_of, digest *d)
 {
-	ah_txn *txn = NULL;
 	ah_cursor *c = NULL;
 	int rc;
 
-	if ((rc = ah_txn_begin(h, AH_TXN_RDONLY, &txn)) || (rc = ah_cursor_open(txn, name, &c)) ||
+	if ((rc = ah_cursor_open(txn, name, &c)) ||
 	    (rc = ah_cursor_rewind_keys(c)) < 0)  /* positions it: an error shows here */
 		goto out;
 	while (ah_cursor_key_valid(c)) {
@@ -83,7 +82,21 @@ static int heap_digest(ah_heap *h, const char *name, uint64_t as_of, digest *d)
 	rc = 0;
 out:
 	ah_cursor_close(c);
-	ah_txn_abort(txn);
+	return rc;
+}
+
+/* One read snapshot of the heap for every digest, and the LSN it is at:
+ * with views every commit compacts to its LSN, so digests taken in later
+ * snapshots at an earlier LSN would find it compacted away. */
+static int heap_snapshot(ah_heap *h, ah_txn **txn, uint64_t *lsn)
+{
+	const void *p;
+	size_t len;
+	int rc = ah_txn_begin(h, AH_TXN_RDONLY, txn);
+
+	if (rc == 0 && (rc = ah_source_get(*txn, "pg.lsn", &p, &len)) == 0 &&
+	    lsn_parse(p, len, lsn) != 0)
+		rc = AH_ECORRUPT;
 	return rc;
 }
 
@@ -147,6 +160,7 @@ int cmd_verify(int argc, char **argv)
 	vctx v = { 0 };
 	pg_buf names = { 0 }, names_v = { 0 };
 	views *vw = NULL;
+	ah_txn *snap = NULL;
 	char err[1024], l[32], what[100];
 	int64_t total = 0;
 	int status = 1, rc, ndiff = 0, have_views = 0;
@@ -176,6 +190,10 @@ int cmd_verify(int argc, char **argv)
 		        "connection has %s: the comparison would be meaningless\n", path, err, err + 512);
 		goto out;
 	}
+	if ((rc = heap_snapshot(h, &snap, &st.lsn)) != 0) {
+		fprintf(stderr, "ah-pgsync verify: reading heap %s: %s\n", path, ah_strerror(rc));
+		goto out;
+	}
 	lsn_fmt(st.lsn, l, sizeof l);
 	for (int i = 0; i < st.nt; i++) {
 		digest hd = { 0 };
@@ -191,7 +209,7 @@ int cmd_verify(int argc, char **argv)
 			fprintf(stderr, "ah-pgsync verify: %s\n", src.err);
 			goto out;
 		}
-		if ((rc = heap_digest(h, v.t->name, st.lsn, &hd))) {
+		if ((rc = heap_digest(snap, v.t->name, st.lsn, &hd))) {
 			fprintf(stderr, "ah-pgsync verify: reading %s: %s\n", v.t->name, ah_strerror(rc));
 			goto out;
 		}
@@ -241,7 +259,7 @@ int cmd_verify(int argc, char **argv)
 			fprintf(stderr, "ah-pgsync verify: view %s: %s\n", name, src.err);
 			goto out;
 		}
-		if ((rc = heap_digest(h, name, st.lsn, &hd))) {
+		if ((rc = heap_digest(snap, name, st.lsn, &hd))) {
 			fprintf(stderr, "ah-pgsync verify: reading %s: %s\n", name, ah_strerror(rc));
 			goto out;
 		}
@@ -268,6 +286,7 @@ int cmd_verify(int argc, char **argv)
 	       total, views_count(vw) ? (views_count(vw) == 1 ? " and 1 view" : " and the views") : "", l);
 	status = 0;
 out:
+	ah_txn_abort(snap);
 	views_free(vw);
 	pg_buf_free(&names_v);
 	pg_buf_free(&names);

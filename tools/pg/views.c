@@ -194,9 +194,10 @@ static int reduce_fn(void *u, const void *key, size_t key_len, const eg_valcount
 						goto out;
 					}
 				}
+				/* each count its own sum: two count(*) items must not
+				 * add into one total */
 				if (__builtin_mul_overflow(c, in[j].count, &m) ||
-				    __builtin_add_overflow(r->a[a].kind == VS_COUNT ? r->cnt[a] : total, m,
-				                           r->a[a].kind == VS_COUNT ? &r->cnt[a] : &total)) {
+				    __builtin_add_overflow(r->cnt[a], m, &r->cnt[a])) {
 					rc = eg_fail(o, "a count leaves int64");
 					goto out;
 				}
@@ -237,7 +238,8 @@ static int reduce_fn(void *u, const void *key, size_t key_len, const eg_valcount
 		switch (r->a[a].kind) {
 		case VS_COUNT_STAR:
 		case VS_COUNT:
-			snprintf(num, sizeof num, "%" PRId64, r->a[a].kind == VS_COUNT ? r->cnt[a] : total);
+			snprintf(num, sizeof num, "%" PRId64,
+			         r->a[a].kind == VS_COUNT || r->combine ? r->cnt[a] : total);
 			rc = put_text(&r->buf, num, strlen(num));
 			break;
 		case VS_SUM:
@@ -586,6 +588,20 @@ static int compile_view(cc *c, view1 *out)
 	int group = v->ngroup > 0;
 
 	snprintf(out->arr, sizeof out->arr, "%s%s", c->vs->prefix, v->name);
+	/* PostgreSQL names an output column by its label, its column, or its
+	 * aggregate's name, and refuses a view with two of one name */
+	for (int i = 0; i < v->nitems; i++)
+		for (int k = 0; k < i; k++) {
+			const vs_item *a = &v->items[k], *b = &v->items[i];
+			const char *na = a->label ? a->label : a->kind == VS_COL ? a->ref.name
+			                                                         : vs_kind_name(a->kind);
+			const char *nb = b->label ? b->label : b->kind == VS_COL ? b->ref.name
+			                                                         : vs_kind_name(b->kind);
+			if (!strcmp(na, nb))
+				return cfail(c, b->line, b->pos, "output column %s appears twice: give one an "
+				             "AS label (PostgreSQL refuses a view with two columns of one name)",
+				             pg_disp(nb));
+		}
 	out->ncols = v->nitems;
 	for (int k = 0; k < v->nfrom; k++)
 		if (resolve_table(c, k))
