@@ -39,6 +39,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <libgen.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -165,6 +167,37 @@ static void usage(FILE *f)
 
 
 /* ---- the heap ---------------------------------------------------------- */
+
+/* Removes HEAP.creating.PID (and its -lock) left by first runs that died
+ * (kill -9 in the copy): only those whose PID no process has, so a
+ * concurrent first run's copy in progress is never touched. */
+static void remove_stale_copies(const char *heap)
+{
+	char dirbuf[4096], basebuf[4096], prefix[4200], path[8400];
+	DIR *d;
+	struct dirent *de;
+
+	snprintf(dirbuf, sizeof dirbuf, "%s", heap);
+	snprintf(basebuf, sizeof basebuf, "%s", heap);
+	const char *dir = dirname(dirbuf), *base = basename(basebuf);
+	snprintf(prefix, sizeof prefix, "%s.creating.", base);
+	if (!(d = opendir(dir)))
+		return;
+	while ((de = readdir(d)) != NULL) {
+		size_t pl = strlen(prefix);
+		char *end;
+		if (strncmp(de->d_name, prefix, pl) != 0)
+			continue;
+		long pid = strtol(de->d_name + pl, &end, 10);
+		if (end == de->d_name + pl || pid <= 0 || (*end && strcmp(end, "-lock")))
+			continue;
+		if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+			continue;
+		snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+		unlink(path);
+	}
+	closedir(d);
+}
 
 /* A lookup at the frontier: the first key of an arrangement. */
 static int first_lookup(ah_heap *h, const char *name, uint64_t as_of)
@@ -512,6 +545,7 @@ static int first_run(engine *e)
 		                  sizeof err) != 0)
 			return efail(e, "views %s:%s", e->views_path, err);
 	}
+	remove_stale_copies(e->heap_path);
 	/* This process's own temporary name: a concurrent first run of the
 	 * same heap never deletes our copy in progress, nor we its. */
 	snprintf(tmp, sizeof tmp, "%s.creating.%d", e->heap_path, (int)getpid());
