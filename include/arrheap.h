@@ -55,7 +55,11 @@
  *    of the processes sharing a heap in step.  A binary older than read
  *    holds refuses a heap that held one (format 3), but one that opened
  *    the heap before its first hold was written does not notice it: run
- *    one library version per heap at a time.
+ *    one library version per heap at a time.  Hold records live in the
+ *    meta DB beside the heap's meta record: a damaged page there (a hold's
+ *    key flipped out of order, say) is a damaged meta, so ah_open fails
+ *    with AH_ECORRUPT and the heap cannot be salvaged in place; restore it
+ *    from a backup or snapshot.
  *  - LMDB trusts its own pages.  Run ah_verify (in-process is safe) before
  *    reading a heap file you do not trust; once it (or ah_verify_pages)
  *    finds damaged LMDB pages, every call of this handle that would read
