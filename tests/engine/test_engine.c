@@ -108,15 +108,23 @@ static int jr_fn(void *u, const void *k, size_t kl, const void *va, size_t la, c
 
 static const char *OUTS[] = { "by_val", "red", "jn", "red_jn", "jn_red" };
 
-static eg_graph *graph(void)
+/* The test's graph, or NULL (no Criterion: forked children use it). */
+static eg_graph *graph_try(void)
 {
 	eg_graph *g = NULL;
-	cr_assert_eq(eg_graph_new(&g), 0);
-	cr_assert_eq(eg_arrange_by(g, "by_val", "A", by_val, NULL), 0);
-	cr_assert_eq(eg_reduce(g, "red", "by_val", red_fn, NULL), 0);
-	cr_assert_eq(eg_join(g, "jn", "A", "B", jn_fn, NULL), 0);
-	cr_assert_eq(eg_reduce(g, "red_jn", "jn", cnt_fn, NULL), 0);
-	cr_assert_eq(eg_join(g, "jn_red", "red", "C", jr_fn, NULL), 0);
+	if (eg_graph_new(&g) || eg_arrange_by(g, "by_val", "A", by_val, NULL) ||
+	    eg_reduce(g, "red", "by_val", red_fn, NULL) || eg_join(g, "jn", "A", "B", jn_fn, NULL) ||
+	    eg_reduce(g, "red_jn", "jn", cnt_fn, NULL) || eg_join(g, "jn_red", "red", "C", jr_fn, NULL)) {
+		eg_graph_free(g);
+		return NULL;
+	}
+	return g;
+}
+
+static eg_graph *graph(void)
+{
+	eg_graph *g = graph_try();
+	cr_assert_not_null(g);
 	return g;
 }
 
@@ -587,13 +595,8 @@ static int writer_child(const char *path, uint64_t seed)
 	static model m;
 	ah_arrangement_info ai;
 
-	if (ah_open(path, &o, &h) || eg_graph_new(&g))
+	if (ah_open(path, &o, &h) || !(g = graph_try()))
 		return 2;
-	eg_arrange_by(g, "by_val", "A", by_val, NULL);
-	eg_reduce(g, "red", "by_val", red_fn, NULL);
-	eg_join(g, "jn", "A", "B", jn_fn, NULL);
-	eg_reduce(g, "red_jn", "jn", cnt_fn, NULL);
-	eg_join(g, "jn_red", "red", "C", jr_fn, NULL);
 	if (ah_txn_begin(h, AH_TXN_RDONLY, &t) || ah_arrangement_info_get(t, "A", &ai))
 		return 3;
 	ah_txn_abort(t);
@@ -672,13 +675,8 @@ static int reader_child(const char *path, uint64_t seed, uint64_t end)
 	ah_arrangement_info ai;
 	uint64_t s = seed ^ (uint64_t)getpid();
 
-	if (ah_open(path, &o, &h) || eg_graph_new(&g))
+	if (ah_open(path, &o, &h) || !(g = graph_try()))
 		return 2;
-	eg_arrange_by(g, "by_val", "A", by_val, NULL);
-	eg_reduce(g, "red", "by_val", red_fn, NULL);
-	eg_join(g, "jn", "A", "B", jn_fn, NULL);
-	eg_reduce(g, "red_jn", "jn", cnt_fn, NULL);
-	eg_join(g, "jn_red", "red", "C", jr_fn, NULL);
 	if (ah_txn_begin(h, AH_TXN_RDONLY, &t) || ah_arrangement_info_get(t, "by_val", &ai))
 		return 3;
 	ah_txn_abort(t);

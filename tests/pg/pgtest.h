@@ -158,12 +158,9 @@ static inline void pgt_exec(pgt *c, const char *db, const char *sql)
 	free(pgt_sql(c, db, sql));
 }
 
-/* Starts ah-pgsync on heap with extra args; stderr to dir/NAME.log. */
-static inline pid_t pgt_engine(pgt *c, const char *heap, const char *log, const char *args)
+/* Runs sh -c cmd in a child that pgt_fini kills if the test fails. */
+static inline pid_t pgt_spawn(const char *cmd)
 {
-	char cmd[2048];
-	snprintf(cmd, sizeof cmd, "%s exec %s -d '%s' --group-ms 50 %s %s/%s >/dev/null 2>%s/%s", c->env,
-	         c->sync, c->conn, args ? args : "", c->dir, heap, c->dir, log);
 	pid_t pid = fork();
 	cr_assert(pid >= 0);
 	if (pid == 0) {
@@ -176,6 +173,15 @@ static inline pid_t pgt_engine(pgt *c, const char *heap, const char *log, const 
 			break;
 		}
 	return pid;
+}
+
+/* Starts ah-pgsync on heap with extra args; stderr to dir/NAME.log. */
+static inline pid_t pgt_engine(pgt *c, const char *heap, const char *log, const char *args)
+{
+	char cmd[2048];
+	snprintf(cmd, sizeof cmd, "%s exec %s -d '%s' --group-ms 50 %s %s/%s >/dev/null 2>%s/%s", c->env,
+	         c->sync, c->conn, args ? args : "", c->dir, heap, c->dir, log);
+	return pgt_spawn(cmd);
 }
 
 static inline int pgt_wait_pid(pid_t pid)

@@ -9,17 +9,9 @@
  */
 #include "tests/pg/pgtest.h"
 
-static const char *VIEWS =
-	"CREATE VIEW acct_by_branch AS\n"
-	"  SELECT bid, count(*), sum(abalance), min(abalance), max(abalance)\n"
-	"  FROM pgbench_accounts GROUP BY bid;\n"
-	"CREATE VIEW teller_branch AS\n"
-	"  SELECT t.tid, t.bid, t.tbalance, b.bbalance\n"
-	"  FROM pgbench_tellers t JOIN pgbench_branches b ON t.bid = b.bid;\n"
-	"CREATE VIEW branch_delta AS\n"
-	"  SELECT b.bid, sum(h.delta) FROM pgbench_history h\n"
-	"  JOIN pgbench_tellers t ON h.tid = t.tid JOIN pgbench_branches b ON t.bid = b.bid\n"
-	"  GROUP BY b.bid;\n";
+#include "tests/views/pgbench_views.h"
+
+#define VIEWS PGBENCH_VIEWS
 
 static const char *TABLES[] = { "public.pgbench_accounts", "public.pgbench_branches",
 	                        "public.pgbench_history", "public.pgbench_tellers" };
@@ -49,18 +41,7 @@ static pid_t reader(pgt *c, const char *log, const char *args)
 	char cmd[1024];
 	snprintf(cmd, sizeof cmd, "exec %s reader %s/heap %s 2>%s/%s", c->sync, c->dir, args, c->dir,
 	         log);
-	pid_t pid = fork();
-	cr_assert(pid >= 0);
-	if (pid == 0) {
-		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-		_exit(127);
-	}
-	for (int i = 0; i < 8; i++)
-		if (pgt_pids[i] <= 0) {
-			pgt_pids[i] = pid;
-			break;
-		}
-	return pid;
+	return pgt_spawn(cmd);
 }
 
 typedef struct hstate {
