@@ -12,7 +12,7 @@
 #      (heap LSN behind the server's; sampled every 3 s) and the catch-up (ah-pgsync wait),
 #      SIGTERM, the exit line, engine CPU (/proc) per update, verify; the
 #      slot is dropped after, so it retains no WAL for the next run;
-#   4. with views: the three pgbench views of tests/views/test_pgviews.c via
+#   4. with views: the three pgbench views of tests/views/pgbench_views.h via
 #      ah-pgsync --views FILE HEAP2 (slot ah_bench_views): the same, plus the
 #      views' exit line "views: N steps in X ms (Y us per table update)";
 #   5. restart: ah-pgsync HEAP2 --slot ah_bench_views (no --views) three times with the heap in the
@@ -75,10 +75,12 @@ trap 'exit 130' INT TERM
 die() { echo "bench-views: $*" >&2; exit 1; }
 fail_log() { echo "bench-views: $1" >&2; [ -f "${2:-}" ] && sed 's/^/  | /' "$2" >&2; exit 1; }
 
-# The three views of tests/views/test_pgviews.c (PGBENCH_VIEWS), verbatim.
+# The three views the view tests use (PGBENCH_VIEWS, in
+# tests/views/pgbench_views.h, earlier in test_pgviews.c), verbatim.
 views_sql() {
-  sed -n '/^static const char \*PGBENCH_VIEWS =/,/;$/p' "$here/tests/views/test_pgviews.c" |
-    sed -n 's/^[^"]*"\(.*\)\\n"[;]*$/\1/p'
+  local f=$here/tests/views/pgbench_views.h
+  [ -f "$f" ] || f=$here/tests/views/test_pgviews.c
+  sed -n '/PGBENCH_VIEWS =$/,/;$/p' "$f" | sed -n 's/^[^"]*"\(.*\)\\n"[;]*$/\1/p'
 }
 
 # CPU seconds (user + system) of a live process, from /proc/PID/stat.
