@@ -228,9 +228,9 @@ bench-snapshot: $(BUILD)/bench/ah-bench-snapshot
 # `make bench-views` (issue 14): pgbench tps with and without the views,
 # view maintenance per input update, restart to the first view answer
 # against recomputing the views (bench/views.sh; a throwaway cluster per
-# scale, as make demo).  SCALES="10 100" SECS=60 by default (about 14
-# minutes on 2 cores: the engine with views falls behind pgbench and takes
-# 1.5-3 minutes to catch up); PERF_SECS=N also profiles the engine with perf
+# scale, as make demo).  SCALES="10 100" SECS=60 by default (about 9
+# minutes on 2 cores, most of it scale 100's copies and the engine with
+# views catching up after pgbench); PERF_SECS=N also profiles the engine with perf
 # for N s of the with-views run.  Writes $(BUILD)/bench/views-SCALE.txt
 # (and views-SCALE.perf.txt).  Not part of `make test`.
 SCALES ?= 10 100
