@@ -16,8 +16,9 @@
  *  - Pointers returned into the heap (keys, vals, source positions) point
  *    straight into the memory map: zero copy, valid until the transaction
  *    that produced them ends, never to be written through.
- *  - A failed mutation poisons its write transaction: afterwards every call
- *    on it fails with AH_EBADTXN until ah_txn_abort().  Nothing of a poisoned
+ *  - A failed mutation poisons its transaction (also a read transaction
+ *    refusing one with AH_EREADONLY): afterwards every call on it fails
+ *    with AH_EBADTXN until ah_txn_abort().  Nothing of a poisoned
  *    transaction ever reaches the file.
  *  - No function aborts or asserts on caller input or on bytes read from the
  *    file; bad input is an error code.
