@@ -241,6 +241,24 @@ struct meet_ctx {
 	size_t nrel, caprel;
 };
 
+
+/* Appends *h to the growable array *a (n used, cap allocated): 0 or
+ * AH_ENOMEM. */
+static int hold_push(heap_hold **a, size_t *n, size_t *cap, const heap_hold *h)
+{
+	if (*n == *cap) {
+		size_t c = *cap ? 2 * *cap : 8;
+		heap_hold *q = realloc(*a, c * sizeof *q);
+
+		if (!q)
+			return AH_ENOMEM;
+		*a = q;
+		*cap = c;
+	}
+	(*a)[(*n)++] = *h;
+	return 0;
+}
+
 static int meet_one(const heap_hold *h, void *user)
 {
 	struct meet_ctx *c = user;
@@ -252,16 +270,7 @@ static int meet_one(const heap_hold *h, void *user)
 		}
 		c->found = true;
 	} else if (!(h->flags & HEAP_HOLD_RELEASED) && h->frontier < c->since) {
-		if (c->nrel == c->caprel) {
-			size_t cap = c->caprel ? 2 * c->caprel : 8;
-			heap_hold *n = realloc(c->rel, cap * sizeof *n);
-
-			if (!n)
-				return AH_ENOMEM;
-			c->rel = n;
-			c->caprel = cap;
-		}
-		c->rel[c->nrel++] = *h;
+		return hold_push(&c->rel, &c->nrel, &c->caprel, h);
 	}
 	return 0;
 }
@@ -328,17 +337,7 @@ static int drop_one(const heap_hold *h, void *user)
 {
 	struct drop_ctx *c = user;
 
-	if (c->n == c->cap) {
-		size_t cap = c->cap ? 2 * c->cap : 8;
-		heap_hold *n = realloc(c->h, cap * sizeof *n);
-
-		if (!n)
-			return AH_ENOMEM;
-		c->h = n;
-		c->cap = cap;
-	}
-	c->h[c->n++] = *h;
-	return 0;
+	return hold_push(&c->h, &c->n, &c->cap, h);
 }
 
 int txn_holds_drop_all(ah_txn *t, const char *arr)
