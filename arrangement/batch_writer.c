@@ -35,6 +35,7 @@ struct batch_writer {
 	buf ko, kb, kv, vo, vb, vu, tm, df;
 	uint32_t nk, nv, nu, flags;
 	bool have_last;
+	uint64_t lkp, lvp;    /* bytes_prefix8 of the last key and val staged */
 	/* batch so far */
 	buf ids, fences, fence_offs; /* u64, bytes, u32 (nchunks + 1) */
 	uint64_t updates, keys, vals, bytes, chunk_bytes;
@@ -149,6 +150,7 @@ static int stage_key(batch_writer *w, const void *k, size_t klen)
 	    (rc = put32(w->pool, &w->kv, w->nv)))
 		return rc;
 	w->nk++;
+	w->lkp = bytes_prefix8(k, klen);
 	return 0;
 }
 
@@ -160,6 +162,7 @@ static int stage_val(batch_writer *w, const void *v, size_t vlen)
 	    (rc = put32(w->pool, &w->vu, w->nu)))
 		return rc;
 	w->nv++;
+	w->lvp = bytes_prefix8(v, vlen);
 	/* the key's val range ends after this val */
 	uint32_t end = w->nv;
 	memcpy(w->kv.p + 4 * w->nk, &end, 4);
@@ -455,26 +458,50 @@ int batch_writer_push(batch_writer *w, const void *key, size_t klen,
 	return 0;
 }
 
+/* Order of (key, val) against the last one staged, as bytes_cmp of the
+ * key then of the val: settled on the cached prefixes when they differ
+ * (the common case in a merge), else on the bytes.  kc: the key compare,
+ * or 0 when the caller knows the key is the last one's. */
+static int run_order(const batch_writer *w, const void *key, size_t klen,
+                     const void *val, size_t vlen, bool same_key, int *kc)
+{
+	const void *lk, *lv;
+	size_t lkl, lvl;
+	uint64_t p;
+
+	*kc = 0;
+	if (!same_key) {
+		p = bytes_prefix8(key, klen);
+		if (p != w->lkp)
+			return *kc = p > w->lkp ? 1 : -1;
+		(void)batch_writer_last(w, &lk, &lkl, &lv, &lvl);
+		if ((*kc = bytes_cmp_rest(key, klen, lk, lkl)) != 0)
+			return *kc;
+	}
+	p = bytes_prefix8(val, vlen);
+	if (p != w->lvp)
+		return p > w->lvp ? 1 : -1;
+	(void)batch_writer_last(w, &lk, &lkl, &lv, &lvl);
+	return bytes_cmp_rest(val, vlen, lv, lvl);
+}
+
 int batch_writer_push_run(batch_writer *w, const void *key, size_t klen,
                           const void *val, size_t vlen, bool same_key,
                           const time_diff *td, size_t n)
 {
-	const void *lk, *lv;
-	size_t lkl, lvl;
-	int rc;
+	int rc, kc = 1;
 
 	if (!w || (klen && !key) || (vlen && !val))
 		return AH_EINVAL;
 	if (n == 0)
 		return 0;
-	bool have = batch_writer_last(w, &lk, &lkl, &lv, &lvl);
+	bool have = w->have_last && w->nk != 0;
 	/* One order check for the run (B1): the run's (key, val) follows
 	 * the last one; its times increase and its diffs are not zero.  A
 	 * false same_key is only "not known": the key is compared. */
-	int kc = !have ? 1 : same_key ? 0 : bytes_cmp(key, klen, lk, lkl);
-	bool newkey = kc != 0;
-	if (have && (kc < 0 || (kc == 0 && bytes_cmp(val, vlen, lv, lvl) <= 0)))
+	if (have && run_order(w, key, klen, val, vlen, same_key, &kc) <= 0)
 		return AH_EINVAL;
+	bool newkey = kc != 0;
 	for (size_t i = 0; i < n; i++)
 		if (td[i].diff == 0 || (i && time_cmp(td[i - 1].time, td[i].time) >= 0))
 			return AH_EINVAL;

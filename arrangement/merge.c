@@ -457,6 +457,16 @@ static int group_pairs(merger *m, size_t nh, size_t *np, uint64_t *units)
 			return rc;
 		direct = rc == 0;
 	}
+	if (direct && nh == 1 && n[0] == 1) {
+		/* One input, one update: nothing to sort or sum. */
+		if (m->pairs_cap == 0 && (rc = reserve_pairs(m, 1)))
+			return rc;
+		*units = 1;
+		m->pairs[0].time = time_advance_by(t[0][0], m->since);
+		m->pairs[0].diff = d[0][0];
+		*np = d[0][0] != 0;
+		return 0;
+	}
 	if (direct) {
 		size_t total = (size_t)n[0] + n[1];
 
