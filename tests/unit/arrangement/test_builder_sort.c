@@ -417,3 +417,39 @@ Test(builder_sort, output_bytes_as_before, .timeout = 120)
 	at_close(&e);
 	free(u);
 }
+
+/* One builder_push of every update: reserve grows the entry array once
+ * when the push fits the run, and never past the budget when it does not
+ * (the run then spills as before); the bytes are the golden ones. */
+Test(builder_sort, one_big_push_keeps_budget, .timeout = 120)
+{
+	const size_t n = 30000, budgets[] = { 0, 1 << 20, 64 << 10, 16 << 10 };
+	const batch_desc d = { { 0 }, { 100 }, { 0 } };
+	mu *u = malloc(n * sizeof *u);
+	ah_update *a = malloc(n * sizeof *a);
+	at_env e;
+
+	cr_log_info("builder_sort/one_push seed 1818");
+	at_open(&e);
+	for (size_t bi = 0; bi < 4; bi++) {
+		uint64_t st = 1816 + SH_WIDE, id, peak;
+		builder *b = NULL;
+		for (size_t i = 0; i < n; i++) {
+			gen_one(&st, SH_WIDE, &u[i]);
+			a[i] = (ah_update){ u[i].key, u[i].klen, u[i].val, u[i].vlen,
+			                    u[i].time, u[i].diff };
+		}
+		cr_assert_eq(builder_new(e.t, e.p, budgets[bi], &b), 0);
+		cr_assert_eq(builder_push(b, a, n), 0);
+		peak = builder_peak_bytes(b);
+		cr_assert_eq(builder_finish(b, &d, &id), 0);
+		cr_assert_leq(peak, budgets[bi] ? budgets[bi] : (size_t)64 << 20,
+		              "budget %zu: peak %llu", budgets[bi],
+		              (unsigned long long)peak);
+		cr_assert_eq(batch_digest(&e, id), 0x85d0382b6960959bull,
+		             "budget %zu", budgets[bi]);
+	}
+	at_close(&e);
+	free(u);
+	free(a);
+}
