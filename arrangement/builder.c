@@ -176,27 +176,35 @@ static int grow_bytes(builder *b, size_t need)
 
 /* -------------------------------------------------------------- writing */
 
+/* Pushes td[0..nt) for g's (key, val) one update at a time. */
+static int push_each(batch_writer *w, const entry *g, const time_diff *td,
+                     size_t nt)
+{
+	int rc = 0;
+
+	for (size_t i = 0; i < nt && rc == 0; i++)
+		rc = batch_writer_push(w, g->key, g->klen, g->key + g->klen,
+		                       g->vlen, td[i].time, td[i].diff);
+	return rc;
+}
+
 /* Pushes one (key, val)'s updates g[0..m) (sorted by time), equal times
  * summed in 128 bits and zeros dropped, as one run; *pushed says whether
- * any survived.  More than TD_MAX surviving times go one at a time (the
+ * any survived.  Past TD_MAX surviving times they go one at a time (the
  * same bytes: batch_writer_push_run is batch_writer_push repeated). */
 static int push_kv(batch_writer *w, const entry *g, size_t m, bool same_key,
                    bool *pushed)
 {
-	const uint8_t *k = g->key, *v = g->key + g->klen;
 	time_diff td[TD_MAX];
 	size_t nt = 0;
 	bool single = false;
-	int rc = 0;
+	int rc;
 
-	*pushed = false;
 	if (m == 1) { /* the common case: nothing to sum */
 		td[0] = (time_diff){ g->time, g->diff };
-		*pushed = g->diff != 0;
-		return g->diff ? batch_writer_push_run(w, k, g->klen, v, g->vlen,
-		                                       same_key, td, 1) : 0;
+		nt = g->diff != 0;
 	}
-	for (size_t a = 0, c; a < m; a = c) {
+	for (size_t a = 0, c; m > 1 && a < m; a = c) {
 		diff_sum s = 0;
 		for (c = a; c < m && g[c].time == g[a].time; c++)
 			s += g[c].diff;
@@ -205,26 +213,18 @@ static int push_kv(batch_writer *w, const entry *g, size_t m, bool same_key,
 		if (s == 0)
 			continue;
 		if (nt == TD_MAX) {
-			for (size_t i = 0; i < nt && rc == 0; i++)
-				rc = batch_writer_push(w, k, g->klen, v, g->vlen,
-				                       td[i].time, td[i].diff);
-			if (rc)
+			if ((rc = push_each(w, g, td, nt)))
 				return rc;
 			nt = 0;
 			single = true;
 		}
 		td[nt++] = (time_diff){ g[a].time, (int64_t)s };
 	}
-	if (single) {
-		for (size_t i = 0; i < nt && rc == 0; i++)
-			rc = batch_writer_push(w, k, g->klen, v, g->vlen,
-			                       td[i].time, td[i].diff);
-		*pushed = true;
-		return rc;
-	}
-	*pushed = nt > 0;
-	return nt ? batch_writer_push_run(w, k, g->klen, v, g->vlen, same_key,
-	                                  td, nt) : 0;
+	*pushed = single || nt > 0;
+	if (single)
+		return push_each(w, g, td, nt);
+	return nt ? batch_writer_push_run(w, g->key, g->klen, g->key + g->klen,
+	                                  g->vlen, same_key, td, nt) : 0;
 }
 
 /* Consolidates the sorted run into w, one (key, val) at a time; kept says

@@ -355,6 +355,30 @@ Test(builder_sort, radix_path_sums_in_128_bits)
 	u[1] = u[7];
 	u[1].diff = INT64_MAX;
 	cr_assert_eq(build(&e, u, 300, 0, &id), AH_ELIMIT);
+	/* A (key, val) of 100 times (past one pushed run's 64) whose time 95
+	 * sums past INT64_MAX: AH_ELIMIT too, from the one-at-a-time path. */
+	for (size_t i = 0; i < 300; i++)
+		gen_one(&st, SH_WIDE, &u[i]);
+	for (size_t i = 0; i < 102; i++) {
+		mu *x = &u[i];
+		memset(x, 0, sizeof *x);
+		memcpy(x->key, "many-times", 10);
+		x->klen = 10;
+		x->time = i < 100 ? i : 95;
+		x->diff = i < 100 ? 1 : INT64_MAX;
+	}
+	cr_assert_eq(build(&e, u, 300, 0, &id), AH_ELIMIT);
+	u[101].diff = -1; /* now it fits: 1 + MAX - 1 */
+	cr_assert_eq(build(&e, u, 300, 0, &id), 0);
+	n = scan_batch(&e, id, got, 300);
+	size_t times = 0;
+	for (size_t i = 0; i < n; i++)
+		if (got[i].klen == 10 && memcmp(got[i].key, "many-times", 10) == 0) {
+			cr_assert_eq(got[i].time, times);
+			cr_assert_eq(got[i].diff, times == 95 ? INT64_MAX : 1);
+			times++;
+		}
+	cr_assert_eq(times, 100);
 	at_close(&e);
 }
 
