@@ -2,17 +2,21 @@
  * arrangement/builder.c - the batch builder: unsorted updates in, one
  * sorted, consolidated batch out, in bounded pool memory.
  *
- * A run is an array of fixed-size entries (48 bytes: cached big-endian
- * 8-byte key and val prefixes, a pointer to the key (the val follows it),
- * lengths, time, diff) plus the key and val bytes packed into pool blocks.
- * The run's pool bytes (entry array capacity, counted twice while it grows
- * since a realloc may copy, plus its blocks) never exceed the run budget,
- * except that a run always accepts its
- * first update.  A full run is sorted in place (an introsort whose compare
- * settles most pairs on the prefix), consolidated (equal (key, val, time)
- * summed in 128 bits, so that the result and AH_ELIMIT do not depend on
- * the sort's order of equal entries; zeros dropped) and written as a
- * temporary batch; then its memory is freed.  At finish a lone run is
+ * A run is an array of fixed-size entries (run_sort.h: 48 bytes, cached
+ * big-endian 8-byte key and val prefixes, a pointer to the key (the val
+ * follows it), lengths, time, diff) plus the key and val bytes packed into
+ * pool blocks.  The run's pool bytes (entry array capacity, counted twice
+ * while it grows since a realloc may copy, plus its blocks) never exceed
+ * the run budget, except that a run always accepts its first update.  A
+ * push whose updates all fit grows the array once (reserve), not by
+ * doublings.  A full run is sorted in place (run_sort: radix on the key
+ * prefix, comparisons for what the prefix leaves tied), then consolidated
+ * and written in one pass: each (key, val)'s equal times summed in 128
+ * bits (so that the result and AH_ELIMIT do not depend on the sort's order
+ * of equal entries), zeros dropped, its surviving times pushed as one
+ * batch_writer_push_run (same_key when the key is the last one's); the
+ * output is byte for byte what pushing each update alone writes.  The
+ * temporary batch written, the run's memory is freed.  At finish a lone run is
  * written straight as the output; several runs are merged (merge.h, since 0:
  * the builder never advances a time) at most BUILDER_FANIN at a time, and
  * the temporary batches dropped.
@@ -29,21 +33,15 @@
 
 #include "arrangement/builder.h"
 #include "arrangement/merge.h"
+#include "arrangement/run_sort.h"
 
 #define BUILDER_DEFAULT_BUDGET ((size_t)64 << 20)
 #define BUILDER_FANIN 64
 #define BLOCK_MAX ((size_t)1 << 20)
 #define BLOCK_MIN ((size_t)4096)
+#define TD_MAX 64 /* times of one (key, val) pushed as one run */
 
-typedef struct entry {
-	uint64_t pfx;  /* first 8 key bytes, big-endian, zero padded */
-	uint64_t vpfx; /* likewise for the val */
-	const uint8_t *key; /* the val follows the key */
-	uint32_t klen, vlen;
-	uint64_t time;
-	int64_t diff;
-} entry;
-_Static_assert(sizeof(entry) == 48, "entry is sorted by value: keep it small");
+typedef run_entry entry;
 
 typedef struct block {
 	struct block *next;
@@ -75,120 +73,6 @@ static void account(builder *b, int64_t delta)
 		b->peak = b->bytes;
 }
 
-static inline int ent_cmp(const entry *a, const entry *b)
-{
-	int c;
-	if (a->pfx != b->pfx)
-		return a->pfx < b->pfx ? -1 : 1;
-	c = bytes_cmp_rest(a->key, a->klen, b->key, b->klen);
-	if (c)
-		return c;
-	if (a->vpfx != b->vpfx)
-		return a->vpfx < b->vpfx ? -1 : 1;
-	c = bytes_cmp_rest(a->key + a->klen, a->vlen, b->key + b->klen, b->vlen);
-	if (c)
-		return c;
-	return time_cmp(a->time, b->time);
-}
-
-/* ------------------------------------------------------------------ sort */
-
-static void swap_ent(entry *a, entry *b)
-{
-	entry x = *a;
-	*a = *b;
-	*b = x;
-}
-
-static void insertion_sort(entry *a, size_t n)
-{
-	for (size_t i = 1; i < n; i++) {
-		entry x = a[i];
-		size_t j = i;
-		while (j > 0 && ent_cmp(&a[j - 1], &x) > 0) {
-			a[j] = a[j - 1];
-			j--;
-		}
-		a[j] = x;
-	}
-}
-
-static void sift_down(entry *a, size_t i, size_t n)
-{
-	for (;;) {
-		size_t c = 2 * i + 1;
-		if (c >= n)
-			return;
-		if (c + 1 < n && ent_cmp(&a[c], &a[c + 1]) < 0)
-			c++;
-		if (ent_cmp(&a[i], &a[c]) >= 0)
-			return;
-		swap_ent(&a[i], &a[c]);
-		i = c;
-	}
-}
-
-static void heap_sort(entry *a, size_t n)
-{
-	for (size_t i = n / 2; i-- > 0;)
-		sift_down(a, i, n);
-	for (size_t i = n; i-- > 1;) {
-		swap_ent(&a[0], &a[i]);
-		sift_down(a, 0, i);
-	}
-}
-
-/* Introsort: quicksort (median of three, Hoare partition), insertion sort
- * for short ranges, heapsort when the recursion goes too deep. */
-static void intro_sort(entry *a, size_t n, int depth)
-{
-	while (n > 16) {
-		size_t i = 0, j = n - 1, mid = n / 2;
-		entry piv;
-		if (depth-- == 0) {
-			heap_sort(a, n);
-			return;
-		}
-		if (ent_cmp(&a[mid], &a[0]) < 0)
-			swap_ent(&a[mid], &a[0]);
-		if (ent_cmp(&a[j], &a[mid]) < 0) {
-			swap_ent(&a[j], &a[mid]);
-			if (ent_cmp(&a[mid], &a[0]) < 0)
-				swap_ent(&a[mid], &a[0]);
-		}
-		piv = a[mid];
-		for (;;) {
-			while (ent_cmp(&a[i], &piv) < 0)
-				i++;
-			while (ent_cmp(&piv, &a[j]) < 0)
-				j--;
-			if (i >= j)
-				break;
-			swap_ent(&a[i], &a[j]);
-			i++;
-			j--;
-		}
-		/* [0, j] <= piv <= [j+1, n): recurse on the smaller side. */
-		if (j + 1 < n - j - 1) {
-			intro_sort(a, j + 1, depth);
-			a += j + 1;
-			n -= j + 1;
-		} else {
-			intro_sort(a + j + 1, n - j - 1, depth);
-			n = j + 1;
-		}
-	}
-	insertion_sort(a, n);
-}
-
-static void sort_entries(entry *a, size_t n)
-{
-	int depth = 0;
-	for (size_t x = n; x; x >>= 1)
-		depth += 2;
-	intro_sort(a, n, depth);
-}
-
 /* ------------------------------------------------------------ run memory */
 
 static void free_run(builder *b)
@@ -211,13 +95,16 @@ static void free_run(builder *b)
 	b->run_bytes = 0;
 }
 
-/* Makes room for one more entry; 1 = done, 0 = the run is full. */
-static int grow_entries(builder *b)
+/* Makes room for one more entry (want: or for that many, if more than a
+ * doubling); 1 = done, 0 = the run is full. */
+static int grow_entries(builder *b, size_t want)
 {
 	size_t es = sizeof(entry), ncap = b->cap ? b->cap * 2 : 256;
 	uint64_t blocks = b->run_bytes - b->cap * es;
 	entry *ne;
 
+	if (want > ncap)
+		ncap = want;
 	/* While growing, the old and the new array may both be live. */
 	if (blocks + (b->cap + ncap) * es > b->budget) {
 		uint64_t room = b->budget > blocks + b->cap * es ?
@@ -238,6 +125,30 @@ static int grow_entries(builder *b)
 	b->ents = ne;
 	b->cap = ncap;
 	return 1;
+}
+
+/* When all of ups[0..n) fit in this run, as far as their lengths tell,
+ * grows the entry array once to hold them, instead of doubling it (and
+ * copying) along the way; else leaves the growth to push_one. */
+static int reserve(builder *b, const ah_update *ups, size_t n)
+{
+	size_t es = sizeof(entry), want = b->nents + n;
+	uint64_t bytes = b->block_size, blocks = b->run_bytes - b->cap * es;
+
+	if (n <= b->cap - b->nents)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		if (ups[i].key_len > UINT32_MAX || ups[i].val_len > UINT32_MAX)
+			return 0; /* push_one refuses it */
+		bytes += ups[i].key_len + ups[i].val_len;
+		if (bytes > b->budget)
+			return 0;
+	}
+	bytes = bytes > b->left ? bytes - b->left : 0;
+	if (blocks + bytes + (b->cap + want) * (uint64_t)es > b->budget)
+		return 0;
+	int r = grow_entries(b, want);
+	return r < 0 ? r : 0;
 }
 
 /* Makes room for need bytes in the head block; 1 = done, 0 = run full. */
@@ -265,28 +176,74 @@ static int grow_bytes(builder *b, size_t need)
 
 /* -------------------------------------------------------------- writing */
 
-/* Consolidates the sorted run into w. */
+/* Pushes td[0..nt) for g's (key, val) one update at a time. */
+static int push_each(batch_writer *w, const entry *g, const time_diff *td,
+                     size_t nt)
+{
+	int rc = 0;
+
+	for (size_t i = 0; i < nt && rc == 0; i++)
+		rc = batch_writer_push(w, g->key, g->klen, g->key + g->klen,
+		                       g->vlen, td[i].time, td[i].diff);
+	return rc;
+}
+
+/* Pushes one (key, val)'s updates g[0..m) (sorted by time), equal times
+ * summed in 128 bits and zeros dropped, as one run; *pushed says whether
+ * any survived.  Past TD_MAX surviving times they go one at a time (the
+ * same bytes: batch_writer_push_run is batch_writer_push repeated). */
+static int push_kv(batch_writer *w, const entry *g, size_t m, bool same_key,
+                   bool *pushed)
+{
+	time_diff td[TD_MAX];
+	size_t nt = 0;
+	bool single = false;
+	int rc;
+
+	if (m == 1) { /* the common case: nothing to sum */
+		td[0] = (time_diff){ g->time, g->diff };
+		nt = g->diff != 0;
+	}
+	for (size_t a = 0, c; m > 1 && a < m; a = c) {
+		diff_sum s = 0;
+		for (c = a; c < m && g[c].time == g[a].time; c++)
+			s += g[c].diff;
+		if (!diff_fits(s))
+			return AH_ELIMIT;
+		if (s == 0)
+			continue;
+		if (nt == TD_MAX) {
+			if ((rc = push_each(w, g, td, nt)))
+				return rc;
+			nt = 0;
+			single = true;
+		}
+		td[nt++] = (time_diff){ g[a].time, (int64_t)s };
+	}
+	*pushed = single || nt > 0;
+	if (single)
+		return push_each(w, g, td, nt);
+	return nt ? batch_writer_push_run(w, g->key, g->klen, g->key + g->klen,
+	                                  g->vlen, same_key, td, nt) : 0;
+}
+
+/* Consolidates the sorted run into w, one (key, val) at a time; kept says
+ * that e[i]'s key is the last one pushed (the writer then skips its key
+ * compare). */
 static int write_run(builder *b, batch_writer *w)
 {
 	const entry *e = b->ents;
 	size_t n = b->nents;
+	bool kept = false, pushed;
 
-	for (size_t i = 0; i < n;) {
-		diff_sum sum = 0;
-		size_t j = i;
-		for (; j < n && ent_cmp(&e[i], &e[j]) == 0; j++)
-			sum += e[j].diff;
-		if (!diff_fits(sum))
-			return AH_ELIMIT;
-		if (sum != 0) {
-			int rc = batch_writer_push(w, e[i].key, e[i].klen,
-			                           e[i].key + e[i].klen,
-			                           e[i].vlen,
-			                           e[i].time, (int64_t)sum);
-			if (rc)
-				return rc;
-		}
-		i = j;
+	for (size_t i = 0, j; i < n; i = j) {
+		int rc;
+		for (j = i + 1; j < n && run_key_eq(&e[i], &e[j]) &&
+		                run_val_eq(&e[i], &e[j]); j++)
+			;
+		if ((rc = push_kv(w, &e[i], j - i, kept, &pushed)))
+			return rc;
+		kept = (pushed || kept) && j < n && run_key_eq(&e[i], &e[j]);
 	}
 	return 0;
 }
@@ -298,7 +255,7 @@ static int write_batch(builder *b, const batch_desc *d, uint64_t *id)
 	int rc;
 
 	*id = 0;
-	sort_entries(b->ents, b->nents);
+	run_sort(b->ents, b->nents);
 	rc = batch_writer_new(b->t, b->p, &w);
 	if (rc)
 		return rc;
@@ -390,6 +347,28 @@ int builder_new(heap_txn *t, pool *p, size_t run_budget, builder **out)
 	return 0;
 }
 
+/* memcpy, with the short fields of most updates (up to 16 bytes) copied
+ * inline by two overlapping moves. */
+static inline void copy_field(uint8_t *dst, const uint8_t *src, size_t n)
+{
+	uint64_t x, y;
+	uint32_t p, q;
+
+	if (n >= 8 && n <= 16) {
+		memcpy(&x, src, 8);
+		memcpy(&y, src + n - 8, 8);
+		memcpy(dst, &x, 8);
+		memcpy(dst + n - 8, &y, 8);
+	} else if (n >= 4 && n < 8) {
+		memcpy(&p, src, 4);
+		memcpy(&q, src + n - 4, 4);
+		memcpy(dst, &p, 4);
+		memcpy(dst + n - 4, &q, 4);
+	} else if (n) {
+		memcpy(dst, src, n);
+	}
+}
+
 static int push_one(builder *b, const ah_update *u)
 {
 	size_t need = u->key_len + u->val_len;
@@ -401,7 +380,7 @@ static int push_one(builder *b, const ah_update *u)
 	if (u->key_len > UINT32_MAX || u->val_len > UINT32_MAX)
 		return AH_ELIMIT;
 	for (;;) {
-		r = b->nents < b->cap ? 1 : grow_entries(b);
+		r = b->nents < b->cap ? 1 : grow_entries(b, 0);
 		if (r == 1 && need > b->left)
 			r = grow_bytes(b, need);
 		if (r < 0)
@@ -416,17 +395,15 @@ static int push_one(builder *b, const ah_update *u)
 	/* No block yet only when every field so far was empty. */
 	e->key = b->pos ? b->pos : (const uint8_t *)"";
 	e->klen = (uint32_t)u->key_len;
-	if (u->key_len)
-		memcpy(b->pos, u->key, u->key_len);
 	e->vlen = (uint32_t)u->val_len;
-	if (u->val_len)
-		memcpy(b->pos + u->key_len, u->val, u->val_len);
 	if (need) {
+		copy_field(b->pos, u->key, u->key_len);
+		copy_field(b->pos + u->key_len, u->val, u->val_len);
 		b->pos += need;
 		b->left -= need;
 	}
-	e->pfx = bytes_prefix8(e->key, e->klen);
-	e->vpfx = bytes_prefix8(e->key + e->klen, e->vlen);
+	e->pfx = run_prefix8(e->key, e->klen);
+	e->vpfx = run_prefix8(e->key + e->klen, e->vlen);
 	e->time = u->time;
 	e->diff = u->diff;
 	return 0;
@@ -440,6 +417,7 @@ int builder_push(builder *b, const ah_update *ups, size_t n)
 		return AH_EINVAL;
 	if (b->err)
 		return b->err;
+	rc = reserve(b, ups, n);
 	for (size_t i = 0; i < n && rc == 0; i++)
 		rc = push_one(b, &ups[i]);
 	if (rc && rc != AH_EINVAL)
