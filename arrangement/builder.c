@@ -402,8 +402,8 @@ static int push_one(builder *b, const ah_update *u)
 		b->pos += need;
 		b->left -= need;
 	}
-	e->pfx = run_prefix8(e->key, e->klen);
-	e->vpfx = run_prefix8(e->key + e->klen, e->vlen);
+	e->pfx = bytes_prefix8(e->key, e->klen);
+	e->vpfx = bytes_prefix8(e->key + e->klen, e->vlen);
 	e->time = u->time;
 	e->diff = u->diff;
 	return 0;

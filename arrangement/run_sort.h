@@ -30,20 +30,6 @@ typedef struct run_entry {
 } run_entry;
 _Static_assert(sizeof(run_entry) == 48, "entries are sorted by value: keep them small");
 
-/* bytes_prefix8 with the common case (8 or more bytes) as one load. */
-static inline uint64_t run_prefix8(const uint8_t *p, size_t len)
-{
-	uint64_t x;
-
-	if (len < 8)
-		return bytes_prefix8(p, len);
-	memcpy(&x, p, 8);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-	x = __builtin_bswap64(x);
-#endif
-	return x;
-}
-
 static inline int run_entry_cmp(const run_entry *a, const run_entry *b)
 {
 	int c;

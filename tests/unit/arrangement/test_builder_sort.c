@@ -144,8 +144,8 @@ static void to_entries(const mu *u, size_t n, uint8_t *store, run_entry *e)
 		uint8_t *p = store + i * (KMAX + VMAX);
 		memcpy(p, u[i].key, u[i].klen);
 		memcpy(p + u[i].klen, u[i].val, u[i].vlen);
-		e[i] = (run_entry){ run_prefix8(p, u[i].klen),
-		                    run_prefix8(p + u[i].klen, u[i].vlen), p,
+		e[i] = (run_entry){ bytes_prefix8(p, u[i].klen),
+		                    bytes_prefix8(p + u[i].klen, u[i].vlen), p,
 		                    u[i].klen, u[i].vlen, u[i].time, u[i].diff };
 	}
 }
