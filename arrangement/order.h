@@ -39,9 +39,13 @@ static inline uint64_t bytes_prefix8(const uint8_t *p, size_t len)
 	uint8_t buf[8] = { 0 };
 	uint64_t x;
 
-	if (len)
-		memcpy(buf, p, len < 8 ? len : 8);
-	memcpy(&x, buf, 8);
+	if (len >= 8) { /* one load, not a memcpy of a variable length */
+		memcpy(&x, p, 8);
+	} else {
+		if (len)
+			memcpy(buf, p, len);
+		memcpy(&x, buf, 8);
+	}
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 	x = __builtin_bswap64(x);
 #endif
