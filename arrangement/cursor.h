@@ -42,8 +42,9 @@ int tcur_times_rewind(trace_cursor *c);
 /* The sum of the diffs of the current (key, val) whose time is <= as_of,
  * exactly what summing tcur_time_next's pairs gives (128 bits: the caller
  * decides whether it fits), in place in the chunks; afterwards time_next
- * returns 0 until tcur_times_rewind.  *sum = 0 when not on a val.
- * Errors: AH_ECORRUPT (sticky, as every movement's). */
+ * returns 0 until tcur_times_rewind.  Errors: AH_ESTATE (not on a val;
+ * *sum = 0, the cursor unchanged), AH_ECORRUPT (sticky, as every
+ * movement's). */
 int tcur_accumulate(trace_cursor *c, atime as_of, diff_sum *sum);
 
 #endif
