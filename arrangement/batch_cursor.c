@@ -51,11 +51,16 @@ static int load(batch_cursor *c, uint32_t idx, bchunk *out)
 	return load_at(c, idx, true, out);
 }
 
+/* Positions on val vi of the loaded chunk.  A chunk checked whole takes
+ * the walk's inline step (batch_int.h: the same offset checks, no touch). */
 static int set_val(batch_cursor *c)
 {
+	if (c->cv.hv.all && c->vi < c->cv.nvals)
+		return bcur_walk_val(c);
 	int rc = bchunk_val(&c->cv, c->vi, &c->val, &c->vlen);
 	if (rc)
 		return rc;
+	c->vp = bytes_prefix8(c->val, c->vlen);
 	c->vvalid = true;
 	c->tpending = true;
 	c->tdone = false;
@@ -66,11 +71,14 @@ static int set_val(batch_cursor *c)
 static int set_key(batch_cursor *c, uint32_t ki)
 {
 	int rc;
+	if (ki < c->cv.nkeys && c->cv.hv.all)
+		return bcur_walk_key(c, ki);
 	c->ki = c->kk = ki;
 	c->kc = c->c;
 	if ((rc = bchunk_key(&c->cv, ki, &c->key, &c->klen)) ||
 	    (rc = bchunk_key_vals(&c->cv, ki, &c->vi, &c->vend)))
 		return rc;
+	c->kp = bytes_prefix8(c->key, c->klen);
 	c->kvalid = true;
 	return set_val(c);
 }
@@ -401,6 +409,20 @@ int bcur_time_next(batch_cursor *c, uint64_t *time, int64_t *diff)
 	*diff = c->tw->diffs[c->tu];
 	c->tu++;
 	return 1;
+}
+
+int bcur_accumulate_walk(batch_cursor *c, atime as_of, diff_sum *s)
+{
+	uint64_t tm;
+	int64_t d;
+	int rc;
+
+	if ((rc = bcur_times_rewind(c)))
+		return rc;
+	while ((rc = bcur_time_next(c, &tm, &d)) == 1)
+		if (time_le(tm, as_of))
+			*s += d;
+	return rc;
 }
 
 int bcur_times(batch_cursor *c, const atime **times, const int64_t **diffs,

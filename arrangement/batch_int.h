@@ -150,6 +150,9 @@ struct batch_cursor {
 	bchunk *tw;
 	uint32_t tc, tvi, tu, tend;
 	bool tpending, tdone;
+	/* bytes_prefix8 of key and val while valid: the trace cursor's merge
+	 * compares these first (order.h) */
+	uint64_t kp, vp;
 };
 
 static inline bool bcur_key_valid(const batch_cursor *c)
@@ -176,6 +179,136 @@ static inline void bcur_val(const batch_cursor *c, const void **val,
 	bool ok = bcur_val_valid(c);
 	*val = ok ? c->val : NULL;
 	*len = ok ? c->vlen : 0;
+}
+
+/* ------------------------------------------- the walk's inline steps */
+
+/*
+ * The hot steps of a walk (a scan, a merge input), inline so that the trace
+ * cursor and the merger step a batch with index increments inside the
+ * current chunk.  They apply only while the position's chunk was checked
+ * whole (cv.hv.all: a walk entered it, HEAP_CHUNK_WHOLE), where a touch is
+ * free; they still bounds-check every offset they use, exactly as
+ * bchunk_key / bchunk_val / bchunk_key_vals / bchunk_val_upds do (a
+ * checksum says the bytes are the ones written, not that they are sane).
+ * Anything else (a chunk boundary, a continuation, a chunk a seek opened
+ * page by page) goes to the out-of-line path in batch_cursor.c.
+ */
+
+/* How far ahead (bytes) of a walk's position in each column to prefetch. */
+#ifndef BCUR_AHEAD
+#define BCUR_AHEAD 1024
+#endif
+
+/* Field i of a byte column: [o[i], o[i+1]) inside [lo, hi), else false. */
+static inline bool bchunk_field(const bchunk *c, const uint32_t *o, uint32_t i,
+                                uint32_t lo, uint32_t hi, const uint8_t **p,
+                                size_t *len)
+{
+	uint32_t a = o[i], b = o[i + 1];
+
+	if (a < lo || a > b || b > hi)
+		return false;
+	*p = c->body + a;
+	*len = b - a;
+	return true;
+}
+
+/* Positions on val c->vi (< c->vend <= nvals) of a chunk checked whole. */
+static inline int bcur_walk_val(batch_cursor *c)
+{
+	const bchunk *v = &c->cv;
+
+	if (!bchunk_field(v, v->vo, c->vi, v->vb_lo, v->vb_hi, &c->val, &c->vlen))
+		return CORRUPT("batch chunk val offsets");
+	c->vp = bytes_prefix8(c->val, c->vlen);
+	c->vvalid = true;
+	c->tpending = true;
+	c->tdone = false;
+	/* a walk of several batches runs more streams than the hardware
+	 * prefetcher follows: ask for the lines a few vals ahead (a prefetch
+	 * never faults, wherever it points) */
+	__builtin_prefetch(c->val + BCUR_AHEAD);
+	__builtin_prefetch(&v->vo[c->vi] + BCUR_AHEAD / 4);
+	__builtin_prefetch(&v->vu[c->vi] + BCUR_AHEAD / 4);
+	return 0;
+}
+
+/* Positions on key ki (< nkeys) of the position's chunk, checked whole,
+ * and its first val. */
+static inline int bcur_walk_key(batch_cursor *c, uint32_t ki)
+{
+	const bchunk *v = &c->cv;
+
+	if (!bchunk_field(v, v->ko, ki, v->kb_lo, v->kb_hi, &c->key, &c->klen))
+		return CORRUPT("batch chunk key offsets");
+	uint32_t lo = v->kv[ki], hi = v->kv[ki + 1];
+	if (lo >= hi || hi > v->nvals)
+		return CORRUPT("batch chunk key_vals");
+	c->ki = c->kk = ki;
+	c->kc = c->c;
+	c->vi = lo;
+	c->vend = hi;
+	c->kp = bytes_prefix8(c->key, c->klen);
+	c->kvalid = true;
+	__builtin_prefetch(c->key + BCUR_AHEAD);
+	__builtin_prefetch(&v->ko[ki] + BCUR_AHEAD / 4);
+	__builtin_prefetch(&v->kv[ki] + BCUR_AHEAD / 4);
+	return bcur_walk_val(c);
+}
+
+/* bcur_step_val, and bcur_step_key, with the step inside a chunk checked
+ * whole inline. */
+static inline int bcur_next_val(batch_cursor *c)
+{
+	if (c->cv.hv.all && c->kvalid && c->vvalid && c->vi + 1 < c->vend) {
+		c->vi++;
+		return bcur_walk_val(c);
+	}
+	return bcur_step_val(c);
+}
+
+static inline int bcur_next_key(batch_cursor *c)
+{
+	if (c->cv.hv.all && c->kvalid && c->ki + 1 < c->cv.nkeys)
+		return bcur_walk_key(c, c->ki + 1);
+	return bcur_step_key(c);
+}
+
+/* bcur_times_rewind, inline. */
+static inline void bcur_times_reset(batch_cursor *c)
+{
+	c->tpending = true;
+	c->tdone = false;
+}
+
+/* The out-of-line half of bcur_accumulate: the (key, val) may go on in the
+ * next chunk, or the chunk was opened page by page. */
+int bcur_accumulate_walk(batch_cursor *c, atime as_of, diff_sum *s);
+
+/* Adds to *s the diffs of the current (key, val) whose time, advanced by
+ * the cursor's since, is <= as_of: what summing bcur_time_next's pairs
+ * gives, without moving the time walk (bcur_accumulate_walk may leave it
+ * anywhere: rewind it before walking).  The current val's pairs lie in
+ * this chunk unless it is the chunk's last val (VAL_CONT).  0 or
+ * AH_ECORRUPT. */
+static inline int bcur_accumulate(batch_cursor *c, atime as_of, diff_sum *s)
+{
+	const bchunk *v = &c->cv;
+
+	if (!v->hv.all || !bcur_val_valid(c) || c->vi + 1 >= v->nvals)
+		return bcur_accumulate_walk(c, as_of, s);
+	uint32_t lo = v->vu[c->vi], hi = v->vu[c->vi + 1];
+	if (lo >= hi || hi > v->nupds)
+		return CORRUPT("batch chunk val_upds");
+	diff_sum sum = 0;
+	__builtin_prefetch(&v->times[lo] + BCUR_AHEAD / 8);
+	__builtin_prefetch(&v->diffs[lo] + BCUR_AHEAD / 8);
+	for (uint32_t u = lo; u < hi; u++)
+		if (time_le(time_advance_by(v->times[u], c->since), as_of))
+			sum += v->diffs[u];
+	*s += sum;
+	return 0;
 }
 
 #endif /* ARRANGEMENT_BATCH_INT_H */

@@ -39,5 +39,12 @@ int tcur_rewind_vals(trace_cursor *c);
  * it, batch by batch.  1 = pair, 0 = end, <0 = error. */
 int tcur_time_next(trace_cursor *c, uint64_t *time, int64_t *diff);
 int tcur_times_rewind(trace_cursor *c);
+/* The sum of the diffs of the current (key, val) whose time is <= as_of,
+ * exactly what summing tcur_time_next's pairs gives (128 bits: the caller
+ * decides whether it fits), in place in the chunks; afterwards time_next
+ * returns 0 until tcur_times_rewind.  Errors: AH_ESTATE (not on a val;
+ * *sum = 0, the cursor unchanged), AH_ECORRUPT (sticky, as every
+ * movement's). */
+int tcur_accumulate(trace_cursor *c, atime as_of, diff_sum *sum);
 
 #endif

@@ -335,20 +335,11 @@ int ah_cursor_accumulate(ah_cursor *c, uint64_t as_of, int64_t *sum)
 		return failed(c, AH_EINVAL);
 	if ((rc = readable(c->txn, c->name, c->since, c->upper, as_of)))
 		return failed(c, rc);
-	if (!tcur_val_valid(c->tc))
-		return failed(c, AH_ESTATE);
-	if ((rc = tcur_times_rewind(c->tc)))
-		return failed(c, rc);
 	/* 128 bits: the order of the pairs never matters, only whether the
 	 * sum fits (an update split by a merge, see merge.c, may hold parts
 	 * that do not add up in int64 on their own). */
-	diff_sum s = 0;
-	uint64_t tm;
-	int64_t d;
-	while ((rc = tcur_time_next(c->tc, &tm, &d)) == 1)
-		if (time_le(tm, as_of))
-			s += d;
-	if (rc < 0)
+	diff_sum s;
+	if ((rc = tcur_accumulate(c->tc, as_of, &s))) /* AH_ESTATE: no val */
 		return failed(c, rc);
 	if (!diff_fits(s))
 		return failed(c, AH_ELIMIT);
