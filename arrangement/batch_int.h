@@ -275,6 +275,26 @@ static inline int bcur_next_key(batch_cursor *c)
 	return bcur_step_key(c);
 }
 
+/* bcur_times, with a val of a chunk checked whole that is not the chunk's
+ * last (so its pairs lie in this chunk) read inline. */
+static inline int bcur_times_next(batch_cursor *c, const atime **times,
+                                  const int64_t **diffs, uint32_t *n)
+{
+	const bchunk *v = &c->cv;
+
+	if (v->hv.all && bcur_val_valid(c) && c->vi + 1 < v->nvals) {
+		uint32_t lo = v->vu[c->vi], hi = v->vu[c->vi + 1];
+
+		if (lo >= hi || hi > v->nupds)
+			return CORRUPT("batch chunk val_upds");
+		*times = v->times + lo;
+		*diffs = v->diffs + lo;
+		*n = hi - lo;
+		return 0;
+	}
+	return bcur_times(c, times, diffs, n);
+}
+
 /* bcur_times_rewind, inline. */
 static inline void bcur_times_reset(batch_cursor *c)
 {

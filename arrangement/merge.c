@@ -93,22 +93,15 @@ static void pq_sift_down(hent *h, size_t n, size_t i)
 	h[i] = x;
 }
 
-/* Input i's current (key, val), its key prefix kept while the key is the
- * same (the vals of one key share its bytes). */
+/* Input i's current (key, val) with the prefixes its cursor keeps. */
 static void load_ent(batch_cursor *c, size_t i, hent *x)
 {
-	const void *k, *v;
-	size_t kl;
-
-	bcur_key(c, &k, &kl);
-	bcur_val(c, &v, &x->r.vl);
-	if (k != x->r.k || kl != x->r.kl) {
-		x->r.k = k;
-		x->r.kl = kl;
-		x->r.kp = bytes_prefix8(x->r.k, x->r.kl);
-	}
-	x->r.v = v;
-	x->r.vp = bytes_prefix8(x->r.v, x->r.vl);
+	x->r.k = c->key;
+	x->r.kl = c->klen;
+	x->r.kp = c->kp;
+	x->r.v = c->val;
+	x->r.vl = c->vlen;
+	x->r.vp = c->vp;
 	x->idx = i;
 }
 
@@ -121,10 +114,9 @@ static void pq_push(merger *m, size_t i)
 		m->hn += 1;
 		return;
 	}
-	hent x = m->two[0]; /* a scratch whose key prefix is not reused */
+	hent x;
 	size_t j = m->hn++;
 
-	x.r.k = NULL;
 	load_ent(m->cur[i], i, &x);
 	while (j > 0 && hent_cmp(&x, &m->hp[(j - 1) / 2]) < 0) {
 		m->hp[j] = m->hp[(j - 1) / 2];
@@ -147,7 +139,7 @@ static int settle(batch_cursor *c)
 {
 	int rc = 0;
 	while (rc == 0 && bcur_key_valid(c) && !bcur_val_valid(c))
-		rc = bcur_step_key(c);
+		rc = bcur_next_key(c);
 	return rc;
 }
 
@@ -453,7 +445,7 @@ static int group_pairs(merger *m, size_t nh, size_t *np, uint64_t *units)
 
 	*np = 0;
 	for (size_t h = 0; h < nh && direct; h++) {
-		if ((rc = bcur_times(m->cur[m->hits[h]], &t[h], &d[h], &n[h])) < 0)
+		if ((rc = bcur_times_next(m->cur[m->hits[h]], &t[h], &d[h], &n[h])) < 0)
 			return rc;
 		direct = rc == 0;
 	}
@@ -531,8 +523,8 @@ static int merge_group(merger *m, uint64_t *units)
 	m->lkey = k, m->lklen = kl, m->lval = v, m->lvlen = vl;
 	for (size_t h = 0; h < nh && rc == 0; h++) {
 		batch_cursor *c = m->cur[m->hits[h]];
-		rc = bcur_step_val(c);
-		if (rc == 0)
+		rc = bcur_next_val(c);
+		if (rc == 0 && !c->vvalid)
 			rc = settle(c);
 		if (rc == 0 && bcur_key_valid(c))
 			pq_push(m, m->hits[h]);
