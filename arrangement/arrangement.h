@@ -127,7 +127,7 @@ typedef struct arr_verify_cb {
 	bool chunks;         /* the chunks table may be read */
 } arr_verify_cb;
 
-/* Checks a's spine (S1-S4) and every batch of it (B1-B5, partial flags,
+/* Checks a's spine (S1-S4) and every batch of it (B1-B6, partial flags,
  * since) and reports each problem and reference through cb.  Returns 0
  * when the check ran (whatever it found), AH_ENOMEM, or a callback's
  * error. */

@@ -26,6 +26,8 @@
  *  B4 every offset and range lies inside its chunk body.
  *  B5 counts in the record equal the sums over chunks (logical keys/vals,
  *     continued ones counted once).
+ *  B6 a key filter (record version 2) counts the batch's keys, its blocks
+ *     match the record's checksum, and every key of the batch passes it.
  * Data read from the map is untrusted: violations are AH_ECORRUPT, never an
  * assert.
  *
@@ -130,7 +132,7 @@ int batch_set_desc(heap_txn *t, uint64_t id, const batch_desc *d);
 /* Allocates a fresh batch id (max existing + 1; ids are never reused while
  * the record exists). */
 int batch_new_id(heap_txn *t, uint64_t *id);
-/* Structural check of every chunk (B1-B5) and, if checksums, each chunk's
+/* Structural check of every chunk (B1-B6) and, if checksums, each chunk's
  * XXH3.  Reports the first problem in msg (naming batch and chunk).
  * Errors: AH_ECORRUPT. */
 int batch_check(heap_txn *t, const batch *b, bool checksums, char *msg,

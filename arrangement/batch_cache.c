@@ -4,18 +4,20 @@
  * their checked key filters (filter.h).
  *
  * Why a cached record is never served for another record (ARCHITECTURE.md
- * §7, "The batch cache"): an entry is keyed by batch id but is only a
+ * §7, "Point reads"): an entry is keyed by batch id but is only a
  * candidate.  Every lookup first gets the record as stored in the caller's
- * snapshot (one LMDB get) and serves the entry only if the stored bytes
- * equal the entry's copy exactly: the whole record but for the filter
- * blocks, whose XXH3 is part of the compared bytes and was checked against
- * the blocks when the entry was made.  The decode is a pure function of
- * those bytes (and the id), so a hit hands out what decoding the stored
- * record would give; anything that rewrites a record (batch_set_desc, a
- * drop and a reissued id after an aborted txn, another process, a restored
- * file) changes the bytes, misses, and the record is decoded afresh.
- * Entries are made only from read-only txns (committed records), and
- * write txns bypass the cache: their own uncommitted records never enter.
+ * snapshot (one LMDB get, its frame checksum checked) and serves the entry
+ * only if the stored bytes equal the entry's copy exactly; the filter
+ * blocks are in those bytes (inline) or named by them (chunk id and XXH3),
+ * and were checked against that XXH3 when the entry was made.  Decoding is
+ * a pure function of the bytes (and the id), and fence[] points into the
+ * entry's copy, so a hit hands out what decoding the stored record would
+ * give; anything that rewrites a record (batch_set_desc, an id handed out
+ * again after an aborted txn, another process, a restored file, an older
+ * snapshot's reader) changes the bytes, misses, and the record is decoded
+ * afresh.  Entries are made only from read-only txns (committed records),
+ * and write txns bypass the cache: their own uncommitted records never
+ * enter.
  *
  * Memory: at most BC_MAX_BYTES per handle, counting each entry's record
  * copy, filter, decoded arrays and header; least recently used entries go
