@@ -390,7 +390,10 @@ void batch_free(batch *b)
 {
 	if (!b)
 		return;
-	if (b->refs && __atomic_sub_fetch(&b->refs, 1, __ATOMIC_ACQ_REL) != 0)
+	/* refs is 0 for good in a private batch, >= 1 in a shared one until
+	 * this caller's own decrement */
+	if (__atomic_load_n(&b->refs, __ATOMIC_RELAXED) &&
+	    __atomic_sub_fetch(&b->refs, 1, __ATOMIC_ACQ_REL) != 0)
 		return; /* shared (batch_cache.c): not the last reference */
 	free(b->chunk_ids); /* the one block of batch_load */
 	free(b->own_rec);

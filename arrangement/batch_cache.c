@@ -17,7 +17,11 @@
  * snapshot's reader) changes the bytes, misses, and the record is decoded
  * afresh.  Entries are made only from read-only txns (committed records),
  * and write txns bypass the cache: their own uncommitted records never
- * enter.
+ * enter.  An entry remembers the snapshot (LMDB's txn id of the read txn)
+ * in which its bytes last compared equal: LMDB gives every committed write
+ * txn the next id and a read txn reads exactly the snapshot of its id, so
+ * another read txn of that id sees the same bytes and is served without
+ * the get (the common case: many queries between two commits).
  *
  * Memory: at most BC_MAX_BYTES per handle, counting each entry's record
  * copy, filter, decoded arrays and header; least recently used entries go
@@ -43,6 +47,8 @@ typedef struct bc_ent {
 	struct bc_ent *prev, *next;/* use order: head = most recent */
 	batch *b;                  /* holds one reference */
 	size_t len, bytes;         /* the record's length; bytes charged */
+	uint64_t snap;             /* the snapshot (LMDB txn id) in which the
+	                            * stored record last compared equal */
 } bc_ent;
 
 typedef struct bcache {
@@ -109,15 +115,16 @@ static void bc_remove(bcache *bc, bc_ent *e)
 	bc->bytes -= e->bytes;
 }
 
-/* The entry's batch with a reference for the caller if its copy may be the
- * stored record (same length), else NULL. */
-static batch *bc_find(bcache *bc, uint64_t id, size_t len)
+/* The entry's batch with a reference for the caller: when snap is not 0,
+ * only if the entry was verified in snapshot snap; else if its copy may be
+ * the stored record (same length).  NULL otherwise. */
+static batch *bc_find(bcache *bc, uint64_t id, uint64_t snap, size_t len)
 {
 	batch *b = NULL;
 
 	pthread_mutex_lock(&bc->mu);
 	bc_ent *e = *slot(bc, id);
-	if (e && e->len == len) {
+	if (e && (snap ? e->snap == snap : e->len == len)) {
 		b = e->b;
 		__atomic_add_fetch(&b->refs, 1, __ATOMIC_RELAXED);
 		list_unlink(bc, e);
@@ -125,6 +132,16 @@ static batch *bc_find(bcache *bc, uint64_t id, size_t len)
 	}
 	pthread_mutex_unlock(&bc->mu);
 	return b;
+}
+
+/* b compared equal to the record stored in snapshot snap. */
+static void bc_verified(bcache *bc, const batch *b, uint64_t snap)
+{
+	pthread_mutex_lock(&bc->mu);
+	bc_ent *e = *slot(bc, b->id);
+	if (e && e->b == b)
+		e->snap = snap;
+	pthread_mutex_unlock(&bc->mu);
 }
 
 /* Enters b (refs already counting the cache's), replacing any entry of
@@ -196,10 +213,17 @@ int batch_load_cached(heap_txn *t, uint64_t id, batch **out)
 	if (!heap_txn_rdonly(t) ||
 	    !(bc = heap_aux(heap_txn_heap(t), bc_make, bc_destroy)))
 		return batch_load_listed(t, id, out);
+	/* Verified in this very snapshot: the same committed bytes. */
+	uint64_t snap = heap_txn_id(t);
+	if ((b = bc_find(bc, id, snap, 0))) {
+		*out = b;
+		return 0;
+	}
 	if ((rc = batch_record_get(t, id, &rec, &len)))
 		return rc == AH_ENOTFOUND ? CORRUPT("a listed batch record is missing") : rc;
-	if ((b = bc_find(bc, id, len))) {
+	if ((b = bc_find(bc, id, 0, len))) {
 		if (memcmp(b->own_rec, rec, len) == 0) {
+			bc_verified(bc, b, snap);
 			*out = b;
 			return 0;
 		}
@@ -215,6 +239,7 @@ int batch_load_cached(heap_txn *t, uint64_t id, batch **out)
 		e->b = b;
 		e->len = len;
 		e->bytes = bytes;
+		e->snap = snap;
 		b->refs = 2; /* the cache's and the caller's */
 		bc_insert(bc, e);
 	} else {

@@ -11,7 +11,12 @@
  *    batches and merges (also under `make tsan`): each answer is exact for
  *    the reader's snapshot.
  */
+#include <inttypes.h>
 #include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
