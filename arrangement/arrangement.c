@@ -125,6 +125,8 @@ static void fill(const batch *b, bool partial, arr_batch *ab)
 	ab->nchunks = b->nchunks;
 	ab->chunk_ids = b->chunk_ids;
 	ab->partial = partial;
+	ab->filter_keys = b->filter_keys;
+	ab->filter_blocks = b->filter_blocks;
 }
 
 int arr_batches(heap_txn *t, const arrangement *a, bool partials,

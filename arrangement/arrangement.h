@@ -88,6 +88,7 @@ typedef struct arr_batch {
 	uint32_t nchunks;
 	const uint64_t *chunk_ids;
 	bool partial;        /* a merge's output so far, not in the trace */
+	uint64_t filter_keys, filter_blocks; /* the key filter's (0: none) */
 } arr_batch;
 
 typedef int (*arr_batch_fn)(const arr_batch *b, void *user);

@@ -42,7 +42,8 @@ struct batch_writer {
 	uint64_t adopted; /* record id of a resumed partial batch, or 0 */
 	/* The key filter's input: the XXH3 of every distinct key (u64 each),
 	 * 8 bytes per key until finish.  A resumed writer has not seen the
-	 * adopted chunks' keys: its batch gets no filter (no_filter). */
+	 * adopted chunks' keys (no_filter): it hashes them all from the
+	 * chunks at finish. */
 	buf khash;
 	bool no_filter;
 };
@@ -412,6 +413,32 @@ static void fill_filter(const batch_writer *w, uint64_t *blocks, uint64_t nb)
 	}
 }
 
+/* A resumed writer has not seen the keys of the chunks it adopted: the
+ * finished batch's keys are hashed again from all its chunks (once per
+ * batch, each chunk's pages checked as they are read; a key continued
+ * from the previous chunk counts once). */
+static int rehash_chunks(batch_writer *w)
+{
+	int rc = 0;
+
+	w->khash.len = 0;
+	for (size_t ci = 0; ci < w->ids.len / 8 && !rc; ci++) {
+		uint64_t id;
+		bchunk c;
+		memcpy(&id, w->ids.p + 8 * ci, 8);
+		if ((rc = bchunk_get(w->t, id, HEAP_CHUNK_PAGES, &c)))
+			break;
+		for (uint32_t i = (c.flags & BCHUNK_KEY_CONT) ? 1 : 0;
+		     i < c.nkeys && !rc; i++) {
+			const uint8_t *k;
+			size_t kl;
+			if (!(rc = bchunk_key(&c, i, &k, &kl)))
+				rc = put64(w->pool, &w->khash, filter_hash(k, kl));
+		}
+	}
+	return rc;
+}
+
 /* Builds the key filter from the hashes, into b (inline: *inl, pool
  * memory the caller frees, FILTER_BLOCK * b->filter_blocks bytes) or as a
  * chunk of its own, named in b; nothing when the writer has not hashed
@@ -425,7 +452,13 @@ static int write_filter(batch_writer *w, batch *b, uint64_t **inl)
 	int rc;
 
 	*inl = NULL;
-	if (w->no_filter || nh != w->keys)
+	if (w->no_filter) {
+		if ((rc = rehash_chunks(w)))
+			return rc;
+		nh = w->khash.len / 8;
+		nb = filter_blocks(nh);
+	}
+	if (nh != w->keys)
 		return 0;
 	if (nb > (UINT32_MAX - BFILT_CHUNK_HDR) / FILTER_BLOCK)
 		return AH_ELIMIT;
@@ -626,7 +659,7 @@ static int write_record(batch_writer *w, const batch_desc *d, uint32_t flags,
 	b.fence = fence;
 	b.fence_len = flen;
 	b.rec_flags = flags;
-	/* a partial record gets none: its resumed writer cannot finish it */
+	/* a partial record gets none: the writer that finishes it builds it */
 	if (!(flags & BREC_PARTIAL) && (rc = write_filter(w, &b, &inl)))
 		goto out;
 	if ((rc = batch_new_id(w->t, &b.id)) || (rc = batch_record_put(w->t, &b)))

@@ -71,6 +71,16 @@ static void walk(ah_txn *t, uint32_t probe, bool at, tl_buf *b)
 	cr_assert_eq(ah_cursor_close(c), 0);
 }
 
+/* Every batch written here has a filter of 10 bits per key, in 64-byte
+ * blocks (ah_batch_info, as ah-dump batches --json shows it). */
+static int filter_sized(const ah_batch_info *b, void *user)
+{
+	(void)user;
+	cr_assert_eq(b->filter_keys, b->keys);
+	cr_assert_eq(b->filter_bytes, (b->keys * 10 + 511) / 512 * 64);
+	return 0;
+}
+
 Test(api_point_reads, moves_after_open_at_equal_open_then_seek, .timeout = 120)
 {
 	tl_dir d = tl_tmpdir("api");
@@ -95,6 +105,7 @@ Test(api_point_reads, moves_after_open_at_equal_open_then_seek, .timeout = 120)
 	ah_arrangement_info in;
 	cr_assert_eq(ah_arrangement_info_get(t, "a", &in), 0);
 	cr_assert_geq(in.batches, 3, "batches %llu", (unsigned long long)in.batches);
+	cr_assert_eq(ah_batch_foreach(t, "a", filter_sized, NULL), 0);
 	cr_assert_eq(ah_txn_commit(t), 0);
 	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
 	tl_buf lazy = { 0 }, eager = { 0 };

@@ -243,3 +243,45 @@ Test(batch_cache, filter_missing_a_key_fails_b6)
 	batch_free(b);
 	at_close(&e);
 }
+
+Test(batch_cache, resumed_writer_builds_the_whole_filter)
+{
+	at_env e;
+	keys k = { 'r', 1, { 0 } };
+	at_item it;
+	batch_writer *w;
+	uint64_t pid, id;
+	const batch_desc d = { { 0 }, { 2 }, { 0 } };
+	char kb[16];
+	at_open(&e);
+	/* 60000 keys before the suspension (several chunks: all but the last
+	 * are adopted as they are, the last is restaged), 20000 after */
+	cr_assert_eq(batch_writer_new(e.t, e.p, &w), 0);
+	for (uint64_t i = 0; i < 60000; i++) {
+		gen_keys(i, &it, &k);
+		cr_assert_eq(batch_writer_push(w, it.key, it.klen, it.val, it.vlen,
+		                               it.time, it.diff), 0);
+	}
+	cr_assert_eq(batch_writer_suspend(w, &d, &pid), 0);
+	at_commit(&e, false);
+	cr_assert_eq(batch_writer_resume(e.t, e.p, pid, &w), 0);
+	for (uint64_t i = 60000; i < 80000; i++) {
+		gen_keys(i, &it, &k);
+		cr_assert_eq(batch_writer_push(w, it.key, it.klen, it.val, it.vlen,
+		                               it.time, it.diff), 0);
+	}
+	cr_assert_eq(batch_writer_finish(w, &d, &id), 0);
+	at_commit(&e, true);
+	at_check_ok(&e, id); /* B6: every key passes */
+	batch *b;
+	cr_assert_eq(batch_load_cached(e.t, id, &b), 0);
+	cr_assert_gt(b->nchunks, 2);
+	cr_assert_eq(b->filter_keys, 80000);
+	cr_assert_not_null(b->filter);
+	for (unsigned i = 0; i < 80000; i += 7) {
+		snprintf(kb, sizeof kb, "r%06u", i);
+		cr_assert(batch_may_hold(b, filter_hash(kb, 7)), "%s", kb);
+	}
+	batch_free(b);
+	at_close(&e);
+}
