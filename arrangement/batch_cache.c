@@ -25,11 +25,12 @@
  *
  * Memory: at most BC_MAX_BYTES per handle, counting each entry's record
  * copy, filter, decoded arrays and header; least recently used entries go
- * first; a record above BC_MAX_ENTRY is decoded per cursor (with its
- * filter, checked).  An evicted batch lives on until the last cursor
- * holding it closes (a reference count).  One mutex guards the table; the
- * compare, the decode and the checksum run outside it.  Freed at ah_close
- * (heap_aux).  Nothing here writes to the map.
+ * first; a record above BC_MAX_ENTRY (a filter for more than about 26M
+ * keys) is decoded per cursor, without its filter (always visited).  An
+ * evicted batch lives on until the last cursor holding it closes (a
+ * reference count).  One mutex guards the table; the compare, the decode
+ * and the checksum run outside it.  Freed at ah_close (heap_aux).  Nothing
+ * here writes to the map.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -176,9 +177,9 @@ static void bc_insert(bcache *bc, bc_ent *e)
 	}
 }
 
-/* Decodes a private copy of the stored record and loads its filter. */
-static int decode_own(heap_txn *t, uint64_t id, const uint8_t *rec,
-                      size_t len, batch **out)
+/* Decodes a private copy of the stored record (its filter not yet). */
+static int decode_own(uint64_t id, const uint8_t *rec, size_t len,
+                      batch **out)
 {
 	uint8_t *copy = malloc(len ? len : 1);
 	batch *b = NULL;
@@ -192,10 +193,6 @@ static int decode_own(heap_txn *t, uint64_t id, const uint8_t *rec,
 		return rc;
 	}
 	b->own_rec = copy;
-	if ((rc = batch_filter_load(t, b))) {
-		batch_free(b);
-		return rc;
-	}
 	*out = b;
 	return 0;
 }
@@ -229,12 +226,19 @@ int batch_load_cached(heap_txn *t, uint64_t id, batch **out)
 		}
 		batch_free(b); /* another record now: decoded afresh below */
 	}
-	if ((rc = decode_own(t, id, rec, len, &b)))
+	if ((rc = decode_own(id, rec, len, &b)))
 		return rc;
 	bc_ent *e = calloc(1, sizeof *e);
 	size_t bytes = sizeof *b + sizeof *e + len +
 	               FILTER_BLOCK * b->filter_blocks +
 	               b->nchunks * (sizeof(uint64_t) + sizeof(void *) + sizeof(size_t));
+	/* Too large to keep: decoded per cursor, without its filter (read
+	 * and checked per query it would cost more than it saves). */
+	if (e && bytes <= BC_MAX_ENTRY && (rc = batch_filter_load(t, b))) {
+		free(e);
+		batch_free(b);
+		return rc;
+	}
 	if (e && bytes <= BC_MAX_ENTRY) {
 		e->b = b;
 		e->len = len;
