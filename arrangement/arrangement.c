@@ -125,6 +125,8 @@ static void fill(const batch *b, bool partial, arr_batch *ab)
 	ab->nchunks = b->nchunks;
 	ab->chunk_ids = b->chunk_ids;
 	ab->partial = partial;
+	ab->filter_keys = b->filter_keys;
+	ab->filter_blocks = b->filter_blocks;
 }
 
 int arr_batches(heap_txn *t, const arrangement *a, bool partials,
@@ -232,7 +234,7 @@ int arr_cursor(heap_txn *t, const arrangement *a, bool at, const void *key,
 	if (bs == NULL)
 		return AH_ENOMEM;
 	for (; n < sp->nbatches && rc == 0; n++)
-		if ((rc = batch_load_listed(t, sp->batches[n].id, &bs[n])) != 0)
+		if ((rc = batch_load_cached(t, sp->batches[n].id, &bs[n])) != 0)
 			break;
 	if (rc == 0)
 		rc = at ? tcur_open_at(t, bs, n, sp->since, key, len, out)
@@ -324,6 +326,8 @@ static int verify_batch(heap_txn *t, const spine *sp, uint64_t id,
 	}
 	for (uint32_t i = 0; i < b->nchunks && rc == 0; i++)
 		rc = cb->chunk_ref(cb->user, id, b->chunk_ids[i]);
+	if (rc == 0 && b->filter_chunk)
+		rc = cb->chunk_ref(cb->user, id, b->filter_chunk);
 	if (rc == 0 && cb->chunks && batch_check(t, b, false, msg, sizeof msg))
 		cb->problem(cb->user, id, chunk_of(msg), msg);
 	batch_free(b);

@@ -88,6 +88,7 @@ typedef struct arr_batch {
 	uint32_t nchunks;
 	const uint64_t *chunk_ids;
 	bool partial;        /* a merge's output so far, not in the trace */
+	uint64_t filter_keys, filter_blocks; /* the key filter's (0: none) */
 } arr_batch;
 
 typedef int (*arr_batch_fn)(const arr_batch *b, void *user);
@@ -127,7 +128,7 @@ typedef struct arr_verify_cb {
 	bool chunks;         /* the chunks table may be read */
 } arr_verify_cb;
 
-/* Checks a's spine (S1-S4) and every batch of it (B1-B5, partial flags,
+/* Checks a's spine (S1-S4) and every batch of it (B1-B6, partial flags,
  * since) and reports each problem and reference through cb.  Returns 0
  * when the check ran (whatever it found), AH_ENOMEM, or a callback's
  * error. */

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "arrangement/batch_int.h"
+#include "arrangement/filter.h"
 #include "heap/codec.h"
 
 
@@ -186,8 +187,8 @@ int bchunk_get(heap_txn *t, uint64_t id, enum heap_chunk_how how, bchunk *out)
 
 /* ---------------------------------------------------------- batch record */
 
-static int record_get(heap_txn *t, uint64_t id, const uint8_t **rec,
-                      size_t *len)
+int batch_record_get(heap_txn *t, uint64_t id, const uint8_t **rec,
+                     size_t *len)
 {
 	const void *v;
 	if (id == BATCH_ID_COUNTER)
@@ -195,6 +196,29 @@ static int record_get(heap_txn *t, uint64_t id, const uint8_t **rec,
 	int rc = heap_get(t, HEAP_T_BATCH, &id, sizeof id, &v, len);
 	*rec = v;
 	return rc;
+}
+
+/* The filter reference at f3 of a version-2 record of len bytes: its
+ * block count must be that of its key count, and it (with its blocks when
+ * they are inline) must end the record (layout: batch_int.h).  That the
+ * key count is the batch's is batch_check's (B6). */
+static int filter_decode(batch *b, const uint8_t *rec, size_t len, uint64_t f3)
+{
+	if (f3 > len || len - f3 < BFILT_REF || memcmp(rec + f3, BFILT_MAGIC, 4) ||
+	    rec[f3 + 4] != FILTER_PROBES || rec[f3 + 5] != BFILT_HASH_XXH3 ||
+	    rec[f3 + 6] || rec[f3 + 7])
+		return CORRUPT("batch key filter reference");
+	b->filter_keys = get_u64(rec + f3 + 8);
+	b->filter_blocks = get_u64(rec + f3 + 16);
+	b->filter_sum = get_u64(rec + f3 + 24);
+	b->filter_chunk = get_u64(rec + f3 + 32);
+	uint64_t inl = b->filter_chunk ? 0 : FILTER_BLOCK * b->filter_blocks;
+	if (b->filter_blocks != filter_blocks(b->filter_keys) ||
+	    b->filter_blocks > UINT32_MAX ||
+	    len - f3 - BFILT_REF != inl)
+		return CORRUPT("batch key filter reference");
+	b->filter_off = b->filter_chunk ? 0 : (uint32_t)(f3 + BFILT_REF);
+	return 0;
 }
 
 /* Decodes rec into a fresh struct batch; the fence bytes are copied when
@@ -210,7 +234,7 @@ static int record_decode(uint64_t id, const uint8_t *rec, size_t len,
 		return CORRUPT("batch record");
 	uint16_t ver;
 	memcpy(&ver, rec + 4, 2);
-	if (ver != BREC_VERSION || rec[6] != 8 ||
+	if ((ver != BREC_VERSION && ver != BREC_VERSION_FILTER) || rec[6] != 8 ||
 	    (rec[7] & ~BREC_PARTIAL))
 		return CORRUPT("batch record");
 	n = get_u32(rec + 72);
@@ -236,9 +260,16 @@ static int record_decode(uint64_t id, const uint8_t *rec, size_t len,
 	b->bytes = get_u64(rec + 56);
 	b->chunk_bytes = get_u64(rec + 64);
 	b->nchunks = (uint32_t)n;
-	/* One block: ids, fence pointers, fence lengths, copied fence bytes. */
+	uint32_t f3 = ver == BREC_VERSION_FILTER ? get_u32(rec + 76) : 0;
+	if (ver == BREC_VERSION_FILTER &&
+	    (f3 < fbytes + fend || (rc = filter_decode(b, rec, len, f3)))) {
+		rc = rc ? rc : CORRUPT("batch key filter reference");
+		goto out;
+	}
+	/* One block: ids, fence pointers, fence lengths, copied fence bytes
+	 * and what follows them (an inline filter). */
 	size_t sz = n * (sizeof(uint64_t) + sizeof(void *) + sizeof(size_t)) +
-	            (copy ? fend : 0) + 1;
+	            (copy ? len - fbytes : 0) + 1;
 	uint8_t *blk = malloc(sz);
 	if (!blk) {
 		rc = AH_ENOMEM;
@@ -251,9 +282,11 @@ static int record_decode(uint64_t id, const uint8_t *rec, size_t len,
 	if (copy) {
 		uint8_t *dst = blk + n * (sizeof(uint64_t) + sizeof(void *) +
 		                          sizeof(size_t));
-		memcpy(dst, fb, fend);
+		memcpy(dst, fb, len - fbytes);
 		fb = dst;
 	}
+	if (b->filter_off)
+		b->filter_bytes = fb + (b->filter_off - fbytes);
 	for (uint64_t i = 0; i < n; i++) {
 		b->chunk_ids[i] = get_u64(rec + BREC_HDR + 8 * i);
 		uint32_t lo = get_u32(rec + ftab + 4 * i);
@@ -280,10 +313,70 @@ int batch_load(heap_txn *t, uint64_t id, batch **out)
 	size_t len;
 	if (!t || !out)
 		return AH_EINVAL;
-	int rc = record_get(t, id, &rec, &len);
+	int rc = batch_record_get(t, id, &rec, &len);
 	if (rc)
 		return rc;
 	return record_decode(id, rec, len, !heap_txn_rdonly(t), out);
+}
+
+int batch_decode(uint64_t id, const uint8_t *rec, size_t len, batch **out)
+{
+	return record_decode(id, rec, len, false, out);
+}
+
+/* The filter chunk's blocks, checked whole (their checksums). */
+static int filter_chunk_blocks(heap_txn *t, const batch *b, const uint8_t **p)
+{
+	heap_chunk_view v;
+	int rc = heap_chunk_open(t, b->filter_chunk, HEAP_CHUNK_WHOLE, &v);
+
+	if (rc == AH_ENOTFOUND)
+		return CORRUPT("a batch record names a filter chunk that is not there");
+	if (rc)
+		return rc;
+	if (b->filter_blocks > (SIZE_MAX - BFILT_CHUNK_HDR) / FILTER_BLOCK ||
+	    v.body_used != BFILT_CHUNK_HDR + FILTER_BLOCK * b->filter_blocks ||
+	    memcmp(v.body, BFILT_MAGIC, 4) || get_u32(v.body + 4) ||
+	    get_u64(v.body + 8) != b->filter_blocks)
+		return CORRUPT("batch key filter chunk");
+	*p = v.body + BFILT_CHUNK_HDR;
+	return 0;
+}
+
+int batch_filter_blocks(heap_txn *t, const batch *b, const uint8_t **blocks)
+{
+	int rc = 0;
+
+	*blocks = NULL;
+	if (!b->filter_blocks)
+		return 0;
+	if (b->filter_chunk)
+		rc = filter_chunk_blocks(t, b, blocks);
+	else
+		*blocks = b->filter_bytes;
+	if (!rc && filter_sum(*blocks, b->filter_blocks) != b->filter_sum)
+		rc = CORRUPT("batch key filter checksum");
+	return rc;
+}
+
+int batch_filter_load(heap_txn *t, batch *b)
+{
+	const uint8_t *p;
+	int rc = batch_filter_blocks(t, b, &p);
+
+	if (rc || !p)
+		return rc;
+	size_t fb = FILTER_BLOCK * b->filter_blocks;
+	if (!(b->own_filter = aligned_alloc(FILTER_BLOCK, fb)))
+		return AH_ENOMEM;
+	memcpy(b->own_filter, p, fb);
+	b->filter = b->own_filter;
+	return 0;
+}
+
+bool batch_may_hold(const batch *b, uint64_t h)
+{
+	return !b->filter || filter_may_hold(b->filter, b->filter_blocks, h);
 }
 
 int batch_load_listed(heap_txn *t, uint64_t id, batch **out)
@@ -297,7 +390,14 @@ void batch_free(batch *b)
 {
 	if (!b)
 		return;
+	/* refs is 0 for good in a private batch, >= 1 in a shared one until
+	 * this caller's own decrement */
+	if (__atomic_load_n(&b->refs, __ATOMIC_RELAXED) &&
+	    __atomic_sub_fetch(&b->refs, 1, __ATOMIC_ACQ_REL) != 0)
+		return; /* shared (batch_cache.c): not the last reference */
 	free(b->chunk_ids); /* the one block of batch_load */
+	free(b->own_rec);
+	free(b->own_filter);
 	free(b);
 }
 
@@ -307,14 +407,17 @@ int batch_record_put(heap_txn *t, const batch *b)
 	for (uint64_t i = 0; i < n; i++)
 		fsum += b->fence_len[i];
 	uint64_t ftab = BREC_HDR + 8 * n, fbytes = ftab + 4 * (n + 1);
-	if (n > UINT32_MAX / 8 || fsum > UINT32_MAX ||
-	    fbytes + fsum > UINT32_MAX)
+	bool inl = b->filter_blocks && !b->filter_chunk;
+	uint64_t f3 = b->filter_blocks ? fbytes + fsum : 0;
+	uint64_t total = fbytes + fsum + (f3 ? BFILT_REF : 0) +
+	                 (inl ? FILTER_BLOCK * b->filter_blocks : 0);
+	if (n > UINT32_MAX / 8 || fsum > UINT32_MAX || total > UINT32_MAX)
 		return AH_ELIMIT;
-	uint8_t *rec = malloc(fbytes + fsum);
+	uint8_t *rec = malloc(total);
 	if (!rec)
 		return AH_ENOMEM;
-	uint16_t ver = BREC_VERSION;
-	uint32_t n32 = (uint32_t)n, zero = 0, off = 0;
+	uint16_t ver = f3 ? BREC_VERSION_FILTER : BREC_VERSION;
+	uint32_t n32 = (uint32_t)n, off = 0;
 	memcpy(rec, BREC_MAGIC, 4);
 	memcpy(rec + 4, &ver, 2);
 	rec[6] = 8;
@@ -328,7 +431,7 @@ int batch_record_put(heap_txn *t, const batch *b)
 	put_u64(rec + 56, b->bytes);
 	put_u64(rec + 64, b->chunk_bytes);
 	put_u32(rec + 72, n32);
-	put_u32(rec + 76, zero);
+	put_u32(rec + 76, (uint32_t)f3);
 	for (uint64_t i = 0; i < n; i++) {
 		memcpy(rec + BREC_HDR + 8 * i, &b->chunk_ids[i], 8);
 		memcpy(rec + ftab + 4 * i, &off, 4);
@@ -337,8 +440,22 @@ int batch_record_put(heap_txn *t, const batch *b)
 		off += (uint32_t)b->fence_len[i];
 	}
 	memcpy(rec + ftab + 4 * n, &off, 4);
-	int rc = heap_put(t, HEAP_T_BATCH, &b->id, sizeof b->id, rec,
-	                  fbytes + fsum);
+	if (f3) {
+		uint8_t *f = rec + f3;
+		memcpy(f, BFILT_MAGIC, 4);
+		f[4] = FILTER_PROBES;
+		f[5] = BFILT_HASH_XXH3;
+		f[6] = f[7] = 0;
+		put_u64(f + 8, b->filter_keys);
+		put_u64(f + 16, b->filter_blocks);
+		put_u64(f + 24, b->filter_sum);
+		put_u64(f + 32, b->filter_chunk);
+		if (inl)
+			memcpy(f + BFILT_REF, b->filter ? (const void *)b->filter
+			                                : b->filter_bytes,
+			       FILTER_BLOCK * b->filter_blocks);
+	}
+	int rc = heap_put(t, HEAP_T_BATCH, &b->id, sizeof b->id, rec, total);
 	free(rec);
 	return rc;
 }
@@ -349,7 +466,7 @@ int batch_set_desc(heap_txn *t, uint64_t id, const batch_desc *d)
 	size_t len;
 	if (!t || !d)
 		return AH_EINVAL;
-	int rc = record_get(t, id, &rec, &len);
+	int rc = batch_record_get(t, id, &rec, &len);
 	if (rc)
 		return rc;
 	if (len < BREC_HDR || memcmp(rec, BREC_MAGIC, 4) != 0)
@@ -377,6 +494,9 @@ int batch_drop(heap_txn *t, uint64_t id)
 		if (rc == AH_ENOTFOUND)
 			rc = CORRUPT("batch: batch_drop");
 	}
+	if (!rc && b->filter_chunk &&
+	    (rc = heap_chunk_free(t, b->filter_chunk)) == AH_ENOTFOUND)
+		rc = CORRUPT("batch: batch_drop: filter chunk");
 	if (!rc)
 		rc = heap_del(t, HEAP_T_BATCH, &id, sizeof id);
 	batch_free(b);
@@ -428,6 +548,7 @@ typedef struct check_state {
 	size_t klen, vlen;
 	atime time;
 	uint64_t keys, vals, updates, bytes, chunk_bytes;
+	uint64_t *filter; /* the key filter's blocks (aligned copy), or NULL */
 } check_state;
 
 static int check_fail(check_state *s, uint32_t ci, const char *what)
@@ -480,6 +601,9 @@ static const char *check_key(check_state *s, bchunk *c, uint32_t i)
 	int kc = s->any ? bytes_cmp(k, kl, s->key, s->klen) : 1;
 	if (kcont ? kc != 0 : kc <= 0)
 		return kcont ? "continued key differs" : "keys out of order";
+	if (!kcont && s->filter &&
+	    !filter_may_hold(s->filter, s->b->filter_blocks, filter_hash(k, kl)))
+		return "key missing from the batch's key filter (B6)";
 	s->keys += !kcont;
 	s->key = k;
 	s->klen = kl;
@@ -542,11 +666,68 @@ static int check_chunk(check_state *s, heap_txn *t, uint32_t ci,
 	return 0;
 }
 
+/* B6: the filter's blocks, checked against the record's checksum, copied
+ * (aligned) for the walk to probe every key. */
+static int check_filter_load(check_state *s, heap_txn *t)
+{
+	const batch *b = s->b;
+	const uint8_t *p;
+	int rc;
+
+	if (!b->filter_blocks)
+		return 0;
+	if (b->filter_keys != b->keys) {
+		rc = CORRUPT("batch key filter key count");
+		goto fail;
+	}
+	if ((rc = batch_filter_blocks(t, b, &p)))
+		goto fail;
+	if (!(s->filter = malloc(FILTER_BLOCK * b->filter_blocks)))
+		return AH_ENOMEM;
+	memcpy(s->filter, p, FILTER_BLOCK * b->filter_blocks);
+	return 0;
+fail:
+	if (s->msg && s->msglen)
+		snprintf(s->msg, s->msglen, "batch %llu: key filter (B6): %s",
+		         (unsigned long long)b->id,
+		         b->filter_keys != b->keys ? "key count differs from the "
+		         "batch's" : "damaged (checksum or chunk)");
+	return rc;
+}
+
+static int check_counts(check_state *s)
+{
+	const batch *b = s->b;
+	char *msg = s->msg;
+	size_t msglen = s->msglen;
+
+	if (s->updates == b->updates && s->keys == b->keys && s->vals == b->vals &&
+	    s->bytes == b->bytes && s->chunk_bytes == b->chunk_bytes)
+		return 0;
+	if (msg && msglen)
+		snprintf(msg, msglen,
+		         "batch %llu: counts differ from its chunks (B5): "
+		         "updates %llu/%llu keys %llu/%llu vals %llu/%llu "
+		         "bytes %llu/%llu chunk_bytes %llu/%llu",
+		         (unsigned long long)b->id,
+		         (unsigned long long)b->updates,
+		         (unsigned long long)s->updates,
+		         (unsigned long long)b->keys,
+		         (unsigned long long)s->keys,
+		         (unsigned long long)b->vals,
+		         (unsigned long long)s->vals,
+		         (unsigned long long)b->bytes,
+		         (unsigned long long)s->bytes,
+		         (unsigned long long)b->chunk_bytes,
+		         (unsigned long long)s->chunk_bytes);
+	return CORRUPT("batch record counts differ from its chunks");
+}
+
 int batch_check(heap_txn *t, const batch *b, bool checksums, char *msg,
                 size_t msglen)
 {
 	check_state s;
-	int rc;
+	int rc = 0;
 
 	if (!t || !b)
 		return AH_EINVAL;
@@ -562,28 +743,17 @@ int batch_check(heap_txn *t, const batch *b, bool checksums, char *msg,
 			         (unsigned long long)b->id);
 		return CORRUPT("batch record header");
 	}
-	for (uint32_t ci = 0; ci < b->nchunks; ci++)
-		if ((rc = check_chunk(&s, t, ci, checksums)))
-			return rc;
-	if (s.updates != b->updates || s.keys != b->keys || s.vals != b->vals ||
-	    s.bytes != b->bytes || s.chunk_bytes != b->chunk_bytes) {
-		if (msg && msglen)
-			snprintf(msg, msglen,
-			         "batch %llu: counts differ from its chunks (B5): "
-			         "updates %llu/%llu keys %llu/%llu vals %llu/%llu "
-			         "bytes %llu/%llu chunk_bytes %llu/%llu",
-			         (unsigned long long)b->id,
-			         (unsigned long long)b->updates,
-			         (unsigned long long)s.updates,
-			         (unsigned long long)b->keys,
-			         (unsigned long long)s.keys,
-			         (unsigned long long)b->vals,
-			         (unsigned long long)s.vals,
-			         (unsigned long long)b->bytes,
-			         (unsigned long long)s.bytes,
-			         (unsigned long long)b->chunk_bytes,
-			         (unsigned long long)s.chunk_bytes);
-		return CORRUPT("batch record counts differ from its chunks");
-	}
-	return 0;
+	/* B5 before B6: counts that differ say more than a filter that
+	 * disagrees with them */
+	bool counts_ok = b->filter_keys == b->keys;
+	if (counts_ok && (rc = check_filter_load(&s, t)))
+		return rc;
+	for (uint32_t ci = 0; ci < b->nchunks && !rc; ci++)
+		rc = check_chunk(&s, t, ci, checksums);
+	if (!rc)
+		rc = check_counts(&s);
+	if (!rc && !counts_ok && b->filter_blocks)
+		rc = check_filter_load(&s, t);
+	free(s.filter);
+	return rc;
 }

@@ -26,6 +26,8 @@
  *  B4 every offset and range lies inside its chunk body.
  *  B5 counts in the record equal the sums over chunks (logical keys/vals,
  *     continued ones counted once).
+ *  B6 a key filter (record version 2) counts the batch's keys, its blocks
+ *     match the record's checksum, and every key of the batch passes it.
  * Data read from the map is untrusted: violations are AH_ECORRUPT, never an
  * assert.
  *
@@ -71,22 +73,66 @@ typedef struct batch {
 	const uint8_t **fence;/* nchunks: first key of each chunk */
 	size_t *fence_len;    /* nchunks */
 	uint32_t rec_flags;   /* BREC_* (BREC_PARTIAL: a suspended merge) */
+	/* The key filter (filter.h), record version 2: filter_keys keys
+	 * hashed into filter_blocks blocks (0: none, a version-1 record),
+	 * inline in the record at filter_off or, when larger than
+	 * FILTER_INLINE_MAX, in chunk filter_chunk; the blocks hash to
+	 * filter_sum.  filter points to checked blocks only in a batch of the
+	 * cache (batch_cache.c); elsewhere it is NULL and the batch is always
+	 * visited.  The writer sets filter (inline) or filter_chunk for
+	 * batch_record_put. */
+	const uint64_t *filter;
+	uint64_t filter_chunk, filter_blocks, filter_keys, filter_sum;
+	uint32_t filter_off;         /* inline: the blocks' offset in the record */
+	const uint8_t *filter_bytes; /* inline: the blocks as decoded (like
+	                              * fence[]: in the map or copied) */
+	/* batch_cache.c: a shared batch (refs > 0) is freed by the last
+	 * batch_free; own_rec (the record, fence[] points into it) and
+	 * own_filter (the blocks) are its own copies. */
+	unsigned refs;
+	void *own_rec, *own_filter;
 } batch;
 
 /* Loads batch id.  Errors: AH_ENOTFOUND, AH_ECORRUPT, AH_ENOMEM. */
 int batch_load(heap_txn *t, uint64_t id, batch **out);
+/* batch_load_listed through the per-heap cache of decoded records
+ * (batch_cache.c): in a read-only txn the batch may be shared (freed by
+ * the last batch_free, any thread) and carries its checked key filter; in
+ * a write txn it is batch_load_listed's.  Read it only, and only while t
+ * lives (its chunks are in t's snapshot).  Errors: as batch_load_listed,
+ * and AH_ECORRUPT for a filter whose blocks fail their checksum. */
+int batch_load_cached(heap_txn *t, uint64_t id, batch **out);
+/* The record of id as stored (pointer into the map, valid until t ends).
+ * Errors: AH_EINVAL (the id counter's key), heap_get's. */
+int batch_record_get(heap_txn *t, uint64_t id, const uint8_t **rec,
+                     size_t *len);
+/* Decodes a record held in memory that the batch will own or outlive
+ * (fence[] points into rec); the filter is not read.  Errors: AH_ECORRUPT,
+ * AH_ENOMEM. */
+int batch_decode(uint64_t id, const uint8_t *rec, size_t len, batch **out);
+/* The blocks of b's filter, checked against the record's checksum: inline
+ * (filter_bytes) or in its chunk, read whole (its checksums).  *blocks =
+ * NULL without a filter; pointers into the map or b, valid while both
+ * are, not 8-byte aligned.  Errors: AH_ECORRUPT. */
+int batch_filter_blocks(heap_txn *t, const batch *b, const uint8_t **blocks);
+/* batch_filter_blocks, copied into b->own_filter (b->filter then points
+ * there).  Errors: AH_ECORRUPT, AH_ENOMEM. */
+int batch_filter_load(heap_txn *t, batch *b);
+/* Whether b can hold the key of hash h (filter_hash): true when b has no
+ * checked filter. */
+bool batch_may_hold(const batch *b, uint64_t h);
 /* batch_load of an id that a spine or a merge lists: a missing record is
  * AH_ECORRUPT (its key was damaged or it was lost), never "not found". */
 int batch_load_listed(heap_txn *t, uint64_t id, batch **out);
 void batch_free(batch *b);
-/* Deletes the batch record and frees all its chunks. */
+/* Deletes the batch record and frees all its chunks (and its filter's). */
 int batch_drop(heap_txn *t, uint64_t id);
 /* Rewrites the record of b with a new Description (chunks unchanged). */
 int batch_set_desc(heap_txn *t, uint64_t id, const batch_desc *d);
 /* Allocates a fresh batch id (max existing + 1; ids are never reused while
  * the record exists). */
 int batch_new_id(heap_txn *t, uint64_t *id);
-/* Structural check of every chunk (B1-B5) and, if checksums, each chunk's
+/* Structural check of every chunk (B1-B6) and, if checksums, each chunk's
  * XXH3.  Reports the first problem in msg (naming batch and chunk).
  * Errors: AH_ECORRUPT. */
 int batch_check(heap_txn *t, const batch *b, bool checksums, char *msg,

@@ -66,7 +66,7 @@
  *
  *   off       size  field
  *     0          4  magic "AHBR"
- *     4          2  version (BREC_VERSION, 1)
+ *     4          2  version: 1 (BREC_VERSION), or 2 with a key filter
  *     6          1  time_width (8)
  *     7          1  flags: BREC_PARTIAL 0x1 = a suspended merge's output,
  *                   linked to no spine
@@ -80,10 +80,31 @@
  *    64          8  chunk_bytes (sum of the chunks' stored bytes: their
  *                   class's value size)
  *    72          4  nchunks
- *    76          4  reserved, 0
+ *    76          4  version 1: reserved, 0 (not read); version 2: the
+ *                   offset F3 of the filter reference
  *    80     8*nchunks  chunk ids, in key order
  *    F      4*(nchunks+1)  fence offsets, relative to F2 = F + 4*(nchunks+1)
  *    F2         ...  fence key bytes (fence i = chunk i's first key)
+ *
+ * Version 2 (BREC_VERSION_FILTER) adds the key filter reference, which
+ * ends the record exactly (F3 >= the end of the fence bytes):
+ *    F3+0        4  magic "AHBF"
+ *    F3+4        1  probes per key (FILTER_PROBES, 6)
+ *    F3+5        1  hash: 1 = XXH3-64 seed 0, the mapping of filter.c
+ *    F3+6        2  reserved, 0
+ *    F3+8        8  nkeys hashed (= keys above)
+ *    F3+16       8  nblocks (= filter_blocks(nkeys): ceil(10 nkeys / 512))
+ *    F3+24       8  XXH3-64 of the nblocks * 64 block bytes
+ *    F3+32       8  filter chunk id
+ * Filter chunk body (a heap chunk of its own, freed with the batch):
+ *     0          4  magic "AHBF"
+ *     4          4  reserved, 0
+ *     8          8  nblocks
+ *    16  64*nblocks  blocks, each 8 native-endian u64 (512 bits)
+ * A writer writes version 2 when it has a filter, else version 1 (partial
+ * records, batches finished by a resumed writer).  A decoder from before
+ * filters accepts only version 1: it reports a version-2 record as
+ * AH_ECORRUPT (see ARCHITECTURE.md, "Batch record").
  *
  * Batch ids: the key of 8 bytes 0xff (BATCH_ID_COUNTER) holds a u64, the
  * next id to hand out; batch_new_id reads and bumps it, so ids are never
@@ -94,6 +115,11 @@
 #define BREC_HDR 80
 #define BREC_PARTIAL 0x1u
 #define BATCH_ID_COUNTER UINT64_MAX
+#define BREC_VERSION_FILTER 2
+#define BFILT_MAGIC "AHBF"
+#define BFILT_REF 40
+#define BFILT_CHUNK_HDR 16
+#define BFILT_HASH_XXH3 1
 
 /* ----------------------------------------------------- the chunk view */
 

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "arrangement/batch_int.h"
+#include "arrangement/filter.h"
 #include "heap/codec.h"
 
 /* A growable pool buffer. */
@@ -40,6 +41,12 @@ struct batch_writer {
 	buf ids, fences, fence_offs; /* u64, bytes, u32 (nchunks + 1) */
 	uint64_t updates, keys, vals, bytes, chunk_bytes;
 	uint64_t adopted; /* record id of a resumed partial batch, or 0 */
+	/* The key filter's input: the XXH3 of every distinct key (u64 each),
+	 * 8 bytes per key until finish.  A resumed writer has not seen the
+	 * adopted chunks' keys (no_filter): it hashes them all from the
+	 * chunks at finish. */
+	buf khash;
+	bool no_filter;
 };
 
 static int grow(pool *p, buf *b, size_t add)
@@ -341,6 +348,7 @@ int batch_writer_resume(heap_txn *t, pool *p, uint64_t partial_id,
 	if ((rc = writer_alloc(t, p, &w)) || (rc = batch_load_listed(t, partial_id, &b)))
 		goto out;
 	w->adopted = partial_id;
+	w->no_filter = true;
 	if (b->nchunks == 0)
 		goto out;
 	for (uint32_t i = 0; i + 1 < b->nchunks; i++)
@@ -387,6 +395,100 @@ bool batch_writer_last(const batch_writer *w, const void **key, size_t *klen,
 	*val = w->vb.p + v0;
 	*vlen = v1 - v0;
 	return true;
+}
+
+/* Remembers a new key's hash for the filter. */
+static int hash_key(batch_writer *w, const void *key, size_t klen)
+{
+	return w->no_filter ? 0 : put64(w->pool, &w->khash, filter_hash(key, klen));
+}
+
+/* Sets the bits of every hashed key in nb zeroed blocks. */
+static void fill_filter(const batch_writer *w, uint64_t *blocks, uint64_t nb)
+{
+	uint64_t nh = w->khash.len / 8;
+
+	memset(blocks, 0, FILTER_BLOCK * nb);
+	for (uint64_t i = 0; i < nh; i++) {
+		uint64_t h;
+		memcpy(&h, w->khash.p + 8 * i, 8);
+		filter_add(blocks, nb, h);
+	}
+}
+
+/* A resumed writer has not seen the keys of the chunks it adopted: the
+ * finished batch's keys are hashed again from all its chunks (once per
+ * batch, each chunk's pages checked as they are read; a key continued
+ * from the previous chunk counts once). */
+static int rehash_chunks(batch_writer *w)
+{
+	int rc = 0;
+
+	w->khash.len = 0;
+	for (size_t ci = 0; ci < w->ids.len / 8 && !rc; ci++) {
+		uint64_t id;
+		bchunk c;
+		memcpy(&id, w->ids.p + 8 * ci, 8);
+		if ((rc = bchunk_get(w->t, id, HEAP_CHUNK_PAGES, &c)))
+			break;
+		for (uint32_t i = (c.flags & BCHUNK_KEY_CONT) ? 1 : 0;
+		     i < c.nkeys && !rc; i++) {
+			const uint8_t *k;
+			size_t kl;
+			if (!(rc = bchunk_key(&c, i, &k, &kl)))
+				rc = put64(w->pool, &w->khash, filter_hash(k, kl));
+		}
+	}
+	return rc;
+}
+
+/* Builds the key filter from the hashes, into b (inline: *inl, pool
+ * memory the caller frees, FILTER_BLOCK * b->filter_blocks bytes) or as a
+ * chunk of its own, named in b; nothing when the writer has not hashed
+ * every key (filter.h, layouts: batch_int.h). */
+static int write_filter(batch_writer *w, batch *b, uint64_t **inl)
+{
+	uint64_t nh = w->khash.len / 8, nb = filter_blocks(nh), cid;
+	uint64_t *blocks;
+	void *body;
+	size_t cap;
+	int rc;
+
+	*inl = NULL;
+	if (w->no_filter) {
+		if ((rc = rehash_chunks(w)))
+			return rc;
+		nh = w->khash.len / 8;
+		nb = filter_blocks(nh);
+	}
+	if (nh != w->keys)
+		return 0;
+	if (nb > (UINT32_MAX - BFILT_CHUNK_HDR) / FILTER_BLOCK)
+		return AH_ELIMIT;
+	b->filter_blocks = nb;
+	b->filter_keys = nh;
+	if (FILTER_BLOCK * nb <= FILTER_INLINE_MAX) {
+		if (!(*inl = pool_malloc(w->pool, FILTER_BLOCK * nb)))
+			return AH_ENOMEM;
+		fill_filter(w, *inl, nb);
+		b->filter = *inl;
+		b->filter_sum = filter_sum(*inl, nb);
+		return 0;
+	}
+	size_t used = BFILT_CHUNK_HDR + FILTER_BLOCK * nb;
+	if ((rc = heap_chunk_reserve(w->t, used, &cid, &body, &cap)))
+		return rc;
+	uint8_t *p = body;
+	blocks = (uint64_t *)(p + BFILT_CHUNK_HDR); /* the body is 16-aligned */
+	memcpy(p, BFILT_MAGIC, 4);
+	put_u32(p + 4, 0);
+	put_u64(p + 8, nb);
+	fill_filter(w, blocks, nb);
+	b->filter_sum = filter_sum(blocks, nb);
+	if ((rc = heap_chunk_seal(w->t, cid, body, used)))
+		return rc;
+	b->filter_chunk = cid;
+	return 0;
 }
 
 /* Where the update goes relative to the last one: order check. */
@@ -450,6 +552,8 @@ int batch_writer_push(batch_writer *w, const void *key, size_t klen,
 	if ((newval || fresh) && (rc = stage_val(w, val, vlen)))
 		return rc;
 	if ((rc = stage_upd(w, time, diff)))
+		return rc;
+	if (newkey && (rc = hash_key(w, key, klen)))
 		return rc;
 	w->updates++;
 	w->keys += newkey;
@@ -532,6 +636,8 @@ int batch_writer_push_run(batch_writer *w, const void *key, size_t klen,
 	w->df.len += 8 * n;
 	w->nu += (uint32_t)n;
 	put_u32(w->vu.p + 4 * w->nv, w->nu);
+	if (newkey && (rc = hash_key(w, key, klen)))
+		return rc;
 	w->updates += n;
 	w->keys += newkey;
 	w->vals++;
@@ -544,6 +650,7 @@ static int write_record(batch_writer *w, const batch_desc *d, uint32_t flags,
                         uint64_t *id)
 {
 	batch b;
+	uint64_t *inl = NULL;
 	int rc;
 
 	*id = 0;
@@ -579,10 +686,15 @@ static int write_record(batch_writer *w, const batch_desc *d, uint32_t flags,
 	b.fence = fence;
 	b.fence_len = flen;
 	b.rec_flags = flags;
+	/* a partial record gets none: the writer that finishes it builds it */
+	if (!(flags & BREC_PARTIAL) && (rc = write_filter(w, &b, &inl)))
+		goto out;
 	if ((rc = batch_new_id(w->t, &b.id)) || (rc = batch_record_put(w->t, &b)))
 		goto out;
 	*id = b.id;
 out:
+	if (inl)
+		pool_free(w->pool, inl, FILTER_BLOCK * b.filter_blocks);
 	free(fence);
 	free(flen);
 	return rc;
@@ -616,7 +728,8 @@ void batch_writer_free(batch_writer *w)
 		return;
 	pool *p = w->pool;
 	buf *bufs[] = {&w->ko, &w->kb, &w->kv, &w->vo, &w->vb, &w->vu,
-	               &w->tm, &w->df, &w->ids, &w->fences, &w->fence_offs};
+	               &w->tm, &w->df, &w->ids, &w->fences, &w->fence_offs,
+	               &w->khash};
 	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
 		buf_free(p, bufs[i]);
 	pool_free(p, w, sizeof *w);

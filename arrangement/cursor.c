@@ -22,6 +22,7 @@
 
 #include "arrangement/batch_int.h"
 #include "arrangement/cursor.h"
+#include "arrangement/filter.h"
 
 struct trace_cursor {
 	size_t n;
@@ -37,6 +38,16 @@ struct trace_cursor {
 	size_t tidx;         /* the time walk is on the cursor vat[tidx] */
 	batch **owned;       /* tcur_adopt: freed at close */
 	size_t nowned;
+	/* tcur_open_at's key filters: bc[i] of a deferred batch is NULL (its
+	 * filter says it cannot hold `at`) until bring_in opens it at `at`,
+	 * which happens before the cursor leaves the key `at` (filter.c). */
+	heap_txn *t;
+	batch *const *batches;
+	frontier since;
+	bool *deferred;
+	size_t ndeferred;
+	uint8_t *at;
+	size_t atlen;
 };
 
 /* Records the first error: the cursor is then invalid for good. */
@@ -111,8 +122,49 @@ static int find_key(trace_cursor *c)
 	return 0;
 }
 
+/* Opens the deferred batches at `at`.  They cannot hold `at`, so each
+ * lands past the current key (when that is `at`) and joins the merge at
+ * the next find_key; the callers are the movements off the key. */
+static int bring_in(trace_cursor *c)
+{
+	for (size_t i = 0; i < c->n && c->ndeferred; i++) {
+		if (!c->deferred[i])
+			continue;
+		int rc = bcur_open_at(c->t, c->batches[i], c->since, c->at,
+		                      c->atlen, &c->bc[i]);
+		if (rc)
+			return fail(c, rc);
+		c->deferred[i] = false;
+		c->ndeferred--;
+	}
+	return 0;
+}
+
+/* Marks the batches whose filters exclude `at` as deferred, keeping a copy
+ * of `at` (the caller's key need not outlive the open) when any is. */
+static int defer_excluded(trace_cursor *c, batch *const *batches, size_t n,
+                          const void *at, size_t atlen)
+{
+	uint64_t h = filter_hash(at, atlen);
+
+	for (size_t i = 0; i < n; i++)
+		if (!batch_may_hold(batches[i], h)) {
+			c->deferred[i] = true;
+			c->ndeferred++;
+		}
+	if (!c->ndeferred)
+		return 0;
+	if (!(c->at = malloc(atlen ? atlen : 1)))
+		return AH_ENOMEM;
+	if (atlen)
+		memcpy(c->at, at, atlen);
+	c->atlen = atlen;
+	return 0;
+}
+
 /* Opens the cursor; with at, every batch cursor starts at the first key >=
- * at (one chunk read per batch), else at the first key. */
+ * at (one chunk read per batch, none for a batch whose filter excludes
+ * at while at is present elsewhere), else at the first key. */
 static int open_cursor(heap_txn *t, batch *const *batches, size_t n,
                        frontier since, const void *at, size_t atlen,
                        bool seek, trace_cursor **out)
@@ -126,15 +178,28 @@ static int open_cursor(heap_txn *t, batch *const *batches, size_t n,
 	c->bc = calloc(n + 1, sizeof *c->bc);
 	c->kat = calloc(n + 1, sizeof *c->kat);
 	c->vat = calloc(n + 1, sizeof *c->vat);
-	if (!c->bc || !c->kat || !c->vat) {
+	c->deferred = calloc(n + 1, sizeof *c->deferred);
+	if (!c->bc || !c->kat || !c->vat || !c->deferred) {
 		rc = AH_ENOMEM;
 		goto out;
 	}
+	c->t = t;
+	c->batches = batches;
+	c->since = since;
+	if (seek && (rc = defer_excluded(c, batches, n, at, atlen)))
+		goto out;
 	for (size_t i = 0; i < n; i++, c->n++)
-		if ((rc = seek ? bcur_open_at(t, batches[i], since, at, atlen, &c->bc[i])
+		if (!c->deferred[i] &&
+		    (rc = seek ? bcur_open_at(t, batches[i], since, at, atlen, &c->bc[i])
 		               : bcur_open(t, batches[i], since, &c->bc[i])))
 			goto out;
 	rc = find_key(c);
+	/* at absent from the opened batches: the deferred ones decide where
+	 * the cursor is */
+	if (!rc && c->ndeferred &&
+	    !(c->kvalid && bytes_cmp(c->key, c->klen, at, atlen) == 0) &&
+	    !(rc = bring_in(c)))
+		rc = find_key(c);
 out:
 	if (rc) {
 		tcur_close(c);
@@ -176,6 +241,8 @@ void tcur_close(trace_cursor *c)
 	for (size_t i = 0; i < c->nowned; i++)
 		batch_free(c->owned[i]);
 	free(c->owned);
+	free(c->deferred);
+	free(c->at);
 	free(c->bc);
 	free(c->kat);
 	free(c->vat);
@@ -212,6 +279,8 @@ int tcur_step_key(trace_cursor *c)
 		return c->err;
 	if (!c->kvalid)
 		return 0;
+	if (c->ndeferred && bring_in(c))
+		return c->err;
 	for (size_t k = 0; k < c->nk; k++) {
 		int rc = bcur_next_key(c->bc[c->kat[k]]);
 		if (rc)
@@ -226,6 +295,8 @@ int tcur_seek_key(trace_cursor *c, const void *key, size_t len)
 		return c->err;
 	if (len && !key)
 		return AH_EINVAL;
+	if (c->ndeferred && bring_in(c))
+		return c->err;
 	for (size_t i = 0; i < c->n; i++) {
 		int rc = bcur_seek_key(c->bc[i], key, len);
 		if (rc)
@@ -282,6 +353,8 @@ int tcur_seek_val(trace_cursor *c, const void *val, size_t len)
 int tcur_rewind_keys(trace_cursor *c)
 {
 	if (c->err)
+		return c->err;
+	if (c->ndeferred && bring_in(c))
 		return c->err;
 	for (size_t i = 0; i < c->n; i++) {
 		int rc = bcur_rewind_keys(c->bc[i]);

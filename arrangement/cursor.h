@@ -18,7 +18,11 @@ typedef struct trace_cursor trace_cursor;
 int tcur_open(heap_txn *t, batch *const *batches, size_t n, frontier since,
               trace_cursor **out);
 /* As tcur_open, positioned at the first key >= key: each batch reads only
- * the chunk its fences name (a point query's cold page reads). */
+ * the chunk its fences name (a point query's cold page reads), and a batch
+ * whose checked key filter excludes key is not read at all while the
+ * cursor stands on key (it is opened at key when key is absent elsewhere,
+ * and before any key movement).  key is copied: it need not outlive the
+ * call. */
 int tcur_open_at(heap_txn *t, batch *const *batches, size_t n, frontier since,
                  const void *key, size_t len, trace_cursor **out);
 /* The cursor takes batches[0..n) (and the array, malloc'd) and frees them

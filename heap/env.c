@@ -454,6 +454,8 @@ int heap_close(heap *h)
 	mdb_env_close(h->env);
 	heap_path_unclaim(h);
 	heap_vcache_free(h);
+	if (h->aux != NULL)
+		h->aux_free(h->aux);
 	free(h->wbuf);
 	pool_destroy(h->pool);
 	pthread_mutex_destroy(&h->mu);
@@ -606,6 +608,21 @@ pool *heap_pool(heap *h)
 pool *heap_pool_if_any(const heap *h)
 {
 	return h->pool;
+}
+
+void *heap_aux(heap *h, void *(*make)(void), void (*destroy)(void *))
+{
+	void *a = __atomic_load_n(&h->aux, __ATOMIC_ACQUIRE);
+
+	if (a != NULL)
+		return a;
+	pthread_mutex_lock(&h->mu);
+	if ((a = h->aux) == NULL && (a = make()) != NULL) {
+		h->aux_free = destroy;
+		__atomic_store_n(&h->aux, a, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&h->mu);
+	return a;
 }
 
 bool heap_verify_reads(const heap *h)

@@ -88,6 +88,12 @@ pool *heap_pool(heap *h);
 /* The pool if it was created, without creating it (any thread). */
 pool *heap_pool_if_any(const heap *h);
 bool heap_verify_reads(const heap *h);
+/* The one per-handle slot of the layer above (arrangement/batch_cache.c):
+ * on the first call make() creates it, exactly once, under the handle's
+ * mutex (any thread; later calls are one atomic load); heap_close frees
+ * it with destroy.  NULL when make() returned NULL (out of memory: the
+ * caller goes without). */
+void *heap_aux(heap *h, void *(*make)(void), void (*destroy)(void *));
 uint32_t heap_page_size(const heap *h);
 
 /* --------------------------------------------------------- transactions */

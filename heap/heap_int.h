@@ -41,6 +41,8 @@ struct heap {
 	uint32_t format;       /* format version of the file (1, 2 or 3) */
 	pool *pool;
 	struct heap_vcache *vcache; /* pages checked by seeks (chunk.c) */
+	void *aux;             /* the layer above's per-handle cache (heap_aux) */
+	void (*aux_free)(void *);
 	uint8_t *wbuf;         /* chunk.c: a regular chunk's value assembled
 	                        * before one pwrite (writer only; page-aligned,
 	                        * the value at +16 as in the map), or NULL */

@@ -646,6 +646,9 @@ typedef struct ah_batch_info {
 	uint64_t chunk_bytes; /* chunk bytes reserved (size classes) */
 	int partial;          /* 1: the output so far of a merge in progress,
 	                       * not part of the chain readers see */
+	uint64_t filter_keys; /* its key filter (ARCHITECTURE.md §2): keys */
+	uint64_t filter_bytes;/* hashed and bytes of blocks; 0 and 0 for a
+	                       * batch without one (always visited) */
 } ah_batch_info;
 
 typedef int (*ah_batch_fn)(const ah_batch_info *b, void *user);

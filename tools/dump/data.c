@@ -71,6 +71,8 @@ static int print_batch(const ah_batch_info *b, void *user)
 		tj_ku64(&d->j, "bytes", b->bytes);
 		tj_ku64(&d->j, "chunk_bytes", b->chunk_bytes);
 		tj_kbool(&d->j, "partial", b->partial);
+		tj_ku64(&d->j, "filter_keys", b->filter_keys);
+		tj_ku64(&d->j, "filter_bytes", b->filter_bytes);
 		tj_obj_end(&d->j);
 		return 0;
 	}

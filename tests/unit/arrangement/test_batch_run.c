@@ -64,7 +64,6 @@ Test(batch_run, order_settled_on_prefixes_and_bytes)
 		             "run %zu (%s, %s): got %d", i, runs[i].k, runs[i].v,
 		             push(w, &runs[i], 10));
 	cr_assert_eq(batch_writer_finish(w, &d, &id), 0);
-	batch_writer_free(w);
 	cr_assert_eq(batch_load(e.t, id, &b), 0);
 	cr_assert_eq(bcur_open(e.t, b, frontier_of(0), &c), 0);
 	for (size_t i = 0; i < n; i++) {

@@ -1,0 +1,287 @@
+/*
+ * tests/unit/arrangement/test_batch_cache.c - the per-heap cache of decoded
+ * batch records (batch_cache.c) and the key filter (filter.c): a cached
+ * record is never served for another record stored under its id (an id
+ * handed out again after an abort, a rewritten Description, a reader of an
+ * older snapshot), a shared batch outlives the cache's reference, a
+ * flipped byte in a filter chunk is AH_ECORRUPT (never a hidden key), and
+ * batch_check finds a filter that does not cover every key (B6).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "arrangement/cursor.h"
+#include "arrangement/filter.h"
+#include "arr_test.h"
+#include "tl_file.h"
+
+/* Keys "<p>NNNNNN" for i * stride, val "v", time 0, diff 1. */
+typedef struct keys {
+	char prefix;
+	uint64_t stride;
+	char kb[16];
+} keys;
+
+static void gen_keys(uint64_t i, at_item *it, void *arg)
+{
+	keys *k = arg;
+
+	snprintf(k->kb, sizeof k->kb, "%c%06llu", k->prefix,
+	         (unsigned long long)(i * k->stride));
+	*it = (at_item){ k->kb, "v", 7, 1, 0, 1 };
+}
+
+static uint64_t write_keys(at_env *e, char prefix, uint64_t stride, uint64_t n)
+{
+	static const batch_desc d = { { 0 }, { 2 }, { 0 } };
+	keys k = { prefix, stride, { 0 } };
+
+	return at_write(e, gen_keys, &k, n, &d);
+}
+
+/* 1 when key lies in the (cached) batch id of e's read txn. */
+static int holds(at_env *e, uint64_t id, const char *key)
+{
+	batch *b;
+	trace_cursor *c;
+	const void *k;
+	size_t kl;
+
+	cr_assert_eq(batch_load_cached(e->t, id, &b), 0);
+	cr_assert_eq(tcur_open_at(e->t, &b, 1, frontier_of(0), key, strlen(key), &c), 0);
+	tcur_key(c, &k, &kl);
+	int r = tcur_key_valid(c) && kl == strlen(key) && !memcmp(k, key, kl);
+	tcur_close(c);
+	batch_free(b);
+	return r;
+}
+
+Test(batch_cache, filter_excludes_absent_keys_only)
+{
+	at_env e;
+	char kb[16];
+	at_open(&e);
+	uint64_t id = write_keys(&e, 'k', 2, 3000); /* a filter chunk */
+	at_commit(&e, true);
+	batch *b;
+	cr_assert_eq(batch_load_cached(e.t, id, &b), 0);
+	cr_assert_not_null(b->filter);
+	cr_assert_neq(b->filter_chunk, 0);
+	cr_assert_eq(b->filter_keys, 3000);
+	cr_assert_eq(b->filter_blocks, filter_blocks(3000));
+	unsigned maybe = 0;
+	for (unsigned i = 0; i < 6000; i++) {
+		snprintf(kb, sizeof kb, "k%06u", i);
+		bool may = batch_may_hold(b, filter_hash(kb, 7));
+		if (i % 2 == 0)
+			cr_assert(may, "present key %s excluded", kb);
+		else
+			maybe += may;
+	}
+	/* 10 bits per key: about 1% false positives (seedless: exact) */
+	cr_assert_lt(maybe, 3000 / 25, "%u false positives of 3000", maybe);
+	batch_free(b);
+	at_close(&e);
+}
+
+Test(batch_cache, record_under_a_reissued_id_is_decoded_afresh)
+{
+	at_env e;
+	at_open(&e);
+	uint64_t a = write_keys(&e, 'a', 1, 100);
+	at_commit(&e, true);
+	cr_assert(holds(&e, a, "a000050"));
+	at_commit(&e, false);
+	/* A txn writes batch a+1 and aborts: the next txn is given a+1 again
+	 * for another batch. */
+	uint64_t x = write_keys(&e, 'x', 1, 50);
+	heap_txn_abort(e.t);
+	cr_assert_eq(heap_txn_begin(e.h, false, &e.t), 0);
+	uint64_t y = write_keys(&e, 'y', 1, 70);
+	cr_assert_eq(x, y);
+	at_commit(&e, true);
+	cr_assert(holds(&e, y, "y000060"));
+	cr_assert(!holds(&e, y, "x000010"));
+	/* Now store batch y's record under a's id (what another writer, a
+	 * restore or damage repaired by hand could leave): a's cached entry
+	 * must not be served. */
+	at_commit(&e, false);
+	batch *yb;
+	cr_assert_eq(batch_load(e.t, y, &yb), 0);
+	yb->id = a;
+	cr_assert_eq(batch_record_put(e.t, yb), 0);
+	batch_free(yb);
+	cr_assert_eq(heap_del(e.t, HEAP_T_BATCH, &y, sizeof y), 0);
+	at_commit(&e, true);
+	batch *b;
+	cr_assert_eq(batch_load_cached(e.t, a, &b), 0);
+	cr_assert_eq(b->keys, 70);
+	cr_assert_eq(b->filter_keys, 70);
+	batch_free(b);
+	cr_assert(holds(&e, a, "y000060"));
+	cr_assert(!holds(&e, a, "a000050"));
+	at_close(&e);
+}
+
+Test(batch_cache, rewritten_description_and_older_snapshot)
+{
+	at_env e;
+	heap_txn *old;
+	batch *b;
+	at_open(&e);
+	uint64_t a = write_keys(&e, 'a', 1, 100);
+	at_commit(&e, true);
+	cr_assert_eq(batch_load_cached(e.t, a, &b), 0);
+	cr_assert_eq(frontier_time(b->desc.upper), 2);
+	batch_free(b);
+	/* a reader of the snapshot before the rewrite stays open */
+	old = e.t;
+	cr_assert_eq(heap_txn_begin(e.h, false, &e.t), 0);
+	batch_desc d = { { 0 }, { 5 }, { 1 } };
+	cr_assert_eq(batch_set_desc(e.t, a, &d), 0);
+	at_commit(&e, true);
+	for (int round = 0; round < 3; round++) {
+		cr_assert_eq(batch_load_cached(e.t, a, &b), 0);
+		cr_assert_eq(frontier_time(b->desc.upper), 5);
+		cr_assert_eq(frontier_time(b->desc.since), 1);
+		cr_assert_not_null(b->filter, "the filter survives set_desc");
+		batch_free(b);
+		cr_assert_eq(batch_load_cached(old, a, &b), 0);
+		cr_assert_eq(frontier_time(b->desc.upper), 2);
+		cr_assert_eq(frontier_time(b->desc.since), 0);
+		batch_free(b);
+	}
+	heap_txn_abort(old);
+	at_close(&e);
+}
+
+Test(batch_cache, shared_batch_outlives_the_handle_s_reference)
+{
+	at_env e;
+	batch *b1, *b2;
+	at_open(&e);
+	uint64_t a = write_keys(&e, 'a', 1, 10);
+	at_commit(&e, true);
+	cr_assert_eq(batch_load_cached(e.t, a, &b1), 0);
+	cr_assert_eq(batch_load_cached(e.t, a, &b2), 0);
+	cr_assert_eq(b1, b2, "one decoded record, shared");
+	cr_assert_eq(b1->refs, 3);
+	batch_free(b1);
+	cr_assert_eq(b2->keys, 10);
+	batch_free(b2);
+	/* a write txn bypasses the cache: its own copy */
+	at_commit(&e, false);
+	cr_assert_eq(batch_load_cached(e.t, a, &b1), 0);
+	cr_assert_eq(b1->refs, 0);
+	cr_assert_null(b1->filter);
+	batch_free(b1);
+	at_close(&e); /* heap_close frees the cache (ASan: no leak) */
+}
+
+Test(batch_cache, flipped_filter_chunk_byte_is_corrupt)
+{
+	at_env e;
+	heap_chunk_info hi;
+	heap_chunk_view v;
+	char path[4200], msg[300];
+	batch *b;
+	at_open(&e);
+	uint64_t a = write_keys(&e, 'k', 1, 5000);
+	at_commit(&e, true);
+	cr_assert_eq(batch_load(e.t, a, &b), 0);
+	uint64_t fc = b->filter_chunk;
+	batch_free(b);
+	cr_assert_neq(fc, 0);
+	cr_assert_eq(heap_chunk_next(e.t, fc - 1, false, &hi), 0);
+	cr_assert_eq(hi.id, fc);
+	cr_assert_eq(heap_chunk_open(e.t, fc, HEAP_CHUNK_WHOLE, &v), 0);
+	uint64_t off = hi.file_offset + (uint64_t)(v.body - (const uint8_t *)v.value) +
+	               BFILT_CHUNK_HDR + 777;
+	heap_txn_abort(e.t);
+	e.t = NULL;
+	cr_assert_eq(heap_close(e.h), 0);
+	snprintf(path, sizeof path, "%s", e.dir.path);
+	tl_flip(path, off, 0x10);
+	ah_open_opts o = { .size = sizeof o, .flags = AH_OPEN_NOSYNC };
+	cr_assert_eq(heap_open(e.dir.path, &o, &e.h), 0);
+	cr_assert_eq(heap_txn_begin(e.h, true, &e.t), 0);
+	cr_assert_eq(batch_load_cached(e.t, a, &b), AH_ECORRUPT);
+	cr_assert_eq(batch_load_cached(e.t, a, &b), AH_ECORRUPT, "never cached");
+	cr_assert_eq(batch_load(e.t, a, &b), 0, "the record itself is intact");
+	cr_assert_eq(batch_check(e.t, b, true, msg, sizeof msg), AH_ECORRUPT);
+	cr_assert(strstr(msg, "(B6)"), "%s", msg);
+	batch_free(b);
+	at_close(&e);
+}
+
+Test(batch_cache, filter_missing_a_key_fails_b6)
+{
+	at_env e;
+	char msg[300];
+	batch *b;
+	at_open(&e);
+	uint64_t a = write_keys(&e, 'k', 1, 100); /* inline filter */
+	at_commit(&e, false);
+	cr_assert_eq(batch_load(e.t, a, &b), 0);
+	cr_assert_eq(b->filter_chunk, 0);
+	cr_assert_eq(b->filter_blocks, 2);
+	/* what a writer that forgot keys would store: an empty filter with
+	 * a right checksum */
+	static uint64_t zero[2 * FILTER_WORDS];
+	b->filter = zero;
+	b->filter_sum = filter_sum(zero, 2);
+	cr_assert_eq(batch_record_put(e.t, b), 0);
+	b->filter = NULL;
+	batch_free(b);
+	at_commit(&e, true);
+	cr_assert_eq(batch_load(e.t, a, &b), 0);
+	cr_assert_eq(batch_check(e.t, b, true, msg, sizeof msg), AH_ECORRUPT);
+	cr_assert(strstr(msg, "(B6)") && strstr(msg, "chunk"), "%s", msg);
+	batch_free(b);
+	at_close(&e);
+}
+
+Test(batch_cache, resumed_writer_builds_the_whole_filter)
+{
+	at_env e;
+	keys k = { 'r', 1, { 0 } };
+	at_item it;
+	batch_writer *w;
+	uint64_t pid, id;
+	const batch_desc d = { { 0 }, { 2 }, { 0 } };
+	char kb[16];
+	at_open(&e);
+	/* 60000 keys before the suspension (several chunks: all but the last
+	 * are adopted as they are, the last is restaged), 20000 after */
+	cr_assert_eq(batch_writer_new(e.t, e.p, &w), 0);
+	for (uint64_t i = 0; i < 60000; i++) {
+		gen_keys(i, &it, &k);
+		cr_assert_eq(batch_writer_push(w, it.key, it.klen, it.val, it.vlen,
+		                               it.time, it.diff), 0);
+	}
+	cr_assert_eq(batch_writer_suspend(w, &d, &pid), 0);
+	at_commit(&e, false);
+	cr_assert_eq(batch_writer_resume(e.t, e.p, pid, &w), 0);
+	for (uint64_t i = 60000; i < 80000; i++) {
+		gen_keys(i, &it, &k);
+		cr_assert_eq(batch_writer_push(w, it.key, it.klen, it.val, it.vlen,
+		                               it.time, it.diff), 0);
+	}
+	cr_assert_eq(batch_writer_finish(w, &d, &id), 0);
+	at_commit(&e, true);
+	at_check_ok(&e, id); /* B6: every key passes */
+	batch *b;
+	cr_assert_eq(batch_load_cached(e.t, id, &b), 0);
+	cr_assert_gt(b->nchunks, 2);
+	cr_assert_eq(b->filter_keys, 80000);
+	cr_assert_not_null(b->filter);
+	for (unsigned i = 0; i < 80000; i += 7) {
+		snprintf(kb, sizeof kb, "r%06u", i);
+		cr_assert(batch_may_hold(b, filter_hash(kb, 7)), "%s", kb);
+	}
+	batch_free(b);
+	at_close(&e);
+}
