@@ -39,6 +39,14 @@ struct batch_writer {
 	buf ids, fences, fence_offs; /* u64, bytes, u32 (nchunks + 1) */
 	uint64_t updates, keys, vals, bytes, chunk_bytes;
 	uint64_t adopted; /* record id of a resumed partial batch, or 0 */
+	/* Detached (batch_writer_detach): chunks become images in memory,
+	 * installed by batch_writer_attach into a write txn. */
+	bool detached;
+	uint64_t free_last;  /* the adopted last chunk, freed at attach */
+	uint32_t img_first;  /* ids[img_first + i] is image i's (0 until then) */
+	uint32_t nimg, img_cap;
+	struct bw_image { uint8_t *p; size_t size, used; } *img; /* malloc'd */
+	uint64_t img_bytes;
 };
 
 static int grow(pool *p, buf *b, size_t add)
@@ -225,7 +233,29 @@ static void write_header(uint8_t *body, const batch_writer *w,
 	memcpy(body + 24, off, 32);
 }
 
-/* Reserves, fills and seals a chunk from the staged columns. */
+/* A detached chunk's body in memory (16-byte aligned, size bytes). */
+static int image_new(batch_writer *w, uint64_t size, void **body)
+{
+	if (w->nimg == w->img_cap) {
+		uint32_t ncap = w->img_cap ? 2 * w->img_cap : 8;
+		struct bw_image *ni = realloc(w->img, ncap * sizeof *ni);
+
+		if (!ni)
+			return AH_ENOMEM;
+		w->img = ni;
+		w->img_cap = ncap;
+	}
+	if (posix_memalign(body, 16, size ? size : 16) != 0)
+		return AH_ENOMEM;
+	w->img[w->nimg].p = *body;
+	w->img[w->nimg].size = size;
+	w->img[w->nimg++].used = 0;
+	w->img_bytes += size;
+	return 0;
+}
+
+/* Reserves (detached: makes an image), fills and seals a chunk from the
+ * staged columns. */
 static int flush(batch_writer *w)
 {
 	uint64_t size = staged_size(w), id;
@@ -238,7 +268,11 @@ static int flush(batch_writer *w)
 		return 0;
 	if (size > UINT32_MAX)
 		return AH_ELIMIT;
-	if ((rc = heap_chunk_reserve(w->t, size, &id, &vbody, &cap)))
+	if (w->detached)
+		rc = image_new(w, size, &vbody);
+	else
+		rc = heap_chunk_reserve(w->t, size, &id, &vbody, &cap);
+	if (rc)
 		return rc;
 	uint8_t *body = vbody;
 	off[0] = BCHUNK_HDR;
@@ -253,8 +287,12 @@ static int flush(batch_writer *w)
 	emit_offs(body, off[0], &w->ko, nk1, off[1]);
 	emit_offs(body, off[3], &w->vo, nv1, off[4]);
 	write_header(body, w, off, o);
-	if ((rc = heap_chunk_seal(w->t, id, body, o)))
+	if (w->detached) {
+		w->img[w->nimg - 1].used = o;
+		id = 0; /* attach sets it */
+	} else if ((rc = heap_chunk_seal(w->t, id, body, o))) {
 		return rc;
+	}
 
 	uint32_t key0_len = u32at(&w->ko, 1);
 	if ((rc = put(w->pool, &w->ids, &id, 8)) ||
@@ -327,8 +365,8 @@ static int stage_chunk(batch_writer *w, bchunk *c)
 	return 0;
 }
 
-int batch_writer_resume(heap_txn *t, pool *p, uint64_t partial_id,
-                        batch_writer **out)
+static int resume(heap_txn *t, pool *p, uint64_t partial_id, bool detach,
+                  batch_writer **out)
 {
 	batch_writer *w = NULL;
 	batch *b = NULL;
@@ -361,7 +399,10 @@ int batch_writer_resume(heap_txn *t, pool *p, uint64_t partial_id,
 	w->bytes = b->bytes - c.used;
 	w->chunk_bytes = b->chunk_bytes - last_cap;
 	w->have_last = true;
-	rc = heap_chunk_free(t, last);
+	if (detach) /* freed by batch_writer_attach, in the write txn */
+		w->free_last = last;
+	else
+		rc = heap_chunk_free(t, last);
 out:
 	batch_free(b);
 	if (rc) {
@@ -369,6 +410,67 @@ out:
 		return rc;
 	}
 	*out = w;
+	return 0;
+}
+
+int batch_writer_resume(heap_txn *t, pool *p, uint64_t partial_id,
+                        batch_writer **out)
+{
+	return resume(t, p, partial_id, false, out);
+}
+
+int batch_writer_new_detached(heap_txn *t, pool *p, uint64_t partial_id,
+                              batch_writer **out)
+{
+	int rc = partial_id ? resume(t, p, partial_id, true, out)
+	                    : writer_alloc(t, p, out);
+
+	if (rc == 0) {
+		(*out)->detached = true;
+		(*out)->img_first = (uint32_t)((*out)->ids.len / 8);
+	}
+	return rc;
+}
+
+uint64_t batch_writer_image_bytes(const batch_writer *w)
+{
+	return w ? w->img_bytes : 0;
+}
+
+static void images_free(batch_writer *w)
+{
+	for (uint32_t i = 0; i < w->nimg; i++)
+		free(w->img[i].p);
+	free(w->img);
+	w->img = NULL;
+	w->nimg = w->img_cap = 0;
+	w->img_bytes = 0;
+}
+
+int batch_writer_attach(batch_writer *w, heap_txn *wt)
+{
+	int rc = 0;
+
+	if (!w || !wt || !w->detached)
+		return AH_EINVAL;
+	w->t = wt;
+	if (w->free_last && (rc = heap_chunk_free(wt, w->free_last)))
+		return rc;
+	w->free_last = 0;
+	for (uint32_t i = 0; i < w->nimg; i++) {
+		uint64_t id;
+		void *body;
+		size_t cap;
+
+		if ((rc = heap_chunk_reserve(wt, w->img[i].size, &id, &body, &cap)))
+			return rc;
+		memcpy(body, w->img[i].p, w->img[i].used);
+		if ((rc = heap_chunk_seal(wt, id, body, w->img[i].used)))
+			return rc;
+		memcpy(w->ids.p + 8 * ((size_t)w->img_first + i), &id, 8);
+	}
+	images_free(w);
+	w->detached = false;
 	return 0;
 }
 
@@ -520,6 +622,8 @@ static int write_record(batch_writer *w, const batch_desc *d, uint32_t flags,
 	int rc;
 
 	*id = 0;
+	if (w->detached) /* its images are not in the heap yet */
+		return AH_ESTATE;
 	if ((rc = flush(w)))
 		return rc;
 	if (w->adopted && (rc = heap_del(w->t, HEAP_T_BATCH, &w->adopted, 8)))
@@ -592,5 +696,6 @@ void batch_writer_free(batch_writer *w)
 	               &w->tm, &w->df, &w->ids, &w->fences, &w->fence_offs};
 	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
 		buf_free(p, bufs[i]);
+	images_free(w);
 	pool_free(p, w, sizeof *w);
 }

@@ -202,8 +202,9 @@ static int copy_boundary(merger *m, const void *k, size_t kl, const void *v,
 	return 0;
 }
 
-int merger_open(heap_txn *t, pool *p, batch *const *inputs, size_t n,
-                frontier since, const merge_resume *resume, merger **out)
+static int open_merger(heap_txn *t, pool *p, batch *const *inputs, size_t n,
+                       frontier since, const merge_resume *resume,
+                       bool detached, merger **out)
 {
 	merger *m = NULL;
 	int rc = 0;
@@ -252,7 +253,10 @@ int merger_open(heap_txn *t, pool *p, batch *const *inputs, size_t n,
 	for (size_t i = 0; i < n; i++)
 		if (bcur_key_valid(m->cur[i]))
 			pq_push(m, i);
-	if (resume && resume->partial_id)
+	if (detached)
+		rc = batch_writer_new_detached(t, p, resume ? resume->partial_id : 0,
+		                               &m->w);
+	else if (resume && resume->partial_id)
 		rc = batch_writer_resume(t, p, resume->partial_id, &m->w);
 	else
 		rc = batch_writer_new(t, p, &m->w);
@@ -263,6 +267,31 @@ out:
 	}
 	*out = m;
 	return rc;
+}
+
+int merger_open(heap_txn *t, pool *p, batch *const *inputs, size_t n,
+                frontier since, const merge_resume *resume, merger **out)
+{
+	return open_merger(t, p, inputs, n, since, resume, false, out);
+}
+
+int merger_open_detached(heap_txn *t, pool *p, batch *const *inputs,
+                         size_t n, frontier since, const merge_resume *resume,
+                         merger **out)
+{
+	return open_merger(t, p, inputs, n, since, resume, true, out);
+}
+
+int merger_attach(merger *m, heap_txn *wt)
+{
+	if (!m || !m->w)
+		return AH_ESTATE;
+	return batch_writer_attach(m->w, wt);
+}
+
+uint64_t merger_image_bytes(const merger *m)
+{
+	return m ? batch_writer_image_bytes(m->w) : 0;
 }
 
 /* Takes the smallest current (key, val) off the heap with every input on

@@ -85,6 +85,8 @@ int heap_check_pid(const heap *h);
  * read-only heap or when it cannot be created (treat as AH_ENOMEM).  Only
  * the thread holding the write txn may call it. */
 pool *heap_pool(heap *h);
+/* True when the calling thread holds h's write txn. */
+bool heap_writer_is_self(heap *h);
 /* The pool if it was created, without creating it (any thread). */
 pool *heap_pool_if_any(const heap *h);
 bool heap_verify_reads(const heap *h);
