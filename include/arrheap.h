@@ -44,6 +44,8 @@
  *    another) while the old one stays open.
  *  - Never use a handle across fork(): calls from a forked child fail with
  *    AH_EFORK, and the parent is unaffected.  Open the heap anew in the child.
+ *    A handle opened with AH_OPEN_BGMERGE has a merge thread, which the
+ *    child does not have (ah_merge_wait there is AH_EFORK too).
  *  - A long-lived read transaction pins every page it can see: the file
  *    grows while it lives.  Keep read snapshots short.
  *  - One write transaction at a time per heap (LMDB's writer lock): a second

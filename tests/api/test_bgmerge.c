@@ -13,6 +13,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "tl_dir.h"
@@ -82,63 +83,12 @@ static void twin_op(twin *w, uint64_t *s, uint64_t op, ah_update *u,
 	w->upper = (op == 0 || kind == 9) ? 1 : w->upper + 1;
 }
 
-/* The logical collection of "a" as of its latest time: every (key, val)
- * whose consolidated times are not all zero, with them (a (key, val) whose
- * diffs cancel is there until a merge drops it: not part of the answer). */
-static void content(ah_heap *h, uint64_t *hash, uint64_t *nupd, uint64_t *m)
-{
-	XXH3_state_t *st = XXH3_createState();
-	tl_td *buf = NULL;
-	size_t cap = 0;
-	ah_cursor *c = NULL;
-	ah_txn *t;
-	const void *k, *v, *pos;
-	size_t kl, vl, len;
-	int rc;
-
-	*nupd = 0;
-	XXH3_64bits_reset(st);
-	OK(ah_txn_begin(h, AH_TXN_RDONLY, &t));
-	OK(ah_source_get(t, "model", &pos, &len));
-	memcpy(m, pos, 8);
-	OK(ah_cursor_open(t, "a", &c));
-	while (ah_cursor_key_valid(c)) {
-		OK(ah_cursor_key(c, &k, &kl));
-		while (ah_cursor_val_valid(c)) {
-			XXH3_state_t *one = XXH3_createState();
-			uint64_t n = 0;
-
-			OK(ah_cursor_val(c, &v, &vl));
-			XXH3_64bits_reset(one);
-			OK(tl_hash_times(c, one, &buf, &cap, &n));
-			if (n) {
-				uint64_t x = XXH3_64bits_digest(one);
-
-				XXH3_64bits_update(st, &kl, sizeof kl);
-				XXH3_64bits_update(st, k, kl);
-				XXH3_64bits_update(st, &vl, sizeof vl);
-				XXH3_64bits_update(st, v, vl);
-				XXH3_64bits_update(st, &x, sizeof x);
-				*nupd += n;
-			}
-			XXH3_freeState(one);
-			cr_assert_geq(rc = ah_cursor_step_val(c), 0);
-		}
-		cr_assert_geq(rc = ah_cursor_step_key(c), 0);
-	}
-	ah_cursor_close(c);
-	ah_txn_abort(t);
-	*hash = XXH3_64bits_digest(st);
-	XXH3_freeState(st);
-	free(buf);
-}
-
 static void twin_same(twin *w, int shape, uint64_t op)
 {
 	uint64_t ha, hb, na, nb, ma, mb;
 
-	content(w->h[0], &ha, &na, &ma);
-	content(w->h[1], &hb, &nb, &mb);
+	tl_content(w->h[0], "a", &ha, &na, &ma);
+	tl_content(w->h[1], "a", &hb, &nb, &mb);
 	cr_assert_eq(ma, mb);
 	cr_assert_eq(na, nb, "op %" PRIu64 ": %" PRIu64 " vs %" PRIu64
 	             " updates", op, na, nb);
@@ -201,4 +151,143 @@ Test(bgmerge, same_answers_as_inline, .timeout = 300)
 Test(bgmerge, same_answers_default_quantum, .timeout = 300)
 {
 	run_twins("bgmerge/same_answers_default_quantum", 1302, 40, 60000, 0);
+}
+
+/* Two appends of n updates at times 0 and 1 (a merge of 2n starts). */
+static void two_appends(ah_heap *h, uint64_t seed, size_t n)
+{
+	ah_update *u = calloc(n, sizeof *u);
+	uint64_t *keys = calloc(n, sizeof *keys), s = seed;
+
+	cr_assert(u && keys);
+	for (uint64_t c = 0; c < 2; c++) {
+		ah_txn *t;
+
+		fill(&s, u, keys, n, 4 * n, c);
+		OK(ah_txn_begin(h, 0, &t));
+		if (c == 0)
+			OK(ah_arrangement_create(t, "a"));
+		OK(ah_append(t, "a", c, c + 1, u, n));
+		OK(ah_source_put(t, "model", &(uint64_t){ c + 1 }, 8));
+		OK(ah_txn_commit(t));
+	}
+	free(u);
+	free(keys);
+}
+
+Test(bgmerge, close_while_computing, .timeout = 300)
+{
+	tl_dir d = tl_tmpdir("bgclose");
+	uint64_t want, got, n, m, interrupted = 0;
+	ah_merge_stats st;
+	ah_heap *h = tl_open(d.dir, "model", AH_OPEN_NOSYNC, 0);
+
+	tl_seed("bgmerge/close_while_computing", 1303);
+	two_appends(h, 1303, 200000);
+	tl_content(h, "a", &want, &n, &m);
+	OK(ah_close(h));
+	for (uint64_t r = 0; r < 8; r++) {
+		ah_arrangement_info in;
+		ah_txn *t;
+
+		tl_rmdir(&d);
+		d = tl_tmpdir("bgclose");
+		h = tl_open_path(d.path, AH_OPEN_NOSYNC | AH_OPEN_BGMERGE, 0);
+		two_appends(h, 1303, 200000);
+		usleep((useconds_t)(r * r * 2000));
+		OK(ah_close(h)); /* the thread is stopped mid-slice */
+		h = tl_open_path(d.path, AH_OPEN_NOSYNC, 0);
+		OK(tl_verify(h, NULL));
+		tl_content(h, "a", &got, &n, &m);
+		cr_assert_eq(got, want, "round %" PRIu64, r);
+		OK(ah_txn_begin(h, AH_TXN_RDONLY, &t));
+		OK(ah_arrangement_info_get(t, "a", &in));
+		ah_txn_abort(t);
+		interrupted += in.merging;
+		OK(ah_close(h));
+		/* the next commit of a merge thread resumes it to the end */
+		h = tl_open_path(d.path, AH_OPEN_NOSYNC | AH_OPEN_BGMERGE, 0);
+		OK(ah_txn_begin(h, 0, &t));
+		OK(ah_advance(t, "a", 2, 3));
+		OK(ah_maintain(t, "a", 1, NULL));
+		OK(ah_txn_commit(t));
+		OK(ah_merge_wait(h, &st));
+		OK(ah_txn_begin(h, AH_TXN_RDONLY, &t));
+		OK(ah_arrangement_info_get(t, "a", &in));
+		ah_txn_abort(t);
+		cr_assert_eq(in.merging, 0, "round %" PRIu64, r);
+		cr_assert_eq(in.batches, 1);
+		OK(tl_verify(h, NULL));
+		tl_content(h, "a", &got, &n, &m);
+		cr_assert_eq(got, want, "round %" PRIu64 " after the resume", r);
+		OK(ah_close(h));
+	}
+	cr_log_info("bgmerge/close_while_computing: %" PRIu64 " of 8 closes "
+	            "left the merge in progress", interrupted);
+	cr_assert_gt(interrupted, 0, "no close met a merge in progress");
+	tl_rmdir(&d);
+}
+
+Test(bgmerge, wait_errors_and_read_only, .timeout = 60)
+{
+	tl_dir d = tl_tmpdir("bgwait");
+	ah_merge_stats st;
+	ah_heap *h = tl_open_path(d.path, AH_OPEN_BGMERGE, 0);
+	ah_open_opts o = tl_opts(AH_OPEN_RDONLY | AH_OPEN_BGMERGE, 0, 0);
+	ah_heap *ro;
+	ah_txn *t;
+
+	cr_assert_eq(ah_merge_wait(NULL, &st), AH_EINVAL);
+	OK(ah_merge_wait(h, &st)); /* nothing started yet */
+	cr_assert_eq(st.installed + st.discarded + st.errors, 0);
+	OK(ah_txn_begin(h, 0, &t));
+	/* the thread could never install while this thread holds the lock */
+	cr_assert_eq(ah_merge_wait(h, &st), AH_ESTATE);
+	OK(ah_arrangement_create(t, "a"));
+	OK(ah_txn_commit(t));
+	OK(ah_close(h));
+	/* read-only: the flag is accepted and starts nothing */
+	OK(ah_open(d.path, &o, &ro));
+	OK(ah_merge_wait(ro, &st));
+	cr_assert_eq(st.installed + st.discarded + st.errors, 0);
+	OK(ah_close(ro));
+	tl_rmdir(&d);
+}
+
+/* A forked child of a process with a merge thread has no thread: every
+ * call fails with AH_EFORK before touching it, and the parent's thread
+ * goes on merging. */
+Test(bgmerge, fork_child_gets_efork, .timeout = 120)
+{
+	tl_dir d = tl_tmpdir("bgfork");
+	ah_heap *h = tl_open_path(d.path, AH_OPEN_NOSYNC | AH_OPEN_BGMERGE, 0);
+	ah_merge_stats st;
+	ah_arrangement_info in;
+	ah_txn *t;
+	int status;
+	pid_t pid;
+
+	two_appends(h, 1304, 100000); /* the thread is merging */
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		ah_txn *ct;
+		int ok = ah_merge_wait(h, NULL) == AH_EFORK &&
+		         ah_txn_begin(h, 0, &ct) == AH_EFORK &&
+		         ah_close(h) == AH_EFORK;
+		_exit(ok ? 0 : 1);
+	}
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	          "the child's calls were not all AH_EFORK");
+	OK(ah_merge_wait(h, &st));
+	cr_assert_gt(st.installed, 0);
+	OK(ah_txn_begin(h, AH_TXN_RDONLY, &t));
+	OK(ah_arrangement_info_get(t, "a", &in));
+	ah_txn_abort(t);
+	cr_assert_eq(in.merging, 0);
+	cr_assert_eq(in.batches, 1);
+	OK(tl_verify(h, NULL));
+	OK(ah_close(h));
+	tl_rmdir(&d);
 }
