@@ -187,7 +187,7 @@ uint32_t arr_merging(const arrangement *a)
 }
 
 int arr_append(heap_txn *t, pool *p, arrangement *a, uint64_t id,
-               frontier new_upper, uint64_t quantum, bool bg)
+               frontier new_upper, uint64_t quantum, bool bg, uint64_t avoid)
 {
 	int rc;
 
@@ -196,7 +196,7 @@ int arr_append(heap_txn *t, pool *p, arrangement *a, uint64_t id,
 
 		if ((rc = batch_load_listed(t, id, &b)) != 0)
 			return rc;
-		rc = spine_push(t, p, &a->sp, id, b->updates, quantum, bg);
+		rc = spine_push(t, p, &a->sp, id, b->updates, quantum, bg, avoid);
 		batch_free(b);
 		if (rc)
 			return rc;

@@ -123,6 +123,8 @@ int batch_writer_new_detached(heap_txn *t, pool *p, uint64_t partial_id,
  * finish/suspend write the last chunk directly).  Errors: AH_EINVAL (not
  * detached), heap_chunk_reserve/seal/free's (wt is then poisoned). */
 int batch_writer_attach(batch_writer *w, heap_txn *wt);
+/* True until batch_writer_attach (finish and suspend refuse it). */
+bool batch_writer_detached(const batch_writer *w);
 /* Bytes of images held (0 when not detached). */
 uint64_t batch_writer_image_bytes(const batch_writer *w);
 /* Errors: AH_EINVAL (out of order, diff 0), AH_EFULL, AH_ELIMIT, AH_EIO,

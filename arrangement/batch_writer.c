@@ -432,6 +432,11 @@ int batch_writer_new_detached(heap_txn *t, pool *p, uint64_t partial_id,
 	return rc;
 }
 
+bool batch_writer_detached(const batch_writer *w)
+{
+	return w && w->detached;
+}
+
 uint64_t batch_writer_image_bytes(const batch_writer *w)
 {
 	return w ? w->img_bytes : 0;

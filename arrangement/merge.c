@@ -604,8 +604,8 @@ int merger_suspend(merger *m, merge_resume *out)
 
 	if (!m || !out)
 		return AH_EINVAL;
-	if (!m->w)
-		return AH_ESTATE;
+	if (!m->w || batch_writer_detached(m->w))
+		return AH_ESTATE; /* detached: merger_attach first */
 	memset(out, 0, sizeof *out);
 	if (m->has_boundary && m->lkey != m->bcopy) {
 		rc = copy_boundary(m, m->lkey, m->lklen, m->lval, m->lvlen);
@@ -634,7 +634,7 @@ int merger_finish(merger *m, const batch_desc *d, uint64_t *id)
 
 	if (!m || !d || !id)
 		return AH_EINVAL;
-	if (!m->w || !m->done)
+	if (!m->w || !m->done || batch_writer_detached(m->w))
 		return AH_ESTATE;
 	rc = batch_writer_finish(m->w, d, id);
 	m->w = NULL;

@@ -40,7 +40,8 @@ int merger_open(heap_txn *t, pool *p, batch *const *inputs, size_t n,
  * chunk images in memory, nothing written to the heap, until
  * merger_attach installs them into a write txn; only then may it be
  * suspended or finished (in that txn; t must still be open, the boundary
- * points into its map).  Errors: as merger_open. */
+ * points into its map): before, both are AH_ESTATE and change nothing.
+ * Errors: as merger_open. */
 int merger_open_detached(heap_txn *t, pool *p, batch *const *inputs,
                          size_t n, frontier since, const merge_resume *resume,
                          merger **out);

@@ -9,8 +9,10 @@
  * inline schedule; then the one with the least left), remembers exactly
  * what it computes from (the merge's run, its input batch ids and their
  * span, its since, partial batch and boundary), resumes the merge with a
- * detached writer (merge.h) and steps it until the images reach max_bytes
- * or the inputs are exhausted.
+ * detached writer (merge.h) and steps it until the inputs are exhausted
+ * or the images reach the bound: at least min_bytes, more while the
+ * writer lock is busy anyway (the install would wait), never past
+ * max_bytes.
  *
  * Install (arr_slice_install, write txn wt, rt still open): reloads the
  * spine and finds a merge that is exactly the one computed from; anything
@@ -105,7 +107,7 @@ static int remember(arr_slice *s, const spine *sp, const spine_merge *m)
 	return 0;
 }
 
-static int run(arr_slice *s, heap_txn *rt, pool *p, uint64_t max_bytes,
+static int run(arr_slice *s, heap_txn *rt, pool *p, const arr_slice_bound *b,
                uint64_t quantum, const bool *stop)
 {
 	merge_resume res = { s->has_boundary, s->key, s->klen, s->val,
@@ -121,9 +123,12 @@ static int run(arr_slice *s, heap_txn *rt, pool *p, uint64_t max_bytes,
 	if ((rc = merger_open_detached(rt, p, s->in, s->count, s->since, &res,
 	                               &s->mg)))
 		return rc;
-	while (!s->done && merger_image_bytes(s->mg) < max_bytes) {
-		uint64_t spent = 0;
+	for (;;) {
+		uint64_t spent = 0, have = merger_image_bytes(s->mg);
 
+		if (s->done || have >= b->max_bytes ||
+		    (have >= b->min_bytes && !(b->busy && b->busy(b->user))))
+			break;
 		if (stop && __atomic_load_n(stop, __ATOMIC_ACQUIRE))
 			return AH_ESTATE; /* the caller's stop */
 		if ((rc = merger_step(s->mg, quantum, &s->done, &spent)))
@@ -134,8 +139,8 @@ static int run(arr_slice *s, heap_txn *rt, pool *p, uint64_t max_bytes,
 }
 
 int arr_slice_compute(heap_txn *rt, pool *p, const char *name,
-                      uint64_t max_bytes, uint64_t quantum, const bool *stop,
-                      arr_slice **out)
+                      const arr_slice_bound *b, uint64_t quantum,
+                      const bool *stop, arr_slice **out)
 {
 	arr_slice *s = NULL;
 	spine sp;
@@ -159,8 +164,10 @@ int arr_slice_compute(heap_txn *rt, pool *p, const char *name,
 		goto out;
 	}
 	memcpy(s->name, name, n + 1);
-	if ((rc = remember(s, &sp, &sp.merges[mi])) == 0)
-		rc = run(s, rt, p, max_bytes, quantum, stop);
+	if ((rc = remember(s, &sp, &sp.merges[mi])) == 0 && b->picked)
+		b->picked(b->user, s->ids[0]);
+	if (rc == 0)
+		rc = run(s, rt, p, b, quantum, stop);
 out:
 	spine_clear(&sp);
 	if (rc) {

@@ -367,9 +367,10 @@ int spine_tidy(heap_txn *t, pool *p, spine *sp, uint64_t quantum, bool bg)
 
 /* Grants fuel to every merge and runs those with enough credit (bg: only
  * those whose credit is SPINE_BG_SLACK quanta past that: the merge thread
- * fell behind). */
+ * fell behind; twice that for the merge it is computing, avoid, whose
+ * slice an inline step would make stale). */
 static int spend(heap_txn *t, pool *p, spine *sp, uint64_t grant,
-                 uint64_t quantum, bool bg)
+                 uint64_t quantum, bool bg, uint64_t avoid)
 {
 	for (uint32_t i = 0; i < sp->nmerges;) {
 		spine_merge *m = &sp->merges[i];
@@ -377,8 +378,9 @@ static int spend(heap_txn *t, pool *p, spine *sp, uint64_t grant,
 		uint64_t size = merge_size(sp, m);
 		uint64_t left = size > m->done ? size - m->done : 0;
 		uint64_t need = left < quantum ? left : quantum;
-		if (bg)
-			need += SPINE_BG_SLACK * quantum;
+		if (bg) /* twice for the merge the thread is on */
+			need += SPINE_BG_SLACK * quantum *
+			        (avoid && sp->batches[m->first].id == avoid ? 2 : 1);
 		if (m->credit < need) {
 			i++;
 			continue;
@@ -394,7 +396,7 @@ static int spend(heap_txn *t, pool *p, spine *sp, uint64_t grant,
 }
 
 int spine_push(heap_txn *t, pool *p, spine *sp, uint64_t id, uint64_t n,
-               uint64_t quantum, bool bg)
+               uint64_t quantum, bool bg, uint64_t avoid)
 {
 	if (!quantum)
 		quantum = SPINE_MERGE_QUANTUM;
@@ -406,7 +408,7 @@ int spine_push(heap_txn *t, pool *p, spine *sp, uint64_t id, uint64_t n,
 	sp->batches[sp->nbatches].updates = n;
 	sp->nbatches++;
 	int rc = spend(t, p, sp, SPINE_FUEL_PER_UPDATE * (n ? n : 1), quantum,
-	               bg);
+	               bg, avoid);
 	if (!rc)
 		rc = spine_tidy(t, p, sp, quantum, bg);
 	return rc;

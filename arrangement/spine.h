@@ -66,10 +66,12 @@ void spine_clear(spine *sp);
  * of two merge) and spends fuel proportional to n on merges in progress.
  * bg (a merge thread works for this heap, ARCHITECTURE §6): fuel is still
  * granted, but a merge runs here only once its credit exceeds what the
- * inline schedule would run it at by SPINE_BG_SLACK quanta (backpressure),
- * and new merges are left to the merge thread even when small. */
+ * inline schedule would run it at by SPINE_BG_SLACK quanta (backpressure;
+ * twice that for the merge whose first input batch is avoid, the one the
+ * thread computes: 0 for none), and new merges are left to the merge
+ * thread even when small. */
 int spine_push(heap_txn *t, pool *p, spine *sp, uint64_t id, uint64_t n,
-               uint64_t quantum, bool bg);
+               uint64_t quantum, bool bg, uint64_t avoid);
 /* Starts the merges the size policy asks for (bg: runs none of them). */
 int spine_tidy(heap_txn *t, pool *p, spine *sp, uint64_t quantum, bool bg);
 /* Replaces the run of merge mi by its output out (0: the output was empty),

@@ -605,6 +605,16 @@ bool heap_writer_is_self(heap *h)
 	return me;
 }
 
+bool heap_writer_active(heap *h)
+{
+	bool on;
+
+	pthread_mutex_lock(&h->mu);
+	on = h->writer_active;
+	pthread_mutex_unlock(&h->mu);
+	return on;
+}
+
 pool *heap_pool(heap *h)
 {
 	if (h->pool == NULL && !(h->flags & AH_OPEN_RDONLY) &&

@@ -85,6 +85,8 @@ int heap_check_pid(const heap *h);
  * read-only heap or when it cannot be created (treat as AH_ENOMEM).  Only
  * the thread holding the write txn may call it. */
 pool *heap_pool(heap *h);
+/* True when a thread of this process holds h's write txn. */
+bool heap_writer_active(heap *h);
 /* True when the calling thread holds h's write txn. */
 bool heap_writer_is_self(heap *h);
 /* The pool if it was created, without creating it (any thread). */
@@ -101,6 +103,13 @@ uint32_t heap_page_size(const heap *h);
  * AH_EREADONLY (and AH_ELIMIT from heap_chunk_reserve).
  * A second write txn from the thread that holds one is AH_ESTATE. */
 int heap_txn_begin(heap *h, bool rdonly, heap_txn **out);
+/* As heap_txn_begin; with nometasync (write txns) the commit syncs the
+ * data pages but not the meta page (LMDB's MDB_NOMETASYNC for this txn
+ * alone): an OS crash may lose the commit, never tear it, and the next
+ * durable commit (which syncs the whole used map and its own meta) makes
+ * it durable.  For changes that may be lost: the merge thread's installs,
+ * which only move merges on.  A process crash loses nothing. */
+int heap_txn_begin2(heap *h, bool rdonly, bool nometasync, heap_txn **out);
 /* Commits and frees t, whatever the result. */
 int heap_txn_commit(heap_txn *t);
 /* Aborts and frees t.  NULL is a no-op. */

@@ -95,6 +95,14 @@ static int adopt_map(heap *h)
 
 int heap_txn_begin(heap *h, bool rdonly, heap_txn **out)
 {
+	return heap_txn_begin2(h, rdonly, false, out);
+}
+
+int heap_txn_begin2(heap *h, bool rdonly, bool nometasync, heap_txn **out)
+{
+	/* LMDB's per-txn MDB_NOMETASYNC (mdb_txn_begin accepts it): the data
+	 * pages are synced at commit, the meta page is not. */
+	unsigned mflags = rdonly ? MDB_RDONLY : nometasync ? MDB_NOMETASYNC : 0;
 	heap_txn *t;
 	int rc;
 
@@ -131,10 +139,9 @@ int heap_txn_begin(heap *h, bool rdonly, heap_txn **out)
 		release(t);
 		return rc;
 	}
-	rc = HEAP_MDB(mdb_txn_begin(h->env, NULL, rdonly ? MDB_RDONLY : 0, &t->txn));
+	rc = HEAP_MDB(mdb_txn_begin(h->env, NULL, mflags, &t->txn));
 	if (rc == MDB_MAP_RESIZED && (rc = adopt_map(h)) == 0)
-		rc = mdb_txn_begin(h->env, NULL, rdonly ? MDB_RDONLY : 0,
-		                   &t->txn);
+		rc = mdb_txn_begin(h->env, NULL, mflags, &t->txn);
 	if ((rc = heap_err(rc)) != 0) {
 		release(t);
 		return rc;

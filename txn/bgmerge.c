@@ -27,7 +27,12 @@
 
 #include "txn/txn.h"
 
-#define BG_IMAGE_BYTES (4u << 20) /* chunk images of one slice */
+/* Chunk images of one slice: at least BG_MIN_BYTES, and while a write
+ * txn of this process holds the writer lock (the install would wait for
+ * it anyway) on up to BG_MAX_BYTES: one install per user commit, sized
+ * to what the thread computed meanwhile. */
+#define BG_MIN_BYTES (1u << 20)
+#define BG_MAX_BYTES (32u << 20)
 
 struct bgm {
 	pthread_mutex_t mu;
@@ -43,6 +48,8 @@ struct bgm {
 	char (*names)[AH_NAME_MAX + 1];
 	unsigned n, cap;
 	int err;                 /* first error since the last wait */
+	char cur[AH_NAME_MAX + 1]; /* the merge being computed: arrangement */
+	uint64_t cur_first;      /* and its first input batch (0: none) */
 	ah_merge_stats st;
 	pool *p;
 };
@@ -89,7 +96,9 @@ static int install(ah_heap *ah, struct bgm *g, arr_slice *s, bool *installed)
 	pthread_mutex_lock(&g->mu);
 	g->installing = true;
 	pthread_mutex_unlock(&g->mu);
-	rc = heap_txn_begin(ah->h, false, &wt);
+	/* No meta sync: an OS crash may lose the install (the merge then
+	 * resumes from the previous boundary), never tear it. */
+	rc = heap_txn_begin2(ah->h, false, true, &wt);
 	if (rc == 0)
 		rc = arr_slice_install(wt, g->p, s, ah->merge_quantum, installed);
 	if (rc == 0)
@@ -105,6 +114,44 @@ static int install(ah_heap *ah, struct bgm *g, arr_slice *s, bool *installed)
 	return rc;
 }
 
+static bool writer_busy(void *user)
+{
+	return heap_writer_active(((ah_heap *)user)->h);
+}
+
+/* The slice's merge (first input batch id; 0 once installed or dropped)
+ * of the arrangement in g->cur. */
+static void set_current(struct bgm *g, const char *name, uint64_t first)
+{
+	pthread_mutex_lock(&g->mu);
+	snprintf(g->cur, sizeof g->cur, "%s", name ? name : "");
+	g->cur_first = first;
+	pthread_mutex_unlock(&g->mu);
+}
+
+static void picked(void *user, uint64_t first)
+{
+	struct bgm *g = ((ah_heap *)user)->bg;
+
+	pthread_mutex_lock(&g->mu);
+	g->cur_first = first;
+	pthread_mutex_unlock(&g->mu);
+}
+
+uint64_t bgm_current(ah_heap *ah, const char *name)
+{
+	struct bgm *g = ah->bg;
+	uint64_t first = 0;
+
+	if (!g)
+		return 0;
+	pthread_mutex_lock(&g->mu);
+	if (strcmp(g->cur, name) == 0)
+		first = g->cur_first;
+	pthread_mutex_unlock(&g->mu);
+	return first;
+}
+
 /* One slice of NAME; *more when it may have work left. */
 static int one_slice(ah_heap *ah, struct bgm *g, const char *name, bool *more)
 {
@@ -115,8 +162,11 @@ static int one_slice(ah_heap *ah, struct bgm *g, const char *name, bool *more)
 
 	*more = false;
 	TRY(heap_txn_begin(ah->h, true, &rt));
-	TRY(arr_slice_compute(rt, g->p, name, BG_IMAGE_BYTES, ah->merge_quantum,
-	                      &g->stop, &s));
+	arr_slice_bound b = { BG_MIN_BYTES, BG_MAX_BYTES, writer_busy, picked,
+	                      ah };
+	set_current(g, name, 0);
+	TRY(arr_slice_compute(rt, g->p, name, &b, ah->merge_quantum, &g->stop,
+	                      &s));
 	if (!s)
 		goto out;
 	rc = install(ah, g, s, &installed);
@@ -128,6 +178,7 @@ static int one_slice(ah_heap *ah, struct bgm *g, const char *name, bool *more)
 		g->st.discarded++;
 	pthread_mutex_unlock(&g->mu);
 out:
+	set_current(g, NULL, 0);
 	arr_slice_free(s);
 	heap_txn_abort(rt);
 	pool_reset(g->p);

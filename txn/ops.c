@@ -82,7 +82,8 @@ static int seal(ah_txn *t, arrangement *a, uint64_t id, uint64_t new_upper)
 {
 	bool bg = bgm_active(t->heap);
 	int rc = arr_append(t->ht, txn_pool(t), a, id, frontier_of(new_upper),
-	                    t->heap->merge_quantum, bg);
+	                    t->heap->merge_quantum, bg,
+	                    bg ? bgm_current(t->heap, arr_name(a)) : 0);
 
 	if (rc == 0 && bg && arr_merging(a) > 0)
 		rc = txn_note_merging(t, arr_name(a));

@@ -94,6 +94,9 @@ bool bgm_active(const ah_heap *ah);
 /* After a commit: names with merges in progress (starts the thread). */
 void bgm_notify(ah_heap *ah, const char (*names)[AH_NAME_MAX + 1],
                 unsigned n);
+/* The first input batch of the merge of NAME the thread computes now (0:
+ * none). */
+uint64_t bgm_current(ah_heap *ah, const char *name);
 /* Before a write txn begins: waits while the thread installs (never when
  * this thread holds the write txn). */
 void bgm_turnstile(ah_heap *ah);
