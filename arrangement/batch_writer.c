@@ -45,7 +45,8 @@ struct batch_writer {
 	uint64_t free_last;  /* the adopted last chunk, freed at attach */
 	uint32_t img_first;  /* ids[img_first + i] is image i's (0 until then) */
 	uint32_t nimg, img_cap;
-	struct bw_image { uint8_t *p; size_t size, used; } *img; /* malloc'd */
+	struct bw_image { uint8_t *p; size_t size, used; } *img; /* malloc'd:
+	                      * heap_chunk_image_new, size = the value's bytes */
 	uint64_t img_bytes;
 };
 
@@ -233,9 +234,13 @@ static void write_header(uint8_t *body, const batch_writer *w,
 	memcpy(body + 24, off, 32);
 }
 
-/* A detached chunk's body in memory (16-byte aligned, size bytes). */
+/* A detached chunk's image (heap_chunk_image_new): its body at *body. */
 static int image_new(batch_writer *w, uint64_t size, void **body)
 {
+	void *img;
+	size_t bytes;
+	int rc;
+
 	if (w->nimg == w->img_cap) {
 		uint32_t ncap = w->img_cap ? 2 * w->img_cap : 8;
 		struct bw_image *ni = realloc(w->img, ncap * sizeof *ni);
@@ -245,12 +250,13 @@ static int image_new(batch_writer *w, uint64_t size, void **body)
 		w->img = ni;
 		w->img_cap = ncap;
 	}
-	if (posix_memalign(body, 16, size ? size : 16) != 0)
-		return AH_ENOMEM;
-	w->img[w->nimg].p = *body;
-	w->img[w->nimg].size = size;
+	if ((rc = heap_chunk_image_new(heap_txn_heap(w->t), size, &img, &bytes,
+	                               body, NULL)))
+		return rc;
+	w->img[w->nimg].p = img;
+	w->img[w->nimg].size = bytes;
 	w->img[w->nimg++].used = 0;
-	w->img_bytes += size;
+	w->img_bytes += bytes;
 	return 0;
 }
 
@@ -288,8 +294,13 @@ static int flush(batch_writer *w)
 	emit_offs(body, off[3], &w->vo, nv1, off[4]);
 	write_header(body, w, off, o);
 	if (w->detached) {
-		w->img[w->nimg - 1].used = o;
+		struct bw_image *im = &w->img[w->nimg - 1];
+
+		im->used = o;
 		id = 0; /* attach sets it */
+		if ((rc = heap_chunk_image_seal(heap_txn_heap(w->t), im->p,
+		                                im->size, o)))
+			return rc;
 	} else if ((rc = heap_chunk_seal(w->t, id, body, o))) {
 		return rc;
 	}
@@ -464,13 +475,9 @@ int batch_writer_attach(batch_writer *w, heap_txn *wt)
 	w->free_last = 0;
 	for (uint32_t i = 0; i < w->nimg; i++) {
 		uint64_t id;
-		void *body;
-		size_t cap;
 
-		if ((rc = heap_chunk_reserve(wt, w->img[i].size, &id, &body, &cap)))
-			return rc;
-		memcpy(body, w->img[i].p, w->img[i].used);
-		if ((rc = heap_chunk_seal(wt, id, body, w->img[i].used)))
+		if ((rc = heap_chunk_image_put(wt, w->img[i].p, w->img[i].size,
+		                               &id)))
 			return rc;
 		memcpy(w->ids.p + 8 * ((size_t)w->img_first + i), &id, 8);
 	}

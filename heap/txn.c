@@ -95,14 +95,7 @@ static int adopt_map(heap *h)
 
 int heap_txn_begin(heap *h, bool rdonly, heap_txn **out)
 {
-	return heap_txn_begin2(h, rdonly, false, out);
-}
-
-int heap_txn_begin2(heap *h, bool rdonly, bool nometasync, heap_txn **out)
-{
-	/* LMDB's per-txn MDB_NOMETASYNC (mdb_txn_begin accepts it): the data
-	 * pages are synced at commit, the meta page is not. */
-	unsigned mflags = rdonly ? MDB_RDONLY : nometasync ? MDB_NOMETASYNC : 0;
+	unsigned mflags = rdonly ? MDB_RDONLY : 0;
 	heap_txn *t;
 	int rc;
 

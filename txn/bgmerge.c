@@ -96,9 +96,7 @@ static int install(ah_heap *ah, struct bgm *g, arr_slice *s, bool *installed)
 	pthread_mutex_lock(&g->mu);
 	g->installing = true;
 	pthread_mutex_unlock(&g->mu);
-	/* No meta sync: an OS crash may lose the install (the merge then
-	 * resumes from the previous boundary), never tear it. */
-	rc = heap_txn_begin2(ah->h, false, true, &wt);
+	rc = heap_txn_begin(ah->h, false, &wt);
 	if (rc == 0)
 		rc = arr_slice_install(wt, g->p, s, ah->merge_quantum, installed);
 	if (rc == 0)
