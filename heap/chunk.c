@@ -429,6 +429,9 @@ int heap_chunk_reserve(heap_txn *t, size_t body_bytes, uint64_t *id,
 	hd.nblocks = nblocks_of(pages);
 	hd.id = nid;
 	memcpy(val, &hd, sizeof hd);
+	/* the page sums and the padding before the body: no stale bytes of
+	 * the write buffer's last chunk (the same body, the same value) */
+	memset(val + HDR2, 0, body_off(pages) - HDR2);
 	t->next_id++;
 	*id = nid;
 	*body = (char *)val + body_off(pages);
@@ -535,6 +538,7 @@ int heap_chunk_image_new(const heap *h, size_t body_bytes, void **img,
 	hd.class_pages = (uint32_t)pages;
 	hd.nblocks = nblocks_of(pages);
 	memcpy(*img, &hd, sizeof hd);
+	memset((char *)*img + HDR2, 0, body_off(pages) - HDR2);
 	*img_bytes = vsize;
 	*body = (char *)*img + body_off(pages);
 	if (body_cap != NULL)

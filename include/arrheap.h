@@ -420,13 +420,15 @@ int ah_maintain(ah_txn *txn, const char *name, uint64_t fuel, int *idle);
  * first commit that leaves a merge in progress starts it, ah_close stops
  * and joins it (a slice being computed is dropped; the spine stays as
  * last committed, every merge resumable from its stored boundary).  It
- * computes each slice of a merge (about 4 MiB of output) in a read txn,
+ * computes each slice of a merge (1 to 32 MiB of output) in a read txn,
  * outside any write txn, and installs it in a short write txn of its own:
  * a write ah_txn_begin of this process waits only for such an install,
  * never for the compute.  Appends then spend no merge fuel themselves,
  * unless a merge falls behind the inline schedule by more than
- * 8 x merge_quantum units of credit (backpressure: it then runs inline
- * as without the flag), so batches and space stay bounded as without it.
+ * 8 x merge_quantum units of credit (16 x for the merge the thread is on;
+ * backpressure: it then runs inline as without the flag), so batches and
+ * space stay bounded as without it.  Each install is a durable commit of
+ * its own (with the syncs of the heap's mode).
  * Answers, durability and recovery are exactly as without it; ah_maintain
  * runs inline as always.  Only a merge in progress at a commit of this
  * handle is picked up (one left by an earlier process waits for the next

@@ -6,8 +6,8 @@
  * merge in progress, joined by ah_close.  Committing write txns hand it the
  * names of the arrangements that have merges in progress (a queue without
  * duplicates); for each it computes one slice of one merge in a read txn
- * of its own (arrangement/slice.c: output chunks as images in memory, at
- * most BG_IMAGE_BYTES of them), then installs it in a short write txn of
+ * of its own (arrangement/slice.c: output chunks as images in memory,
+ * BG_MIN_BYTES to BG_MAX_BYTES of them), then installs it in a short write txn of
  * its own, and puts the name back while merges are left.
  *
  * The turnstile: LMDB's writer mutex is not fair, and an appending thread
