@@ -192,8 +192,9 @@ int ah_close(ah_heap *heap);
 int ah_sync(ah_heap *heap);
 
 /* Raises or lowers the heap's size limit in bytes (0 = bounded by disk).
- * Only with no transaction open in this process.  Errors: AH_ESTATE (a txn
- * is open), AH_EINVAL (max_bytes below the data already held: the pages in
+ * Only with no transaction open in this process (with AH_OPEN_BGMERGE it
+ * first waits for a slice of the merge thread in flight, and holds the
+ * thread meanwhile).  Errors: AH_ESTATE (a txn is open), AH_EINVAL (max_bytes below the data already held: the pages in
  * use, ah_heap_stat's pages_used * page_size; nothing changes), AH_EIO,
  * AH_EFORK.  A limit under 1 MiB is accepted as 1 MiB (the map's minimum:
  * map_bytes reports it).  Source: mdb_env_set_mapsize. */

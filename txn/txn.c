@@ -167,6 +167,10 @@ int ah_set_max_bytes(ah_heap *ah, uint64_t max_bytes)
 {
 	if (!ah)
 		return AH_EINVAL;
+	/* A forked child must not touch the merge thread's state. */
+	int prc = heap_check_pid(ah->h);
+	if (prc)
+		return prc;
 	pthread_mutex_lock(&ah->mu);
 	unsigned open = ah->open_txns;
 	pthread_mutex_unlock(&ah->mu);

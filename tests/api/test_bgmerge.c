@@ -274,6 +274,7 @@ Test(bgmerge, fork_child_gets_efork, .timeout = 120)
 		ah_txn *ct;
 		int ok = ah_merge_wait(h, NULL) == AH_EFORK &&
 		         ah_txn_begin(h, 0, &ct) == AH_EFORK &&
+		         ah_set_max_bytes(h, 1u << 30) == AH_EFORK &&
 		         ah_close(h) == AH_EFORK;
 		_exit(ok ? 0 : 1);
 	}
