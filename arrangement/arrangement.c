@@ -183,8 +183,13 @@ int arr_info(heap_txn *t, const arrangement *a, ah_arrangement_info *info)
 
 /* ---------------------------------------------------------- changes */
 
+uint32_t arr_merging(const arrangement *a)
+{
+	return a->sp.nmerges;
+}
+
 int arr_append(heap_txn *t, pool *p, arrangement *a, uint64_t id,
-               frontier new_upper, uint64_t quantum)
+               frontier new_upper, uint64_t quantum, bool bg, uint64_t avoid)
 {
 	int rc;
 
@@ -193,7 +198,7 @@ int arr_append(heap_txn *t, pool *p, arrangement *a, uint64_t id,
 
 		if ((rc = batch_load_listed(t, id, &b)) != 0)
 			return rc;
-		rc = spine_push(t, p, &a->sp, id, b->updates, quantum);
+		rc = spine_push(t, p, &a->sp, id, b->updates, quantum, bg, avoid);
 		batch_free(b);
 		if (rc)
 			return rc;

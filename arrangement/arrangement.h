@@ -61,9 +61,14 @@ int arr_info(heap_txn *t, const arrangement *a, ah_arrangement_info *info);
 
 /* Adds the sealed batch id (0: none, an empty advance) at the end of the
  * trace, spends its fuel on merges (spine_fueled), and sets the upper to
- * new_upper.  Errors: AH_ECORRUPT, AH_EFULL, AH_EIO, AH_ENOMEM. */
+ * new_upper.  bg: a merge thread works (spine_push); avoid (0: none) is
+ * the first input batch of the merge it is computing, which backpressure
+ * leaves to it up to twice the slack.  Errors: AH_ECORRUPT, AH_EFULL,
+ * AH_EIO, AH_ENOMEM. */
 int arr_append(heap_txn *t, pool *p, arrangement *a, uint64_t id,
-               frontier new_upper, uint64_t quantum);
+               frontier new_upper, uint64_t quantum, bool bg, uint64_t avoid);
+/* Merges in progress in a's spine (work for the merge thread). */
+uint32_t arr_merging(const arrangement *a);
 /* Logical compaction: the caller has checked since <= since' <= upper. */
 void arr_set_since(arrangement *a, frontier since);
 /* Spends up to fuel units (0: no limit) on merges in progress, then on the
@@ -76,6 +81,47 @@ int arr_maintain(heap_txn *t, pool *p, arrangement *a, uint64_t fuel,
  * to be freed afterwards.  Snapshots older than t still see all of it.
  * Errors: AH_ECORRUPT (a listed batch or chunk is missing), heap_del's. */
 int arr_drop(heap_txn *t, arrangement *a);
+
+/* ------------------------------------------------- background merge */
+
+/* A slice of one merge in progress, computed outside any write txn
+ * (arrangement/slice.c; ARCHITECTURE §6 "The merge thread"). */
+typedef struct arr_slice arr_slice;
+
+/* How much a slice computes: images of at least min_bytes (or the merge's
+ * end); past that, on while busy(user) says the install would wait
+ * anyway; never past max_bytes (plus one chunk).  picked (may be NULL)
+ * is told the merge chosen, by the id of its first input batch (unique:
+ * batch ids are never reused), before the compute starts. */
+typedef struct arr_slice_bound {
+	uint64_t min_bytes, max_bytes;
+	bool (*busy)(void *user);
+	void (*picked)(void *user, uint64_t first_id);
+	void *user;
+} arr_slice_bound;
+
+/* In read txn rt: picks a merge in progress of NAME and computes its next
+ * slice (output chunks as images in malloc'd memory, as *b bounds them,
+ * steps of quantum units) with pool p
+ * (the caller's own: not the heap's writer pool).  *out = NULL when NAME
+ * does not exist or has no merge in progress.  *stop turning true (read
+ * atomically) ends the work early with AH_ESTATE.  rt must stay open until
+ * the slice is installed or freed.  Errors: AH_ECORRUPT, AH_ENOMEM,
+ * AH_ELIMIT, AH_ESTATE (stopped). */
+int arr_slice_compute(heap_txn *rt, pool *p, const char *name,
+                      const arr_slice_bound *b, uint64_t quantum,
+                      const bool *stop, arr_slice **out);
+/* In write txn wt (rt still open): when NAME's spine still holds exactly
+ * the merge s was computed from, installs the images as chunks and
+ * suspends the merge at the slice's end or completes it (then starts the
+ * merges the size policy asks for, running none), stores the spine, and
+ * sets *installed.  Otherwise changes nothing (*installed false: discard s).
+ * Errors: AH_EFULL, AH_EIO, AH_ECORRUPT, AH_ENOMEM (wt must be aborted). */
+int arr_slice_install(heap_txn *wt, pool *p, arr_slice *s, uint64_t quantum,
+                      bool *installed);
+/* True when s stopped before the end of its merge. */
+bool arr_slice_more(const arr_slice *s);
+void arr_slice_free(arr_slice *s);
 
 /* --------------------------------------------------------- batches */
 

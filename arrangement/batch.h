@@ -154,6 +154,25 @@ int batch_writer_new(heap_txn *t, pool *p, batch_writer **out);
  * of record partial_id (the record is deleted at finish/suspend). */
 int batch_writer_resume(heap_txn *t, pool *p, uint64_t partial_id,
                         batch_writer **out);
+/* A detached writer (the background merge, ARCHITECTURE §6): t may be a
+ * read txn; every chunk it fills becomes an image in malloc'd memory (the
+ * body, exactly as it would be in the map) instead of a reserved chunk,
+ * and the chunk id in its record is 0 until batch_writer_attach.
+ * partial_id (0: none) is resumed as by batch_writer_resume, except that
+ * its last chunk, read into staging, is freed only at attach.  Errors: as
+ * batch_writer_resume. */
+int batch_writer_new_detached(heap_txn *t, pool *p, uint64_t partial_id,
+                              batch_writer **out);
+/* Installs a detached writer's images into write txn wt: frees the
+ * adopted last chunk, reserves one chunk per image (ids in order), copies
+ * and seals it, and makes w an ordinary writer of wt (its staging stays:
+ * finish/suspend write the last chunk directly).  Errors: AH_EINVAL (not
+ * detached), heap_chunk_reserve/seal/free's (wt is then poisoned). */
+int batch_writer_attach(batch_writer *w, heap_txn *wt);
+/* True until batch_writer_attach (finish and suspend refuse it). */
+bool batch_writer_detached(const batch_writer *w);
+/* Bytes of images held (0 when not detached). */
+uint64_t batch_writer_image_bytes(const batch_writer *w);
 /* Errors: AH_EINVAL (out of order, diff 0), AH_EFULL, AH_ELIMIT, AH_EIO,
  * AH_ENOMEM. */
 int batch_writer_push(batch_writer *w, const void *key, size_t klen,

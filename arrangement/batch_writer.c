@@ -47,6 +47,15 @@ struct batch_writer {
 	 * chunks at finish. */
 	buf khash;
 	bool no_filter;
+	/* Detached (batch_writer_detach): chunks become images in memory,
+	 * installed by batch_writer_attach into a write txn. */
+	bool detached;
+	uint64_t free_last;  /* the adopted last chunk, freed at attach */
+	uint32_t img_first;  /* ids[img_first + i] is image i's (0 until then) */
+	uint32_t nimg, img_cap;
+	struct bw_image { uint8_t *p; size_t size, used; } *img; /* malloc'd:
+	                      * heap_chunk_image_new, size = the value's bytes */
+	uint64_t img_bytes;
 };
 
 static int grow(pool *p, buf *b, size_t add)
@@ -235,7 +244,34 @@ static void write_header(uint8_t *body, const batch_writer *w,
 	memcpy(body + 24, off, 32);
 }
 
-/* Reserves, fills and seals a chunk from the staged columns. */
+/* A detached chunk's image (heap_chunk_image_new): its body at *body. */
+static int image_new(batch_writer *w, uint64_t size, void **body)
+{
+	void *img;
+	size_t bytes;
+	int rc;
+
+	if (w->nimg == w->img_cap) {
+		uint32_t ncap = w->img_cap ? 2 * w->img_cap : 8;
+		struct bw_image *ni = realloc(w->img, ncap * sizeof *ni);
+
+		if (!ni)
+			return AH_ENOMEM;
+		w->img = ni;
+		w->img_cap = ncap;
+	}
+	if ((rc = heap_chunk_image_new(heap_txn_heap(w->t), size, &img, &bytes,
+	                               body, NULL)))
+		return rc;
+	w->img[w->nimg].p = img;
+	w->img[w->nimg].size = bytes;
+	w->img[w->nimg++].used = 0;
+	w->img_bytes += bytes;
+	return 0;
+}
+
+/* Reserves (detached: makes an image), fills and seals a chunk from the
+ * staged columns. */
 static int flush(batch_writer *w)
 {
 	uint64_t size = staged_size(w), id;
@@ -248,7 +284,11 @@ static int flush(batch_writer *w)
 		return 0;
 	if (size > UINT32_MAX)
 		return AH_ELIMIT;
-	if ((rc = heap_chunk_reserve(w->t, size, &id, &vbody, &cap)))
+	if (w->detached)
+		rc = image_new(w, size, &vbody);
+	else
+		rc = heap_chunk_reserve(w->t, size, &id, &vbody, &cap);
+	if (rc)
 		return rc;
 	uint8_t *body = vbody;
 	off[0] = BCHUNK_HDR;
@@ -263,8 +303,17 @@ static int flush(batch_writer *w)
 	emit_offs(body, off[0], &w->ko, nk1, off[1]);
 	emit_offs(body, off[3], &w->vo, nv1, off[4]);
 	write_header(body, w, off, o);
-	if ((rc = heap_chunk_seal(w->t, id, body, o)))
+	if (w->detached) {
+		struct bw_image *im = &w->img[w->nimg - 1];
+
+		im->used = o;
+		id = 0; /* attach sets it */
+		if ((rc = heap_chunk_image_seal(heap_txn_heap(w->t), im->p,
+		                                im->size, o)))
+			return rc;
+	} else if ((rc = heap_chunk_seal(w->t, id, body, o))) {
 		return rc;
+	}
 
 	uint32_t key0_len = u32at(&w->ko, 1);
 	if ((rc = put(w->pool, &w->ids, &id, 8)) ||
@@ -337,8 +386,8 @@ static int stage_chunk(batch_writer *w, bchunk *c)
 	return 0;
 }
 
-int batch_writer_resume(heap_txn *t, pool *p, uint64_t partial_id,
-                        batch_writer **out)
+static int resume(heap_txn *t, pool *p, uint64_t partial_id, bool detach,
+                  batch_writer **out)
 {
 	batch_writer *w = NULL;
 	batch *b = NULL;
@@ -372,7 +421,10 @@ int batch_writer_resume(heap_txn *t, pool *p, uint64_t partial_id,
 	w->bytes = b->bytes - c.used;
 	w->chunk_bytes = b->chunk_bytes - last_cap;
 	w->have_last = true;
-	rc = heap_chunk_free(t, last);
+	if (detach) /* freed by batch_writer_attach, in the write txn */
+		w->free_last = last;
+	else
+		rc = heap_chunk_free(t, last);
 out:
 	batch_free(b);
 	if (rc) {
@@ -380,6 +432,68 @@ out:
 		return rc;
 	}
 	*out = w;
+	return 0;
+}
+
+int batch_writer_resume(heap_txn *t, pool *p, uint64_t partial_id,
+                        batch_writer **out)
+{
+	return resume(t, p, partial_id, false, out);
+}
+
+int batch_writer_new_detached(heap_txn *t, pool *p, uint64_t partial_id,
+                              batch_writer **out)
+{
+	int rc = partial_id ? resume(t, p, partial_id, true, out)
+	                    : writer_alloc(t, p, out);
+
+	if (rc == 0) {
+		(*out)->detached = true;
+		(*out)->img_first = (uint32_t)((*out)->ids.len / 8);
+	}
+	return rc;
+}
+
+bool batch_writer_detached(const batch_writer *w)
+{
+	return w && w->detached;
+}
+
+uint64_t batch_writer_image_bytes(const batch_writer *w)
+{
+	return w ? w->img_bytes : 0;
+}
+
+static void images_free(batch_writer *w)
+{
+	for (uint32_t i = 0; i < w->nimg; i++)
+		free(w->img[i].p);
+	free(w->img);
+	w->img = NULL;
+	w->nimg = w->img_cap = 0;
+	w->img_bytes = 0;
+}
+
+int batch_writer_attach(batch_writer *w, heap_txn *wt)
+{
+	int rc = 0;
+
+	if (!w || !wt || !w->detached)
+		return AH_EINVAL;
+	w->t = wt;
+	if (w->free_last && (rc = heap_chunk_free(wt, w->free_last)))
+		return rc;
+	w->free_last = 0;
+	for (uint32_t i = 0; i < w->nimg; i++) {
+		uint64_t id;
+
+		if ((rc = heap_chunk_image_put(wt, w->img[i].p, w->img[i].size,
+		                               &id)))
+			return rc;
+		memcpy(w->ids.p + 8 * ((size_t)w->img_first + i), &id, 8);
+	}
+	images_free(w);
+	w->detached = false;
 	return 0;
 }
 
@@ -654,6 +768,8 @@ static int write_record(batch_writer *w, const batch_desc *d, uint32_t flags,
 	int rc;
 
 	*id = 0;
+	if (w->detached) /* its images are not in the heap yet */
+		return AH_ESTATE;
 	if ((rc = flush(w)))
 		return rc;
 	if (w->adopted && (rc = heap_del(w->t, HEAP_T_BATCH, &w->adopted, 8)))
@@ -732,5 +848,6 @@ void batch_writer_free(batch_writer *w)
 	               &w->khash};
 	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
 		buf_free(p, bufs[i]);
+	images_free(w);
 	pool_free(p, w, sizeof *w);
 }

@@ -194,8 +194,9 @@ static int copy_boundary(merger *m, const void *k, size_t kl, const void *v,
 	return 0;
 }
 
-int merger_open(heap_txn *t, pool *p, batch *const *inputs, size_t n,
-                frontier since, const merge_resume *resume, merger **out)
+static int open_merger(heap_txn *t, pool *p, batch *const *inputs, size_t n,
+                       frontier since, const merge_resume *resume,
+                       bool detached, merger **out)
 {
 	merger *m = NULL;
 	int rc = 0;
@@ -244,7 +245,10 @@ int merger_open(heap_txn *t, pool *p, batch *const *inputs, size_t n,
 	for (size_t i = 0; i < n; i++)
 		if (bcur_key_valid(m->cur[i]))
 			pq_push(m, i);
-	if (resume && resume->partial_id)
+	if (detached)
+		rc = batch_writer_new_detached(t, p, resume ? resume->partial_id : 0,
+		                               &m->w);
+	else if (resume && resume->partial_id)
 		rc = batch_writer_resume(t, p, resume->partial_id, &m->w);
 	else
 		rc = batch_writer_new(t, p, &m->w);
@@ -255,6 +259,31 @@ out:
 	}
 	*out = m;
 	return rc;
+}
+
+int merger_open(heap_txn *t, pool *p, batch *const *inputs, size_t n,
+                frontier since, const merge_resume *resume, merger **out)
+{
+	return open_merger(t, p, inputs, n, since, resume, false, out);
+}
+
+int merger_open_detached(heap_txn *t, pool *p, batch *const *inputs,
+                         size_t n, frontier since, const merge_resume *resume,
+                         merger **out)
+{
+	return open_merger(t, p, inputs, n, since, resume, true, out);
+}
+
+int merger_attach(merger *m, heap_txn *wt)
+{
+	if (!m || !m->w)
+		return AH_ESTATE;
+	return batch_writer_attach(m->w, wt);
+}
+
+uint64_t merger_image_bytes(const merger *m)
+{
+	return m ? batch_writer_image_bytes(m->w) : 0;
 }
 
 /* Takes the smallest current (key, val) off the heap with every input on
@@ -577,8 +606,8 @@ int merger_suspend(merger *m, merge_resume *out)
 
 	if (!m || !out)
 		return AH_EINVAL;
-	if (!m->w)
-		return AH_ESTATE;
+	if (!m->w || batch_writer_detached(m->w))
+		return AH_ESTATE; /* detached: merger_attach first */
 	memset(out, 0, sizeof *out);
 	if (m->has_boundary && m->lkey != m->bcopy) {
 		rc = copy_boundary(m, m->lkey, m->lklen, m->lval, m->lvlen);
@@ -607,7 +636,7 @@ int merger_finish(merger *m, const batch_desc *d, uint64_t *id)
 
 	if (!m || !d || !id)
 		return AH_EINVAL;
-	if (!m->w || !m->done)
+	if (!m->w || !m->done || batch_writer_detached(m->w))
 		return AH_ESTATE;
 	rc = batch_writer_finish(m->w, d, id);
 	m->w = NULL;

@@ -35,6 +35,21 @@ typedef struct merge_resume {
  * Errors: AH_ENOMEM, AH_ECORRUPT. */
 int merger_open(heap_txn *t, pool *p, batch *const *inputs, size_t n,
                 frontier since, const merge_resume *resume, merger **out);
+/* The background merge's merger (ARCHITECTURE §6): t may be a read txn,
+ * and the output goes to a detached writer (batch_writer_new_detached):
+ * chunk images in memory, nothing written to the heap, until
+ * merger_attach installs them into a write txn; only then may it be
+ * suspended or finished (in that txn; t must still be open, the boundary
+ * points into its map): before, both are AH_ESTATE and change nothing.
+ * Errors: as merger_open. */
+int merger_open_detached(heap_txn *t, pool *p, batch *const *inputs,
+                         size_t n, frontier since, const merge_resume *resume,
+                         merger **out);
+/* Installs the images in wt (batch_writer_attach).  Errors: AH_ESTATE,
+ * batch_writer_attach's. */
+int merger_attach(merger *m, heap_txn *wt);
+/* Bytes of chunk images a detached merger holds. */
+uint64_t merger_image_bytes(const merger *m);
 /* Does at least min(fuel, remaining) units of work (fuel 0 = all of it),
  * stopping only between (key, val) groups.  *done = true when the inputs
  * are exhausted.  *spent = units used.  Errors: AH_ELIMIT (a diff sum

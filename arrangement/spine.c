@@ -199,9 +199,8 @@ static void free_inputs(batch **in, uint32_t n)
 	free(in);
 }
 
-/* Replaces the merged run of merge mi by its output (out = 0: nothing). */
-static int complete(heap_txn *t, spine *sp, uint32_t mi, batch **in,
-                    uint64_t out)
+int spine_complete(heap_txn *t, spine *sp, uint32_t mi, batch *const *in,
+                   uint64_t out)
 {
 	spine_merge m = sp->merges[mi];
 	int rc = 0;
@@ -249,6 +248,38 @@ static int complete(heap_txn *t, spine *sp, uint32_t mi, batch **in,
 	return 0;
 }
 
+int spine_set_boundary(spine_merge *m, const merge_resume *r2)
+{
+	uint8_t *k = malloc(r2->klen ? r2->klen : 1);
+	uint8_t *v = malloc(r2->vlen ? r2->vlen : 1);
+
+	if (!k || !v) {
+		free(k);
+		free(v);
+		return AH_ENOMEM;
+	}
+	if (r2->klen)
+		memcpy(k, r2->key, r2->klen);
+	if (r2->vlen)
+		memcpy(v, r2->val, r2->vlen);
+	free(m->key);
+	free(m->val);
+	m->key = k;
+	m->val = v;
+	m->klen = r2->klen;
+	m->vlen = r2->vlen;
+	m->has_boundary = r2->has_boundary;
+	m->partial_id = r2->partial_id;
+	return 0;
+}
+
+uint64_t spine_merge_left(const spine *sp, const spine_merge *m)
+{
+	uint64_t size = merge_size(sp, m);
+
+	return size > m->done ? size - m->done : 0;
+}
+
 /* Runs merge mi with fuel (0 = to the end); *finished when it completed. */
 static int run_merge(heap_txn *t, pool *p, spine *sp, uint32_t mi,
                      uint64_t fuel, bool *finished)
@@ -281,32 +312,13 @@ static int run_merge(heap_txn *t, pool *p, spine *sp, uint32_t mi,
 		uint64_t out_id = 0;
 		if ((rc = merger_finish(mg, &d, &out_id)))
 			goto out;
-		rc = complete(t, sp, mi, in, out_id);
+		rc = spine_complete(t, sp, mi, in, out_id);
 		*finished = true;
 	} else {
 		merge_resume r2;
 		if ((rc = merger_suspend(mg, &r2)))
 			goto out;
-		uint8_t *k = malloc(r2.klen ? r2.klen : 1);
-		uint8_t *v = malloc(r2.vlen ? r2.vlen : 1);
-		if (!k || !v) {
-			free(k);
-			free(v);
-			rc = AH_ENOMEM;
-			goto out;
-		}
-		if (r2.klen)
-			memcpy(k, r2.key, r2.klen);
-		if (r2.vlen)
-			memcpy(v, r2.val, r2.vlen);
-		free(m->key);
-		free(m->val);
-		m->key = k;
-		m->val = v;
-		m->klen = r2.klen;
-		m->vlen = r2.vlen;
-		m->has_boundary = r2.has_boundary;
-		m->partial_id = r2.partial_id;
+		rc = spine_set_boundary(m, &r2);
 	}
 out:
 	merger_free(mg);
@@ -315,7 +327,7 @@ out:
 }
 
 static int start_merge(heap_txn *t, pool *p, spine *sp, uint32_t first,
-                       uint32_t count, uint64_t quantum)
+                       uint32_t count, uint64_t quantum, bool bg)
 {
 	spine_merge *nm = realloc(sp->merges, (sp->nmerges + 1) * sizeof *nm);
 	if (!nm)
@@ -326,14 +338,15 @@ static int start_merge(heap_txn *t, pool *p, spine *sp, uint32_t first,
 	m->first = first;
 	m->count = count;
 	m->since = sp->since;
-	if (merge_size(sp, m) > quantum)
+	if (bg || merge_size(sp, m) > quantum)
 		return 0;
 	bool fin;
 	return run_merge(t, p, sp, sp->nmerges - 1, 0, &fin);
 }
 
-/* Starts the merges the size policy asks for, newest first, until stable. */
-static int tidy(heap_txn *t, pool *p, spine *sp, uint64_t quantum)
+/* Starts the merges the size policy asks for, newest first, until stable
+ * (bg: left to the merge thread, none run here). */
+int spine_tidy(heap_txn *t, pool *p, spine *sp, uint64_t quantum, bool bg)
 {
 	for (bool again = true; again;) {
 		again = false;
@@ -342,7 +355,7 @@ static int tidy(heap_txn *t, pool *p, spine *sp, uint64_t quantum)
 				continue;
 			if (sp->batches[i].updates * 2 < sp->batches[i - 1].updates)
 				continue;
-			int rc = start_merge(t, p, sp, i - 1, 2, quantum);
+			int rc = start_merge(t, p, sp, i - 1, 2, quantum, bg);
 			if (rc)
 				return rc;
 			again = true;
@@ -352,9 +365,12 @@ static int tidy(heap_txn *t, pool *p, spine *sp, uint64_t quantum)
 	return 0;
 }
 
-/* Grants fuel to every merge and runs those with enough credit. */
+/* Grants fuel to every merge and runs those with enough credit (bg: only
+ * those whose credit is SPINE_BG_SLACK quanta past that: the merge thread
+ * fell behind; twice that for the merge it is computing, avoid, whose
+ * slice an inline step would make stale). */
 static int spend(heap_txn *t, pool *p, spine *sp, uint64_t grant,
-                 uint64_t quantum)
+                 uint64_t quantum, bool bg, uint64_t avoid)
 {
 	for (uint32_t i = 0; i < sp->nmerges;) {
 		spine_merge *m = &sp->merges[i];
@@ -362,6 +378,9 @@ static int spend(heap_txn *t, pool *p, spine *sp, uint64_t grant,
 		uint64_t size = merge_size(sp, m);
 		uint64_t left = size > m->done ? size - m->done : 0;
 		uint64_t need = left < quantum ? left : quantum;
+		if (bg) /* twice for the merge the thread is on */
+			need += SPINE_BG_SLACK * quantum *
+			        (avoid && sp->batches[m->first].id == avoid ? 2 : 1);
 		if (m->credit < need) {
 			i++;
 			continue;
@@ -377,7 +396,7 @@ static int spend(heap_txn *t, pool *p, spine *sp, uint64_t grant,
 }
 
 int spine_push(heap_txn *t, pool *p, spine *sp, uint64_t id, uint64_t n,
-               uint64_t quantum)
+               uint64_t quantum, bool bg, uint64_t avoid)
 {
 	if (!quantum)
 		quantum = SPINE_MERGE_QUANTUM;
@@ -388,9 +407,10 @@ int spine_push(heap_txn *t, pool *p, spine *sp, uint64_t id, uint64_t n,
 	sp->batches[sp->nbatches].id = id;
 	sp->batches[sp->nbatches].updates = n;
 	sp->nbatches++;
-	int rc = spend(t, p, sp, SPINE_FUEL_PER_UPDATE * (n ? n : 1), quantum);
+	int rc = spend(t, p, sp, SPINE_FUEL_PER_UPDATE * (n ? n : 1), quantum,
+	               bg, avoid);
 	if (!rc)
-		rc = tidy(t, p, sp, quantum);
+		rc = spine_tidy(t, p, sp, quantum, bg);
 	return rc;
 }
 
@@ -459,7 +479,7 @@ int spine_maintain(heap_txn *t, pool *p, spine *sp, uint64_t fuel,
 		return maintain_all(t, p, sp, idle);
 	if (!quantum)
 		quantum = SPINE_MERGE_QUANTUM;
-	if ((rc = tidy(t, p, sp, quantum)))
+	if ((rc = spine_tidy(t, p, sp, quantum, false)))
 		return rc;
 	for (;;) {
 		if (fuel && used >= fuel)
@@ -473,7 +493,7 @@ int spine_maintain(heap_txn *t, pool *p, spine *sp, uint64_t fuel,
 			if (rc)
 				return rc;
 			used += fin ? (size - before) : (sp->merges[0].done - before);
-			if (fin && (rc = tidy(t, p, sp, quantum)))
+			if (fin && (rc = spine_tidy(t, p, sp, quantum, false)))
 				return rc;
 			continue;
 		}
@@ -481,7 +501,8 @@ int spine_maintain(heap_txn *t, pool *p, spine *sp, uint64_t fuel,
 		if ((rc = lagging(t, sp, &lag)))
 			return rc;
 		if (sp->nbatches >= 2 || (sp->nbatches == 1 && lag)) {
-			if ((rc = start_merge(t, p, sp, 0, sp->nbatches, quantum)))
+			if ((rc = start_merge(t, p, sp, 0, sp->nbatches, quantum,
+			                      false)))
 				return rc;
 			continue;
 		}

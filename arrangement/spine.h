@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "arrangement/batch.h"
+#include "arrangement/merge.h"
 
 typedef struct spine_batch {
 	uint64_t id;
@@ -53,15 +54,32 @@ typedef struct spine {
 /* Loads NAME's record into *sp (malloc'd arrays; spine_clear frees them).
  * Errors: AH_ENOTFOUND, AH_ECORRUPT, AH_ENOMEM. */
 int spine_load(heap_txn *t, const char *name, spine *sp);
+/* Copies a suspended merger's boundary and partial id into m. Errors:
+ * AH_ENOMEM (m unchanged). */
+int spine_set_boundary(spine_merge *m, const merge_resume *r2);
 /* Stores *sp as NAME's record.  Errors: as heap_put. */
 int spine_store(heap_txn *t, const char *name, const spine *sp);
 void spine_clear(spine *sp);
 
 /* Adds batch id (of n updates, lower = the previous batch's upper) at the
  * end, then starts merges the size policy asks for (batches within a factor
- * of two merge) and spends fuel proportional to n on merges in progress. */
+ * of two merge) and spends fuel proportional to n on merges in progress.
+ * bg (a merge thread works for this heap, ARCHITECTURE §6): fuel is still
+ * granted, but a merge runs here only once its credit exceeds what the
+ * inline schedule would run it at by SPINE_BG_SLACK quanta (backpressure;
+ * twice that for the merge whose first input batch is avoid, the one the
+ * thread computes: 0 for none), and new merges are left to the merge
+ * thread even when small. */
 int spine_push(heap_txn *t, pool *p, spine *sp, uint64_t id, uint64_t n,
-               uint64_t quantum);
+               uint64_t quantum, bool bg, uint64_t avoid);
+/* Starts the merges the size policy asks for (bg: runs none of them). */
+int spine_tidy(heap_txn *t, pool *p, spine *sp, uint64_t quantum, bool bg);
+/* Replaces the run of merge mi by its output out (0: the output was empty),
+ * dropping the inputs in[0..count) (their batch records as loaded in t). */
+int spine_complete(heap_txn *t, spine *sp, uint32_t mi, batch *const *in,
+                   uint64_t out);
+/* Input updates merge m still has to read (size - done). */
+uint64_t spine_merge_left(const spine *sp, const spine_merge *m);
 /* Spends up to fuel units (0 = unbounded) on merges, starting the merges an
  * idle arrangement still deserves.  *idle = true when nothing is left. */
 int spine_maintain(heap_txn *t, pool *p, spine *sp, uint64_t fuel,
@@ -77,5 +95,10 @@ int spine_drop_all(heap_txn *t, spine *sp);
  * do not cut merges into tiny chunks, and merges up to it run at once. */
 #define SPINE_FUEL_PER_UPDATE 2
 #define SPINE_MERGE_QUANTUM 65536
+/* Backpressure of the merge thread, in quanta of credit: a merge the
+ * thread has not kept up with runs inline once its credit passes its
+ * inline trigger by this much (8 x 65536 units = 262,144 appended
+ * updates' worth of fuel). */
+#define SPINE_BG_SLACK 8
 
 #endif

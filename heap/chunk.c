@@ -429,6 +429,9 @@ int heap_chunk_reserve(heap_txn *t, size_t body_bytes, uint64_t *id,
 	hd.nblocks = nblocks_of(pages);
 	hd.id = nid;
 	memcpy(val, &hd, sizeof hd);
+	/* the page sums and the padding before the body: no stale bytes of
+	 * the write buffer's last chunk (the same body, the same value) */
+	memset(val + HDR2, 0, body_off(pages) - HDR2);
 	t->next_id++;
 	*id = nid;
 	*body = (char *)val + body_off(pages);
@@ -438,15 +441,14 @@ out:
 	return heap_txn_fail(t, rc);
 }
 
-/* Writes the assembled value to its place in the file. */
-static int write_value(heap_txn *t, const uint8_t *val)
+/* Writes size bytes of a value to file offset off. */
+static int write_at(heap *h, const uint8_t *val, size_t size, uint64_t off)
 {
 	size_t done = 0;
 	ssize_t n;
 
-	while (done < t->wb_size) {
-		n = pwrite(t->h->fd, val + done, t->wb_size - done,
-		           (off_t)(t->wb_off + done));
+	while (done < size) {
+		n = pwrite(h->fd, val + done, size - done, (off_t)(off + done));
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
@@ -454,10 +456,16 @@ static int write_value(heap_txn *t, const uint8_t *val)
 		done += (size_t)n;
 	}
 	/* Start writeback now, so that the commit's sync waits for less. */
-	if (!(t->h->flags & AH_OPEN_NOSYNC))
-		(void)sync_file_range(t->h->fd, (off_t)t->wb_off,
-		                      (off_t)t->wb_size, SYNC_FILE_RANGE_WRITE);
+	if (!(h->flags & AH_OPEN_NOSYNC))
+		(void)sync_file_range(h->fd, (off_t)off, (off_t)size,
+		                      SYNC_FILE_RANGE_WRITE);
 	return 0;
+}
+
+/* Writes the assembled value to its place in the file. */
+static int write_value(heap_txn *t, const uint8_t *val)
+{
+	return write_at(t->h, val, t->wb_size, t->wb_off);
 }
 
 int heap_chunk_seal(heap_txn *t, uint64_t id, void *body, size_t body_used)
@@ -508,6 +516,110 @@ int heap_chunk_seal(heap_txn *t, uint64_t id, void *body, size_t body_used)
 		rc = write_value(t, val);
 		t->wb_id = 0;
 	}
+out:
+	return heap_txn_fail(t, rc);
+}
+
+/* ------------------------------------------------------- chunk images */
+
+int heap_chunk_image_new(const heap *h, size_t body_bytes, void **img,
+                         size_t *img_bytes, void **body, size_t *body_cap)
+{
+	struct hdr2 hd = { 0 };
+	uint64_t pages = pages_for(h, body_bytes);
+	size_t vsize;
+
+	if (pages == 0)
+		return AH_ELIMIT;
+	vsize = (size_t)(pages * h->psize - VALUE_PAD);
+	if (posix_memalign(img, 16, vsize) != 0)
+		return AH_ENOMEM;
+	memcpy(hd.magic, magic2, 4);
+	hd.class_pages = (uint32_t)pages;
+	hd.nblocks = nblocks_of(pages);
+	memcpy(*img, &hd, sizeof hd);
+	memset((char *)*img + HDR2, 0, body_off(pages) - HDR2);
+	*img_bytes = vsize;
+	*body = (char *)*img + body_off(pages);
+	if (body_cap != NULL)
+		*body_cap = vsize - body_off(pages);
+	return 0;
+}
+
+int heap_chunk_image_seal(const heap *h, void *img, size_t img_bytes,
+                          size_t body_used)
+{
+	uint8_t *val = img;
+	uint64_t pages = (img_bytes + VALUE_PAD) / h->psize;
+	uint64_t off = body_off(pages);
+	uint32_t n = nblocks_of(pages);
+
+	if ((img_bytes + VALUE_PAD) % h->psize != 0 || !valid_class(pages) ||
+	    body_used > img_bytes - off)
+		return AH_EINVAL;
+	memcpy(val + offsetof(struct hdr2, body_used), &body_used,
+	       sizeof(uint64_t));
+	memset(val + off + body_used, 0, img_bytes - off - body_used);
+	/* Pages 1..: their sums do not depend on the id; sum0 and xxh3 do
+	 * (heap_chunk_image_put). */
+	for (uint32_t i = 1; i < n; i++) {
+		uint32_t sum = block_sum(h->psize, val, img_bytes, i);
+
+		memcpy(val + HDR2 + 4 * (i - 1), &sum, 4);
+	}
+	return 0;
+}
+
+int heap_chunk_image_put(heap_txn *t, void *img, size_t img_bytes,
+                         uint64_t *id)
+{
+	uint8_t *val = img;
+	uint64_t pages, nid, off = 0, sum;
+	MDB_val k, v;
+	chdr c;
+	uint32_t s0;
+	int rc;
+
+	if ((rc = heap_txn_usable(t, true)) != 0)
+		return rc;
+	if (img == NULL || id == NULL || (uintptr_t)img % 16 != 0 ||
+	    (img_bytes + VALUE_PAD) % t->h->psize != 0)
+		return AH_EINVAL;
+	pages = (img_bytes + VALUE_PAD) / t->h->psize;
+	TRY(heap_trees_usable(t->h, CHUNKS | FREE));
+	if (t->next_id == 0)
+		TRY(next_id(t));
+	TRY(heap_space_need(t, pages));
+	nid = t->next_id;
+	k.mv_size = sizeof nid;
+	k.mv_data = &nid;
+	v.mv_size = img_bytes;
+	v.mv_data = NULL;
+	TRY(heap_err(HEAP_MDB(mdb_put(t->txn, t->h->dbi[HEAP_DBI_CHUNKS], &k, &v,
+	                          MDB_RESERVE | MDB_APPEND))));
+	heap_fault_order();
+	t->next_id++;
+	memcpy(val + offsetof(struct hdr2, id), &nid, sizeof nid);
+	{
+		MDB_val w = { img_bytes, val };
+		const char *problem = parse(t->h, nid, &w, &c);
+
+		if (problem != NULL) { /* not an image of heap_chunk_image_new */
+			rc = CORRUPT(problem);
+			goto out;
+		}
+		s0 = block_sum(t->h->psize, val, img_bytes, 0);
+		memcpy(val + offsetof(struct hdr2, sum0), &s0, 4);
+		sum = c.nblocks ? checksum(&w, &c)
+		                : XXH3_64bits(val + 8, img_bytes - 8);
+	}
+	memcpy(val, &sum, sizeof sum);
+	if (writemap(t->h) && file_offset(t->h, &v, &off) == 0)
+		rc = write_at(t->h, val, img_bytes, off);
+	else
+		memcpy(v.mv_data, val, img_bytes);
+	if (rc == 0)
+		*id = nid;
 out:
 	return heap_txn_fail(t, rc);
 }

@@ -39,7 +39,7 @@
 
 #define OPEN_FLAGS                                                             \
 	(AH_OPEN_CREATE | AH_OPEN_RDONLY | AH_OPEN_NOSYNC |                    \
-	 AH_OPEN_NOMETASYNC | AH_OPEN_VERIFY_READS)
+	 AH_OPEN_NOMETASYNC | AH_OPEN_VERIFY_READS | AH_OPEN_BGMERGE)
 #define MAX_DBS 8
 #define DEFAULT_READERS 126
 
@@ -597,6 +597,26 @@ out:
 /* The pool is created on first use by the writer, not at open: creating a
  * jemalloc arena cost 60% of a read-only open's instructions (callgrind:
  * 179k of 303k), and readers never need it. */
+bool heap_writer_is_self(heap *h)
+{
+	bool me;
+
+	pthread_mutex_lock(&h->mu);
+	me = h->writer_active && pthread_equal(h->writer, pthread_self());
+	pthread_mutex_unlock(&h->mu);
+	return me;
+}
+
+bool heap_writer_active(heap *h)
+{
+	bool on;
+
+	pthread_mutex_lock(&h->mu);
+	on = h->writer_active;
+	pthread_mutex_unlock(&h->mu);
+	return on;
+}
+
 pool *heap_pool(heap *h)
 {
 	if (h->pool == NULL && !(h->flags & AH_OPEN_RDONLY) &&

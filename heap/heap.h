@@ -85,6 +85,10 @@ int heap_check_pid(const heap *h);
  * read-only heap or when it cannot be created (treat as AH_ENOMEM).  Only
  * the thread holding the write txn may call it. */
 pool *heap_pool(heap *h);
+/* True when a thread of this process holds h's write txn. */
+bool heap_writer_active(heap *h);
+/* True when the calling thread holds h's write txn. */
+bool heap_writer_is_self(heap *h);
 /* The pool if it was created, without creating it (any thread). */
 pool *heap_pool_if_any(const heap *h);
 bool heap_verify_reads(const heap *h);
@@ -156,6 +160,29 @@ int heap_chunk_reserve(heap_txn *t, size_t body_bytes, uint64_t *id,
  * Errors: AH_EINVAL (body is not the reserved chunk's), AH_ECORRUPT,
  * AH_EIO, AH_EFULL (the pwrite); any error poisons the txn. */
 int heap_chunk_seal(heap_txn *t, uint64_t id, void *body, size_t body_used);
+
+/* Chunk images: a chunk built in memory outside any txn (the merge
+ * thread's slices, ARCHITECTURE §6), stored later by one write txn.
+ * heap_chunk_image_new allocates (posix_memalign; the caller frees it
+ * with free) the whole LMDB value of the smallest class holding
+ * body_bytes, header written with id 0, and reports where the body goes
+ * (16-byte aligned) and its capacity.  heap_chunk_image_seal records
+ * body_used, zeroes the rest and computes every page checksum but page
+ * 0's: none of them depends on the id.  Errors: AH_ELIMIT (over 4 GiB),
+ * AH_ENOMEM; seal: AH_EINVAL (not such an image, body_used too large). */
+int heap_chunk_image_new(const heap *h, size_t body_bytes, void **img,
+                         size_t *img_bytes, void **body, size_t *body_cap);
+int heap_chunk_image_seal(const heap *h, void *img, size_t img_bytes,
+                          size_t body_used);
+/* Stores a sealed image under a fresh id (as heap_chunk_reserve picks
+ * it): reserves the value, writes the id, page 0's sum and the chunk's
+ * XXH3 into the image (about 1 KiB hashed; a jumbo image is hashed
+ * whole), and writes it to its place with one pwrite (the map: memcpy).
+ * The image may be freed afterwards.  Errors: AH_EINVAL, AH_ECORRUPT
+ * (not an image of this heap's format), AH_EFULL, AH_EIO, AH_EREADONLY;
+ * any error after the reserve poisons t. */
+int heap_chunk_image_put(heap_txn *t, void *img, size_t img_bytes,
+                         uint64_t *id);
 
 /* Stores a whole chunk value made elsewhere (a snapshot's object, by
  * ah_snapshot_restore) under its own id: value is the LMDB value a

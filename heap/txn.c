@@ -95,6 +95,7 @@ static int adopt_map(heap *h)
 
 int heap_txn_begin(heap *h, bool rdonly, heap_txn **out)
 {
+	unsigned mflags = rdonly ? MDB_RDONLY : 0;
 	heap_txn *t;
 	int rc;
 
@@ -131,10 +132,9 @@ int heap_txn_begin(heap *h, bool rdonly, heap_txn **out)
 		release(t);
 		return rc;
 	}
-	rc = HEAP_MDB(mdb_txn_begin(h->env, NULL, rdonly ? MDB_RDONLY : 0, &t->txn));
+	rc = HEAP_MDB(mdb_txn_begin(h->env, NULL, mflags, &t->txn));
 	if (rc == MDB_MAP_RESIZED && (rc = adopt_map(h)) == 0)
-		rc = mdb_txn_begin(h->env, NULL, rdonly ? MDB_RDONLY : 0,
-		                   &t->txn);
+		rc = mdb_txn_begin(h->env, NULL, mflags, &t->txn);
 	if ((rc = heap_err(rc)) != 0) {
 		release(t);
 		return rc;

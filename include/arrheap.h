@@ -44,6 +44,8 @@
  *    another) while the old one stays open.
  *  - Never use a handle across fork(): calls from a forked child fail with
  *    AH_EFORK, and the parent is unaffected.  Open the heap anew in the child.
+ *    A handle opened with AH_OPEN_BGMERGE has a merge thread, which the
+ *    child does not have (ah_merge_wait there is AH_EFORK too).
  *  - A long-lived read transaction pins every page it can see: the file
  *    grows while it lives.  Keep read snapshots short.
  *  - One write transaction at a time per heap (LMDB's writer lock): a second
@@ -137,6 +139,7 @@ typedef struct ah_builder ah_builder;
 #define AH_OPEN_NOSYNC 0x4u      /* relaxed: no sync per commit (MDB_NOSYNC) */
 #define AH_OPEN_NOMETASYNC 0x8u  /* relaxed: no meta sync (MDB_NOMETASYNC) */
 #define AH_OPEN_VERIFY_READS 0x10u /* seeks check whole chunks too (below) */
+#define AH_OPEN_BGMERGE 0x20u    /* merges run on a merge thread (below) */
 
 /* Every read checks what it reads, whatever the flags: a walk (scan, merge
  * input) checks each chunk's XXH3 whole, a seek checks each 4 KiB page of a
@@ -189,8 +192,9 @@ int ah_close(ah_heap *heap);
 int ah_sync(ah_heap *heap);
 
 /* Raises or lowers the heap's size limit in bytes (0 = bounded by disk).
- * Only with no transaction open in this process.  Errors: AH_ESTATE (a txn
- * is open), AH_EINVAL (max_bytes below the data already held: the pages in
+ * Only with no transaction open in this process (with AH_OPEN_BGMERGE it
+ * first waits for a slice of the merge thread in flight, and holds the
+ * thread meanwhile).  Errors: AH_ESTATE (a txn is open), AH_EINVAL (max_bytes below the data already held: the pages in
  * use, ah_heap_stat's pages_used * page_size; nothing changes), AH_EIO,
  * AH_EFORK.  A limit under 1 MiB is accepted as 1 MiB (the map's minimum:
  * map_bytes reports it).  Source: mdb_env_set_mapsize. */
@@ -411,6 +415,44 @@ int ah_set_since(ah_txn *txn, const char *name, uint64_t since);
  * batch.  *idle (may be NULL) is set to 1 when nothing is left to do.  Errors: as ah_append.
  * Source: differential dataflow's Spine::exert (spine_fueled). */
 int ah_maintain(ah_txn *txn, const char *name, uint64_t fuel, int *idle);
+
+/* The merge thread (AH_OPEN_BGMERGE; ARCHITECTURE.md §6 "The merge
+ * thread").  A heap opened with it merges on a thread of its own: the
+ * first commit that leaves a merge in progress starts it, ah_close stops
+ * and joins it (a slice being computed is dropped; the spine stays as
+ * last committed, every merge resumable from its stored boundary).  It
+ * computes each slice of a merge (1 to 32 MiB of output) in a read txn,
+ * outside any write txn, and installs it in a short write txn of its own:
+ * a write ah_txn_begin of this process waits only for such an install,
+ * never for the compute.  Appends then spend no merge fuel themselves,
+ * unless a merge falls behind the inline schedule by more than
+ * 8 x merge_quantum units of credit (16 x for the merge the thread is on;
+ * backpressure: it then runs inline as without the flag), so batches and
+ * space stay bounded as without it.  Each install is a durable commit of
+ * its own (with the syncs of the heap's mode).
+ * Answers, durability and recovery are exactly as without it; ah_maintain
+ * runs inline as always.  Only a merge in progress at a commit of this
+ * handle is picked up (one left by an earlier process waits for the next
+ * append or ah_maintain of its arrangement).  Never fork with the flag and
+ * use the handle in the child (Caveats: the child has no merge thread). */
+typedef struct ah_merge_stats {
+	uint64_t installed;  /* slices installed */
+	uint64_t discarded;  /* slices computed from a merge that had changed
+	                      * by the install (dropped, advanced inline, given
+	                      * up by ah_maintain): nothing written */
+	uint64_t errors;     /* slices that failed (the merge is left as it was) */
+} ah_merge_stats;
+
+/* Waits until the merge thread has nothing left to do (no arrangement
+ * queued, no slice in flight), fills *st (may be NULL) with its counts
+ * since ah_open, and returns the first error a slice met since the last
+ * call (0 if none; the merges it failed on are left as they were, and are
+ * retried at the next commit or run inline by backpressure).  Without
+ * AH_OPEN_BGMERGE: returns 0 at once (*st zeroed).  Errors: AH_EINVAL,
+ * AH_EFORK, AH_ESTATE (the calling thread holds a write txn: the thread
+ * could never install), and a slice's: AH_EFULL, AH_EIO, AH_ECORRUPT,
+ * AH_ENOMEM, AH_EBUSY. */
+int ah_merge_wait(ah_heap *heap, ah_merge_stats *st);
 
 /* ---------------------------------------------------------- read holds */
 

@@ -80,9 +80,13 @@ static int store(ah_txn *t, const arrangement *a)
 /* Appends the built batch id (0: none) with upper new_upper and stores. */
 static int seal(ah_txn *t, arrangement *a, uint64_t id, uint64_t new_upper)
 {
+	bool bg = bgm_active(t->heap);
 	int rc = arr_append(t->ht, txn_pool(t), a, id, frontier_of(new_upper),
-	                    t->heap->merge_quantum);
+	                    t->heap->merge_quantum, bg,
+	                    bg ? bgm_current(t->heap, arr_name(a)) : 0);
 
+	if (rc == 0 && bg && arr_merging(a) > 0)
+		rc = txn_note_merging(t, arr_name(a));
 	if (rc)
 		return txn_poison(t, rc, "arrangement '%s': %s", arr_name(a),
 		                  ah_strerror(rc));
@@ -369,6 +373,11 @@ int ah_maintain(ah_txn *t, const char *name, uint64_t fuel, int *idle)
 		goto out;
 	}
 	TRY(store(t, a));
+	if (bgm_active(t->heap) && arr_merging(a) > 0 &&
+	    (rc = txn_note_merging(t, name))) {
+		txn_poison(t, rc, NULL);
+		goto out;
+	}
 	if (idle)
 		*idle = is_idle;
 out:

@@ -124,6 +124,13 @@ int ah_open(const char *path, const ah_open_opts *opts, ah_heap **out)
 	pthread_mutex_init(&ah->mu, NULL);
 	if (opts && opts->size >= offsetof(ah_open_opts, merge_quantum) + sizeof(uint64_t))
 		ah->merge_quantum = opts->merge_quantum;
+	if (opts && (opts->flags & AH_OPEN_BGMERGE) &&
+	    !(opts->flags & AH_OPEN_RDONLY) && (rc = bgm_create(ah))) {
+		heap_close(ah->h);
+		pthread_mutex_destroy(&ah->mu);
+		free(ah);
+		return rc;
+	}
 	*out = ah;
 	return 0;
 }
@@ -143,6 +150,7 @@ int ah_close(ah_heap *ah)
 	pthread_mutex_unlock(&ah->mu);
 	if (open)
 		return AH_ESTATE;
+	bgm_destroy(ah); /* its txns end before the heap closes */
 	if ((rc = heap_close(ah->h)))
 		return rc;
 	pthread_mutex_destroy(&ah->mu);
@@ -159,12 +167,19 @@ int ah_set_max_bytes(ah_heap *ah, uint64_t max_bytes)
 {
 	if (!ah)
 		return AH_EINVAL;
+	/* A forked child must not touch the merge thread's state. */
+	int prc = heap_check_pid(ah->h);
+	if (prc)
+		return prc;
 	pthread_mutex_lock(&ah->mu);
 	unsigned open = ah->open_txns;
 	pthread_mutex_unlock(&ah->mu);
 	if (open)
 		return AH_ESTATE;
-	return heap_set_max_bytes(ah->h, max_bytes);
+	bgm_pause(ah, true); /* the thread's txns count as open */
+	int rc = heap_set_max_bytes(ah->h, max_bytes);
+	bgm_pause(ah, false);
+	return rc;
 }
 
 int ah_heap_stat_get(ah_heap *ah, ah_heap_stat *st)
@@ -205,6 +220,8 @@ int ah_txn_begin(ah_heap *ah, unsigned flags, ah_txn **out)
 	t->rdonly = rdonly;
 	t->owner = pthread_self();
 	atomic_init(&t->foreign_abort, false);
+	if (!rdonly)
+		bgm_turnstile(ah);
 	if ((rc = heap_txn_begin(ah->h, rdonly, &t->ht))) {
 		free(t);
 		return rc;
@@ -247,7 +264,26 @@ static void txn_release(ah_txn *t)
 	pthread_mutex_lock(&ah->mu);
 	ah->open_txns--;
 	pthread_mutex_unlock(&ah->mu);
+	free(t->bg_names);
 	free(t);
+}
+
+int txn_note_merging(ah_txn *t, const char *name)
+{
+	for (unsigned i = 0; i < t->bg_n; i++)
+		if (strcmp(t->bg_names[i], name) == 0)
+			return 0;
+	if (t->bg_n == t->bg_cap) {
+		unsigned ncap = t->bg_cap ? 2 * t->bg_cap : 4;
+		char (*nn)[AH_NAME_MAX + 1] = realloc(t->bg_names, ncap * sizeof *nn);
+
+		if (!nn)
+			return AH_ENOMEM;
+		t->bg_names = nn;
+		t->bg_cap = ncap;
+	}
+	snprintf(t->bg_names[t->bg_n++], AH_NAME_MAX + 1, "%s", name);
+	return 0;
 }
 
 int ah_txn_commit(ah_txn *t)
@@ -272,6 +308,9 @@ int ah_txn_commit(ah_txn *t)
 		rc = had_builder && !foreign ? AH_ESTATE : AH_EBADTXN;
 	} else {
 		rc = heap_txn_commit(t->ht);
+		if (rc == 0)
+			bgm_notify(t->heap, (const char (*)[AH_NAME_MAX + 1])t->bg_names,
+			           t->bg_n);
 	}
 	txn_release(t);
 	return rc;

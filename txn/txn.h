@@ -24,6 +24,7 @@ struct ah_heap {
 	pthread_mutex_t mu;      /* guards open_txns */
 	unsigned open_txns;
 	uint64_t merge_quantum;  /* ah_open_opts.merge_quantum */
+	struct bgm *bg;          /* AH_OPEN_BGMERGE: the merge thread (bgmerge.c) */
 };
 
 struct ah_txn {
@@ -39,6 +40,10 @@ struct ah_txn {
 	atomic_bool foreign_abort;
 	ah_builder *builder;     /* the open builder, if any */
 	ah_cursor *cursors;      /* open cursors, to detach at txn end */
+	/* Arrangements left with merges in progress: for the merge thread at
+	 * commit (bgmerge.c). */
+	char (*bg_names)[AH_NAME_MAX + 1];
+	unsigned bg_n, bg_cap;
 	char msg[320];
 };
 
@@ -79,6 +84,27 @@ int txn_owner_check(const ah_txn *t);
 int txn_foreign_abort_check(ah_txn *t);
 /* 1 when name is a valid arrangement/source name. */
 bool txn_name_ok(const char *name);
+
+/* bgmerge.c: the merge thread of a heap opened with AH_OPEN_BGMERGE. */
+int bgm_create(ah_heap *ah);
+/* Stops and joins the thread, frees everything (ah_close). */
+void bgm_destroy(ah_heap *ah);
+/* The appends of this heap leave their merges to the thread. */
+bool bgm_active(const ah_heap *ah);
+/* After a commit: names with merges in progress (starts the thread). */
+void bgm_notify(ah_heap *ah, const char (*names)[AH_NAME_MAX + 1],
+                unsigned n);
+/* The first input batch of the merge of NAME the thread computes now (0:
+ * none). */
+uint64_t bgm_current(ah_heap *ah, const char *name);
+/* Before a write txn begins: waits while the thread installs (never when
+ * this thread holds the write txn). */
+void bgm_turnstile(ah_heap *ah);
+/* on: waits until no slice is in flight and holds the thread; off: lets
+ * it go on.  Nested. */
+void bgm_pause(ah_heap *ah, bool on);
+/* Notes NAME for the thread at t's commit.  Errors: AH_ENOMEM. */
+int txn_note_merging(ah_txn *t, const char *name);
 
 /* hold.c.  Before since of ARR becomes SINCE: AH_EFRONTIER naming the
  * lowest live hold it would pass (R2), else marks the expired holds it

@@ -370,6 +370,67 @@ static inline int tl_state_hash(ah_heap *h, int shape, tl_state *out)
 	return rc;
 }
 
+#define TL_OK(expr)                                                            \
+	do {                                                                   \
+		int tl_ok_rc_ = (expr);                                        \
+		cr_assert_eq(tl_ok_rc_, 0, "%s: %s", #expr,                    \
+		             ah_err_name(tl_ok_rc_));                          \
+	} while (0)
+
+/* The logical collection of NAME as of its latest time, and the "model"
+ * source position (*m, 0 when absent): every (key, val)
+ * whose consolidated times are not all zero, with them (a (key, val) whose
+ * diffs cancel is there until a merge drops it: not part of the answer). */
+static inline void tl_content(ah_heap *h, const char *name, uint64_t *hash,
+                              uint64_t *nupd, uint64_t *m)
+{
+	XXH3_state_t *st = XXH3_createState();
+	tl_td *buf = NULL;
+	size_t cap = 0;
+	ah_cursor *c = NULL;
+	ah_txn *t;
+	const void *k, *v, *pos;
+	size_t kl, vl, len;
+	int rc;
+
+	*nupd = 0;
+	XXH3_64bits_reset(st);
+	TL_OK(ah_txn_begin(h, AH_TXN_RDONLY, &t));
+	*m = 0;
+	if (ah_source_get(t, "model", &pos, &len) == 0 && len == 8)
+		memcpy(m, pos, 8);
+	TL_OK(ah_cursor_open(t, name, &c));
+	while (ah_cursor_key_valid(c)) {
+		TL_OK(ah_cursor_key(c, &k, &kl));
+		while (ah_cursor_val_valid(c)) {
+			XXH3_state_t *one = XXH3_createState();
+			uint64_t n = 0;
+
+			TL_OK(ah_cursor_val(c, &v, &vl));
+			XXH3_64bits_reset(one);
+			TL_OK(tl_hash_times(c, one, &buf, &cap, &n));
+			if (n) {
+				uint64_t x = XXH3_64bits_digest(one);
+
+				XXH3_64bits_update(st, &kl, sizeof kl);
+				XXH3_64bits_update(st, k, kl);
+				XXH3_64bits_update(st, &vl, sizeof vl);
+				XXH3_64bits_update(st, v, vl);
+				XXH3_64bits_update(st, &x, sizeof x);
+				*nupd += n;
+			}
+			XXH3_freeState(one);
+			cr_assert_geq(rc = ah_cursor_step_val(c), 0);
+		}
+		cr_assert_geq(rc = ah_cursor_step_key(c), 0);
+	}
+	ah_cursor_close(c);
+	ah_txn_abort(t);
+	*hash = XXH3_64bits_digest(st);
+	XXH3_freeState(st);
+	free(buf);
+}
+
 /* ------------------------------------------------------- a full check */
 
 static inline int tl_verify_problem(const ah_problem *p, void *user)

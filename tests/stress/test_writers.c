@@ -21,6 +21,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,20 +158,82 @@ static int count_problem(const ah_problem *p, void *user)
 	return 0;
 }
 
-Test(stress, writer_threads, .timeout = 240)
+/* A reader thread of the merge-thread variant: in each snapshot, every
+ * writer's arrangement holds exactly upper * NUPD live keys as of upper -
+ * 1 (each commit k made NUPD keys at time k - 1), whatever the merge
+ * thread and the writers' inline merges did to its batches. */
+typedef struct rarg {
+	wshared *s;
+	atomic_int done;
+	uint64_t reads;
+} rarg;
+
+static int check_snapshot(ah_heap *h, const char *name)
 {
-	tl_dir d = tl_tmpdir("writers");
+	ah_arrangement_info in;
+	ah_cursor *c = NULL;
+	ah_txn *t;
+	int64_t n = 0, sum;
+	int rc;
+
+	if ((rc = ah_txn_begin(h, AH_TXN_RDONLY, &t)) != 0)
+		return rc;
+	rc = ah_arrangement_info_get(t, name, &in);
+	if (rc == AH_ENOTFOUND || (rc == 0 && in.upper == 0)) {
+		ah_txn_abort(t);
+		return 0;
+	}
+	if (rc == 0)
+		rc = ah_cursor_open(t, name, &c);
+	for (; rc >= 0 && c && ah_cursor_key_valid(c); rc = ah_cursor_step_key(c))
+		for (; rc >= 0 && ah_cursor_val_valid(c);
+		     rc = ah_cursor_step_val(c)) {
+			if ((rc = ah_cursor_accumulate(c, in.upper - 1, &sum)) < 0)
+				break;
+			n += sum;
+		}
+	ah_cursor_close(c);
+	ah_txn_abort(t);
+	if (rc < 0)
+		return rc;
+	return n == (int64_t)(in.upper * NUPD) ? 0 : -1;
+}
+
+static void *reader(void *arg)
+{
+	rarg *r = arg;
+
+	while (!atomic_load(&r->done) && !atomic_load(&r->s->failed))
+		for (int i = 0; i < NWRITERS; i++) {
+			char name[16];
+			int rc;
+
+			snprintf(name, sizeof name, "w%d", i);
+			if ((rc = check_snapshot(r->s->h, name)) != 0)
+				fail(r->s, "reader", r->reads, rc, name);
+			r->reads++;
+		}
+	return NULL;
+}
+
+static void run_writers(unsigned flags, const char *tag)
+{
+	tl_dir d = tl_tmpdir(tag);
 	ah_open_opts o = { .size = sizeof o,
-	                   .flags = AH_OPEN_CREATE | AH_OPEN_NOSYNC,
+	                   .flags = AH_OPEN_CREATE | AH_OPEN_NOSYNC | flags,
 	                   .max_bytes = 1u << 30, .merge_quantum = 64 };
 	wshared s = { .commits = 150 };
 	writer_arg args[NWRITERS];
-	pthread_t th[NWRITERS];
+	pthread_t th[NWRITERS], rth;
+	rarg ra = { .s = &s };
+	bool bg = flags & AH_OPEN_BGMERGE;
+	ah_merge_stats st;
 	ah_txn *t;
 	int problems = 0;
 
 	cr_assert_eq(ah_open(d.path, &o, &s.h), 0);
 	pthread_mutex_init(&s.mu, NULL);
+	atomic_init(&ra.done, 0);
 	cr_assert_eq(ah_txn_begin(s.h, 0, &t), 0);
 	cr_assert_eq(ah_arrangement_create(t, "shared"), 0);
 	cr_assert_eq(ah_txn_commit(t), 0);
@@ -178,8 +241,19 @@ Test(stress, writer_threads, .timeout = 240)
 		args[i] = (writer_arg){ &s, i };
 		cr_assert_eq(pthread_create(&th[i], NULL, writer, &args[i]), 0);
 	}
+	if (bg)
+		cr_assert_eq(pthread_create(&rth, NULL, reader, &ra), 0);
 	for (int i = 0; i < NWRITERS; i++)
 		pthread_join(th[i], NULL);
+	atomic_store(&ra.done, 1);
+	if (bg) {
+		pthread_join(rth, NULL);
+		cr_assert_eq(ah_merge_wait(s.h, &st), 0);
+		cr_log_info("%s: %" PRIu64 " reads, %" PRIu64 " slices installed, "
+		            "%" PRIu64 " discarded", tag, ra.reads, st.installed,
+		            st.discarded);
+		cr_assert_gt(st.installed, 0);
+	}
 	cr_assert_eq(atomic_load(&s.failed), 0, "%s", s.msg);
 	for (int i = 0; i < NWRITERS; i++) {
 		char name[16];
@@ -197,4 +271,17 @@ Test(stress, writer_threads, .timeout = 240)
 	cr_assert_eq(ah_close(s.h), 0);
 	pthread_mutex_destroy(&s.mu);
 	tl_rmdir(&d);
+}
+
+Test(stress, writer_threads, .timeout = 240)
+{
+	run_writers(0, "writers");
+}
+
+/* The same with the merge thread (AH_OPEN_BGMERGE) and a reader thread:
+ * writers, their inline ah_maintain, readers and the merge thread race on
+ * the same arrangements (also run by `make tsan`). */
+Test(stress, writer_threads_with_merge_thread, .timeout = 240)
+{
+	run_writers(AH_OPEN_BGMERGE, "writersbg");
 }

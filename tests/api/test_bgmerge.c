@@ -1,0 +1,294 @@
+/*
+ * tests/api/test_bgmerge.c - the merge thread (AH_OPEN_BGMERGE), from
+ * outside: a heap merged by it answers exactly as a twin heap merged
+ * inline after every commit, also while the user drops and recreates the
+ * arrangement, moves since and runs ah_maintain during background merges
+ * (the thread must discard what it computed from a merge that changed);
+ * ah_close while the thread computes leaves a heap that verifies and
+ * holds everything committed; ah_merge_wait's errors.  Twins are driven
+ * by the same seeded operations; hashes are of the logical contents
+ * (tl_state_hash shape 0), and of the shape once both are fully merged.
+ */
+#include <criterion/criterion.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tl_dir.h"
+#include "tl_heap.h"
+#include "tl_rand.h"
+#include "tl_run.h"
+
+#define OK(expr)                                                               \
+	do {                                                                   \
+		int ok_rc_ = (expr);                                           \
+		cr_assert_eq(ok_rc_, 0, "%s: %s", #expr, ah_err_name(ok_rc_)); \
+	} while (0)
+
+typedef struct twin {
+	ah_heap *h[2];   /* 0: inline, 1: merge thread */
+	uint64_t upper;
+	uint64_t since;
+} twin;
+
+static void twin_open(twin *w, const char *dir, uint64_t quantum)
+{
+	memset(w, 0, sizeof *w);
+	w->h[0] = tl_open(dir, "inline", AH_OPEN_NOSYNC, quantum);
+	w->h[1] = tl_open(dir, "bg", AH_OPEN_NOSYNC | AH_OPEN_BGMERGE, quantum);
+}
+
+/* n random updates at time upper: keys below kspace, some retractions. */
+static void fill(uint64_t *s, ah_update *u, uint64_t *keys, size_t n,
+                 uint64_t kspace, uint64_t time)
+{
+	for (size_t i = 0; i < n; i++) {
+		keys[i] = tl_below(s, kspace);
+		u[i] = (ah_update){ &keys[i], 8, "val", 1 + (keys[i] & 1), time,
+		                    tl_below(s, 5) ? 1 : -1 };
+	}
+}
+
+/* One seeded operation on both heaps, one commit each. */
+static void twin_op(twin *w, uint64_t *s, uint64_t op, ah_update *u,
+                    uint64_t *keys, size_t n)
+{
+	uint64_t kind = tl_below(s, 10), m = op + 1;
+	uint64_t fuel = 1 + tl_below(s, 5000);
+	size_t k = 1 + tl_below(s, n);
+
+	fill(s, u, keys, k, 4 * n, w->upper);
+	for (int i = 0; i < 2; i++) {
+		ah_txn *t;
+
+		OK(ah_txn_begin(w->h[i], 0, &t));
+		if (op == 0 || kind == 9) {
+			if (op != 0)
+				OK(ah_arrangement_drop(t, "a"));
+			OK(ah_arrangement_create(t, "a"));
+		}
+		uint64_t up = op == 0 || kind == 9 ? 0 : w->upper;
+		if (kind == 8)
+			OK(ah_maintain(t, "a", fuel, NULL));
+		else if (kind == 7 && up > 0)
+			OK(ah_set_since(t, "a", up - 1));
+		for (size_t j = 0; j < k; j++)
+			u[j].time = up;
+		OK(ah_append(t, "a", up, up + 1, u, k));
+		OK(ah_source_put(t, "model", &m, sizeof m));
+		OK(ah_txn_commit(t));
+	}
+	w->upper = (op == 0 || kind == 9) ? 1 : w->upper + 1;
+}
+
+static void twin_same(twin *w, int shape, uint64_t op)
+{
+	uint64_t ha, hb, na, nb, ma, mb;
+
+	tl_content(w->h[0], "a", &ha, &na, &ma);
+	tl_content(w->h[1], "a", &hb, &nb, &mb);
+	cr_assert_eq(ma, mb);
+	cr_assert_eq(na, nb, "op %" PRIu64 ": %" PRIu64 " vs %" PRIu64
+	             " updates", op, na, nb);
+	cr_assert_eq(ha, hb, "op %" PRIu64 ": contents differ", op);
+	if (shape) {
+		tl_state a, b;
+
+		OK(tl_state_hash(w->h[0], 1, &a));
+		OK(tl_state_hash(w->h[1], 1, &b));
+		cr_assert_eq(a.hash, b.hash, "shapes differ once merged");
+	}
+}
+
+static void run_twins(const char *test, uint64_t seed, uint64_t ops,
+                      size_t n, uint64_t quantum)
+{
+	tl_dir d = tl_tmpdir("bgmerge");
+	uint64_t s = tl_seed(test, seed);
+	ah_update *u = calloc(n, sizeof *u);
+	uint64_t *keys = calloc(n, sizeof *keys);
+	ah_merge_stats st;
+	ah_arrangement_info in;
+	twin w;
+	ah_txn *t;
+
+	cr_assert(u && keys);
+	twin_open(&w, d.dir, quantum);
+	for (uint64_t op = 0; op < ops; op++) {
+		twin_op(&w, &s, op, u, keys, n);
+		twin_same(&w, 0, op);
+	}
+	OK(ah_merge_wait(w.h[1], &st));
+	cr_log_info("%s: %" PRIu64 " slices installed, %" PRIu64 " discarded",
+	            test, st.installed, st.discarded);
+	cr_assert_gt(st.installed, 0, "the merge thread did nothing");
+	cr_assert_eq(st.errors, 0);
+	OK(ah_txn_begin(w.h[1], AH_TXN_RDONLY, &t));
+	OK(ah_arrangement_info_get(t, "a", &in));
+	ah_txn_abort(t);
+	cr_assert_eq(in.merging, 0, "merges left after ah_merge_wait");
+	for (int i = 0; i < 2; i++) {
+		OK(tl_verify(w.h[i], NULL));
+		OK(ah_txn_begin(w.h[i], 0, &t));
+		OK(ah_maintain(t, "a", 0, NULL));
+		OK(ah_txn_commit(t));
+	}
+	twin_same(&w, 1, ops);
+	OK(ah_close(w.h[0]));
+	OK(ah_close(w.h[1]));
+	free(u);
+	free(keys);
+	tl_rmdir(&d);
+}
+
+Test(bgmerge, same_answers_as_inline, .timeout = 300)
+{
+	run_twins("bgmerge/same_answers_as_inline", 1301, 120, 3000, 1024);
+}
+
+Test(bgmerge, same_answers_default_quantum, .timeout = 300)
+{
+	run_twins("bgmerge/same_answers_default_quantum", 1302, 40, 60000, 0);
+}
+
+/* Two appends of n updates at times 0 and 1 (a merge of 2n starts). */
+static void two_appends(ah_heap *h, uint64_t seed, size_t n)
+{
+	ah_update *u = calloc(n, sizeof *u);
+	uint64_t *keys = calloc(n, sizeof *keys), s = seed;
+
+	cr_assert(u && keys);
+	for (uint64_t c = 0; c < 2; c++) {
+		ah_txn *t;
+
+		fill(&s, u, keys, n, 4 * n, c);
+		OK(ah_txn_begin(h, 0, &t));
+		if (c == 0)
+			OK(ah_arrangement_create(t, "a"));
+		OK(ah_append(t, "a", c, c + 1, u, n));
+		OK(ah_source_put(t, "model", &(uint64_t){ c + 1 }, 8));
+		OK(ah_txn_commit(t));
+	}
+	free(u);
+	free(keys);
+}
+
+Test(bgmerge, close_while_computing, .timeout = 300)
+{
+	tl_dir d = tl_tmpdir("bgclose");
+	uint64_t want, got, n, m, interrupted = 0;
+	ah_merge_stats st;
+	ah_heap *h = tl_open(d.dir, "model", AH_OPEN_NOSYNC, 0);
+
+	tl_seed("bgmerge/close_while_computing", 1303);
+	two_appends(h, 1303, 200000);
+	tl_content(h, "a", &want, &n, &m);
+	OK(ah_close(h));
+	for (uint64_t r = 0; r < 8; r++) {
+		ah_arrangement_info in;
+		ah_txn *t;
+
+		tl_rmdir(&d);
+		d = tl_tmpdir("bgclose");
+		h = tl_open_path(d.path, AH_OPEN_NOSYNC | AH_OPEN_BGMERGE, 0);
+		two_appends(h, 1303, 200000);
+		usleep((useconds_t)(r * r * 2000));
+		OK(ah_close(h)); /* the thread is stopped mid-slice */
+		h = tl_open_path(d.path, AH_OPEN_NOSYNC, 0);
+		OK(tl_verify(h, NULL));
+		tl_content(h, "a", &got, &n, &m);
+		cr_assert_eq(got, want, "round %" PRIu64, r);
+		OK(ah_txn_begin(h, AH_TXN_RDONLY, &t));
+		OK(ah_arrangement_info_get(t, "a", &in));
+		ah_txn_abort(t);
+		interrupted += in.merging;
+		OK(ah_close(h));
+		/* the next commit of a merge thread resumes it to the end */
+		h = tl_open_path(d.path, AH_OPEN_NOSYNC | AH_OPEN_BGMERGE, 0);
+		OK(ah_txn_begin(h, 0, &t));
+		OK(ah_advance(t, "a", 2, 3));
+		OK(ah_maintain(t, "a", 1, NULL));
+		OK(ah_txn_commit(t));
+		OK(ah_merge_wait(h, &st));
+		OK(ah_txn_begin(h, AH_TXN_RDONLY, &t));
+		OK(ah_arrangement_info_get(t, "a", &in));
+		ah_txn_abort(t);
+		cr_assert_eq(in.merging, 0, "round %" PRIu64, r);
+		cr_assert_eq(in.batches, 1);
+		OK(tl_verify(h, NULL));
+		tl_content(h, "a", &got, &n, &m);
+		cr_assert_eq(got, want, "round %" PRIu64 " after the resume", r);
+		OK(ah_close(h));
+	}
+	cr_log_info("bgmerge/close_while_computing: %" PRIu64 " of 8 closes "
+	            "left the merge in progress", interrupted);
+	cr_assert_gt(interrupted, 0, "no close met a merge in progress");
+	tl_rmdir(&d);
+}
+
+Test(bgmerge, wait_errors_and_read_only, .timeout = 60)
+{
+	tl_dir d = tl_tmpdir("bgwait");
+	ah_merge_stats st;
+	ah_heap *h = tl_open_path(d.path, AH_OPEN_BGMERGE, 0);
+	ah_open_opts o = tl_opts(AH_OPEN_RDONLY | AH_OPEN_BGMERGE, 0, 0);
+	ah_heap *ro;
+	ah_txn *t;
+
+	cr_assert_eq(ah_merge_wait(NULL, &st), AH_EINVAL);
+	OK(ah_merge_wait(h, &st)); /* nothing started yet */
+	cr_assert_eq(st.installed + st.discarded + st.errors, 0);
+	OK(ah_txn_begin(h, 0, &t));
+	/* the thread could never install while this thread holds the lock */
+	cr_assert_eq(ah_merge_wait(h, &st), AH_ESTATE);
+	OK(ah_arrangement_create(t, "a"));
+	OK(ah_txn_commit(t));
+	OK(ah_close(h));
+	/* read-only: the flag is accepted and starts nothing */
+	OK(ah_open(d.path, &o, &ro));
+	OK(ah_merge_wait(ro, &st));
+	cr_assert_eq(st.installed + st.discarded + st.errors, 0);
+	OK(ah_close(ro));
+	tl_rmdir(&d);
+}
+
+/* A forked child of a process with a merge thread has no thread: every
+ * call fails with AH_EFORK before touching it, and the parent's thread
+ * goes on merging. */
+Test(bgmerge, fork_child_gets_efork, .timeout = 120)
+{
+	tl_dir d = tl_tmpdir("bgfork");
+	ah_heap *h = tl_open_path(d.path, AH_OPEN_NOSYNC | AH_OPEN_BGMERGE, 0);
+	ah_merge_stats st;
+	ah_arrangement_info in;
+	ah_txn *t;
+	int status;
+	pid_t pid;
+
+	two_appends(h, 1304, 100000); /* the thread is merging */
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		ah_txn *ct;
+		int ok = ah_merge_wait(h, NULL) == AH_EFORK &&
+		         ah_txn_begin(h, 0, &ct) == AH_EFORK &&
+		         ah_set_max_bytes(h, 1u << 30) == AH_EFORK &&
+		         ah_close(h) == AH_EFORK;
+		_exit(ok ? 0 : 1);
+	}
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	          "the child's calls were not all AH_EFORK");
+	OK(ah_merge_wait(h, &st));
+	cr_assert_gt(st.installed, 0);
+	OK(ah_txn_begin(h, AH_TXN_RDONLY, &t));
+	OK(ah_arrangement_info_get(t, "a", &in));
+	ah_txn_abort(t);
+	cr_assert_eq(in.merging, 0);
+	cr_assert_eq(in.batches, 1);
+	OK(tl_verify(h, NULL));
+	OK(ah_close(h));
+	tl_rmdir(&d);
+}
