@@ -269,34 +269,6 @@ static int scan_sums(at_env *e, uint64_t id)
  * every offset they use: an out-of-bounds key offset, key_vals entry, val
  * offset or val_upds entry in a checksummed chunk is AH_ECORRUPT for a scan
  * that steps and sums in place, never a read out of bounds. */
-Test(batch_check, walk_offsets_resealed_are_corrupt)
-{
-	/* header word of the column, entry */
-	static const struct { uint32_t col, entry; } cases[] = {
-		{ 24, 2 }, /* key_offs: key 2's start */
-		{ 32, 2 }, /* key_vals: key 1's end, key 2's start */
-		{ 36, 4 }, /* val_offs: val 4's start */
-		{ 44, 4 }, /* val_upds: val 3's end, val 4's start */
-	};
-	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-		at_env e;
-		uint8_t *body;
-		size_t used;
-		uint64_t cid;
-		uint32_t off, bad = 0x7ffffff0;
-		at_open(&e);
-		uint64_t id = write10(&e, &body, &used, &cid);
-		cr_assert_eq(scan_sums(&e, id), 0, "case %zu: clean", i);
-		memcpy(&off, body + cases[i].col, 4);
-		memcpy(body + off + 4 * cases[i].entry, &bad, 4);
-		cr_assert_eq(heap_chunk_seal(e.t, cid, body, used), 0);
-		at_commit(&e, true);
-		cr_assert_eq(scan_sums(&e, id), AH_ECORRUPT, "case %zu", i);
-		cr_assert_eq(scan(&e, id), AH_ECORRUPT, "case %zu", i);
-		at_close(&e);
-	}
-}
-
 /* A merge of batch id with a clean copy of it: 0, or the first error. */
 static int merge_sums(at_env *e, uint64_t id)
 {
@@ -317,12 +289,14 @@ static int merge_sums(at_env *e, uint64_t id)
 	return rc;
 }
 
-/* The merge's inline steps and its inline read of a val's pairs check
- * every offset as the accessors do. */
-Test(batch_check, merge_of_resealed_offsets_is_corrupt)
+Test(batch_check, walk_offsets_resealed_are_corrupt)
 {
+	/* header word of the column, entry */
 	static const struct { uint32_t col, entry; } cases[] = {
-		{ 24, 2 }, { 32, 2 }, { 36, 4 }, { 44, 4 },
+		{ 24, 2 }, /* key_offs: key 2's start */
+		{ 32, 2 }, /* key_vals: key 1's end, key 2's start */
+		{ 36, 4 }, /* val_offs: val 4's start */
+		{ 44, 4 }, /* val_upds: val 3's end, val 4's start */
 		{ 44, 2 }, /* val_upds: val 1's end, val 2's start */
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -333,12 +307,16 @@ Test(batch_check, merge_of_resealed_offsets_is_corrupt)
 		uint32_t off, bad = 0x7ffffff0;
 		at_open(&e);
 		uint64_t id = write10(&e, &body, &used, &cid);
-		cr_assert_eq(merge_sums(&e, id), 0, "case %zu: clean", i);
+		cr_assert_eq(scan_sums(&e, id), 0, "case %zu: clean", i);
+		cr_assert_eq(merge_sums(&e, id), 0, "case %zu: clean merge", i);
 		memcpy(&off, body + cases[i].col, 4);
 		memcpy(body + off + 4 * cases[i].entry, &bad, 4);
 		cr_assert_eq(heap_chunk_seal(e.t, cid, body, used), 0);
 		at_commit(&e, false);
-		cr_assert_eq(merge_sums(&e, id), AH_ECORRUPT, "case %zu", i);
+		cr_assert_eq(scan_sums(&e, id), AH_ECORRUPT, "case %zu", i);
+		cr_assert_eq(scan(&e, id), AH_ECORRUPT, "case %zu", i);
+		/* the merge's inline steps and inline read of a val's pairs */
+		cr_assert_eq(merge_sums(&e, id), AH_ECORRUPT, "case %zu: merge", i);
 		at_close(&e);
 	}
 }
