@@ -194,7 +194,8 @@ int ah_sync(ah_heap *heap);
 /* Raises or lowers the heap's size limit in bytes (0 = bounded by disk).
  * Only with no transaction open in this process (with AH_OPEN_BGMERGE it
  * first waits for a slice of the merge thread in flight, and holds the
- * thread meanwhile).  Errors: AH_ESTATE (a txn is open), AH_EINVAL (max_bytes below the data already held: the pages in
+ * thread meanwhile).  Errors: AH_ESTATE (a txn is open), AH_EINVAL
+ * (max_bytes below the data already held: the pages in
  * use, ah_heap_stat's pages_used * page_size; nothing changes), AH_EIO,
  * AH_EFORK.  A limit under 1 MiB is accepted as 1 MiB (the map's minimum:
  * map_bytes reports it).  Source: mdb_env_set_mapsize. */
@@ -808,7 +809,8 @@ typedef struct ah_page_stats {
  * snapshot's and is no later commit's (a damaged txnid: LMDB then reads an
  * older commit's tree) is not AH_EBUSY but a problem naming the meta page
  * and both txnids; the check goes on over the tree LMDB reads
- * (ARCHITECTURE.md §4 says which txnid flips stay invisible).  Source: LMDB mdb_audit, mdb_page_search, mdb_node_search. */
+ * (ARCHITECTURE.md §4 says which txnid flips stay invisible).  Source:
+ * LMDB mdb_audit, mdb_page_search, mdb_node_search. */
 int ah_verify_pages(ah_txn *txn, ah_problem_fn fn, void *user,
                     ah_page_stats *st);
 
