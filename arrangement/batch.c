@@ -379,6 +379,49 @@ bool batch_may_hold(const batch *b, uint64_t h)
 	return !b->filter || filter_may_hold(b->filter, b->filter_blocks, h);
 }
 
+int batch_probe(heap_txn *t, const batch *b, uint64_t h, bool *may)
+{
+	heap_chunk_view v;
+	int rc;
+
+	*may = true;
+	if (b->filter) {
+		*may = filter_may_hold(b->filter, b->filter_blocks, h);
+		return 0;
+	}
+	if (!b->filter_chunk || !b->filter_blocks || !heap_txn_rdonly(t))
+		return 0;
+	/* A filter larger than the largest regular class is a jumbo chunk,
+	 * which has no page sums and is checked whole at every open: probing
+	 * it would hash all of it per query, loading it would at a restart.
+	 * Its batch is visited (the filter is still written and verified,
+	 * B6); splitting such filters over regular chunks is left to do. */
+	if (BFILT_CHUNK_HDR + FILTER_BLOCK * b->filter_blocks >
+	    heap_chunk_max_body(heap_txn_heap(t)))
+		return 0;
+	/* Page by page: page 0 (the header) is checked at open, the probed
+	 * block's page by its own sum when touched; the whole filter's
+	 * checksum is verify's (B6).  A restart reads one page per batch,
+	 * not the filter. */
+	rc = heap_chunk_open(t, b->filter_chunk, HEAP_CHUNK_PAGES, &v);
+	if (rc == AH_ENOTFOUND)
+		return CORRUPT("a batch record names a filter chunk that is not there");
+	if (rc)
+		return rc;
+	if (b->filter_blocks > (SIZE_MAX - BFILT_CHUNK_HDR) / FILTER_BLOCK ||
+	    v.body_used != BFILT_CHUNK_HDR + FILTER_BLOCK * b->filter_blocks ||
+	    memcmp(v.body, BFILT_MAGIC, 4) || get_u32(v.body + 4) ||
+	    get_u64(v.body + 8) != b->filter_blocks)
+		return CORRUPT("batch key filter chunk");
+	const uint8_t *base = v.body + BFILT_CHUNK_HDR;
+	uint64_t blk = filter_block_of(b->filter_blocks, h);
+	if ((rc = heap_chunk_touch(&v, base + FILTER_BLOCK * blk, FILTER_BLOCK)))
+		return rc;
+	*may = filter_may_hold((const uint64_t *)(const void *)base,
+	                       b->filter_blocks, h);
+	return 0;
+}
+
 int batch_load_listed(heap_txn *t, uint64_t id, batch **out)
 {
 	int rc = batch_load(t, id, out);

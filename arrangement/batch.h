@@ -121,6 +121,11 @@ int batch_filter_load(heap_txn *t, batch *b);
 /* Whether b can hold the key of hash h (filter_hash): true when b has no
  * checked filter. */
 bool batch_may_hold(const batch *b, uint64_t h);
+/* batch_may_hold, also for a filter kept in its chunk and not loaded (a
+ * large one): in a read-only txn the probed block is read page by page,
+ * each page checked by its sum (*may true without a filter, or in a write
+ * txn).  Errors: AH_ECORRUPT, heap_chunk_open's. */
+int batch_probe(heap_txn *t, const batch *b, uint64_t h, bool *may);
 /* batch_load of an id that a spine or a merge lists: a missing record is
  * AH_ECORRUPT (its key was damaged or it was lost), never "not found". */
 int batch_load_listed(heap_txn *t, uint64_t id, batch **out);

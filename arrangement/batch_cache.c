@@ -229,12 +229,16 @@ int batch_load_cached(heap_txn *t, uint64_t id, batch **out)
 	if ((rc = decode_own(id, rec, len, &b)))
 		return rc;
 	bc_ent *e = calloc(1, sizeof *e);
+	/* A filter in a chunk of its own stays there (batch_probe reads the
+	 * probed block page by page): loading it whole would read and hash
+	 * all of it at a restart's first query. */
+	bool load = !b->filter_chunk;
 	size_t bytes = sizeof *b + sizeof *e + len +
-	               FILTER_BLOCK * b->filter_blocks +
+	               (load ? FILTER_BLOCK * b->filter_blocks : 0) +
 	               b->nchunks * (sizeof(uint64_t) + sizeof(void *) + sizeof(size_t));
 	/* Too large to keep: decoded per cursor, without its filter (read
 	 * and checked per query it would cost more than it saves). */
-	if (e && bytes <= BC_MAX_ENTRY && (rc = batch_filter_load(t, b))) {
+	if (e && bytes <= BC_MAX_ENTRY && load && (rc = batch_filter_load(t, b))) {
 		free(e);
 		batch_free(b);
 		return rc;

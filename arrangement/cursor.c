@@ -147,11 +147,17 @@ static int defer_excluded(trace_cursor *c, batch *const *batches, size_t n,
 {
 	uint64_t h = filter_hash(at, atlen);
 
-	for (size_t i = 0; i < n; i++)
-		if (!batch_may_hold(batches[i], h)) {
+	for (size_t i = 0; i < n; i++) {
+		bool may;
+		int rc = batch_probe(c->t, batches[i], h, &may);
+
+		if (rc)
+			return rc;
+		if (!may) {
 			c->deferred[i] = true;
 			c->ndeferred++;
 		}
+	}
 	if (!c->ndeferred)
 		return 0;
 	if (!(c->at = malloc(atlen ? atlen : 1)))
