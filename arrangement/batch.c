@@ -324,21 +324,33 @@ int batch_decode(uint64_t id, const uint8_t *rec, size_t len, batch **out)
 	return record_decode(id, rec, len, false, out);
 }
 
-/* The filter chunk's blocks, checked whole (their checksums). */
-static int filter_chunk_blocks(heap_txn *t, const batch *b, const uint8_t **p)
+/* Opens b's filter chunk (how: whole, or page by page) and checks its
+ * header against the record. */
+static int filter_chunk_open(heap_txn *t, const batch *b,
+                             enum heap_chunk_how how, heap_chunk_view *v)
 {
-	heap_chunk_view v;
-	int rc = heap_chunk_open(t, b->filter_chunk, HEAP_CHUNK_WHOLE, &v);
+	int rc = heap_chunk_open(t, b->filter_chunk, how, v);
 
 	if (rc == AH_ENOTFOUND)
 		return CORRUPT("a batch record names a filter chunk that is not there");
 	if (rc)
 		return rc;
 	if (b->filter_blocks > (SIZE_MAX - BFILT_CHUNK_HDR) / FILTER_BLOCK ||
-	    v.body_used != BFILT_CHUNK_HDR + FILTER_BLOCK * b->filter_blocks ||
-	    memcmp(v.body, BFILT_MAGIC, 4) || get_u32(v.body + 4) ||
-	    get_u64(v.body + 8) != b->filter_blocks)
+	    v->body_used != BFILT_CHUNK_HDR + FILTER_BLOCK * b->filter_blocks ||
+	    memcmp(v->body, BFILT_MAGIC, 4) || get_u32(v->body + 4) ||
+	    get_u64(v->body + 8) != b->filter_blocks)
 		return CORRUPT("batch key filter chunk");
+	return 0;
+}
+
+/* The filter chunk's blocks, checked whole (their checksums). */
+static int filter_chunk_blocks(heap_txn *t, const batch *b, const uint8_t **p)
+{
+	heap_chunk_view v;
+	int rc = filter_chunk_open(t, b, HEAP_CHUNK_WHOLE, &v);
+
+	if (rc)
+		return rc;
 	*p = v.body + BFILT_CHUNK_HDR;
 	return 0;
 }
@@ -403,16 +415,8 @@ int batch_probe(heap_txn *t, const batch *b, uint64_t h, bool *may)
 	 * block's page by its own sum when touched; the whole filter's
 	 * checksum is verify's (B6).  A restart reads one page per batch,
 	 * not the filter. */
-	rc = heap_chunk_open(t, b->filter_chunk, HEAP_CHUNK_PAGES, &v);
-	if (rc == AH_ENOTFOUND)
-		return CORRUPT("a batch record names a filter chunk that is not there");
-	if (rc)
+	if ((rc = filter_chunk_open(t, b, HEAP_CHUNK_PAGES, &v)))
 		return rc;
-	if (b->filter_blocks > (SIZE_MAX - BFILT_CHUNK_HDR) / FILTER_BLOCK ||
-	    v.body_used != BFILT_CHUNK_HDR + FILTER_BLOCK * b->filter_blocks ||
-	    memcmp(v.body, BFILT_MAGIC, 4) || get_u32(v.body + 4) ||
-	    get_u64(v.body + 8) != b->filter_blocks)
-		return CORRUPT("batch key filter chunk");
 	const uint8_t *base = v.body + BFILT_CHUNK_HDR;
 	uint64_t blk = filter_block_of(b->filter_blocks, h);
 	if ((rc = heap_chunk_touch(&v, base + FILTER_BLOCK * blk, FILTER_BLOCK)))
