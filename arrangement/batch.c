@@ -20,11 +20,36 @@
 
 /* ----------------------------------------------------------- chunk view */
 
+/* Bytes of a times or diffs column of n updates with nd dictionary entries
+ * (0: full). */
+static uint64_t col_need(uint32_t nd, uint64_t n)
+{
+	return nd == 0 ? 8 * n : 8 * (uint64_t)nd + (nd > 1 ? n : 0);
+}
+
+/* Sets column k at off of a version-2 chunk from its dictionary size nd,
+ * checked against the column's room. */
+static bool col_open(bcol *k, const uint8_t *b, uint32_t off, uint32_t room,
+                     uint32_t nd, uint32_t n)
+{
+	if (nd > BCHUNK_DICT_MAX || col_need(nd, n) > room)
+		return false;
+	memset(k, 0, sizeof *k);
+	k->nd = nd;
+	if (nd == 0)
+		k->full = (const uint64_t *)(b + off);
+	else {
+		k->dict = (const uint64_t *)(b + off);
+		k->idx = nd > 1 ? b + off + 8 * (size_t)nd : NULL;
+	}
+	return true;
+}
+
 /* The header checks on a view whose page 0 (the header) is checked. */
 static int open_view(bchunk *c, const uint8_t *b, size_t body_used)
 {
 	int rc;
-	uint32_t off[9];
+	uint32_t off[9], hdr = BCHUNK_HDR, ok = BCHUNK_KEY_CONT | BCHUNK_VAL_CONT;
 	uint64_t nk, nv, nu;
 
 	if (!b || body_used < BCHUNK_HDR || ((uintptr_t)b & 7u))
@@ -35,11 +60,20 @@ static int open_view(bchunk *c, const uint8_t *b, size_t body_used)
 		return CORRUPT("batch chunk header");
 	uint16_t ver;
 	memcpy(&ver, b + 4, 2);
-	if (ver != BCHUNK_VERSION || b[7] != 8)
+	if ((ver != BCHUNK_VERSION && ver != BCHUNK_VERSION_COLS) || b[7] != 8)
 		return CORRUPT("batch chunk header");
+	if (ver == BCHUNK_VERSION_COLS) {
+		hdr = BCHUNK_HDR_COLS;
+		ok |= BCHUNK_KEY_FIXED | BCHUNK_VAL_FIXED | BCHUNK_KV_ONE |
+		      BCHUNK_VU_ONE;
+		if (body_used < hdr ||
+		    (rc = heap_chunk_touch(&c->hv, b + BCHUNK_HDR, hdr - BCHUNK_HDR)))
+			return rc ? rc : CORRUPT("batch chunk header");
+	}
+	c->version = ver;
 	c->body = b;
 	c->flags = b[6];
-	if (c->flags & ~(BCHUNK_KEY_CONT | BCHUNK_VAL_CONT))
+	if (c->flags & ~ok)
 		return CORRUPT("batch chunk header");
 	if ((c->flags & BCHUNK_VAL_CONT) && !(c->flags & BCHUNK_KEY_CONT))
 		return CORRUPT("batch chunk header");
@@ -55,36 +89,51 @@ static int open_view(bchunk *c, const uint8_t *b, size_t body_used)
 	for (int i = 0; i < 8; i++)
 		if ((off[i] & 7u) || off[i] > off[i + 1])
 			return CORRUPT("batch chunk header");
-	if (off[0] != BCHUNK_HDR)
+	if (off[0] != hdr)
 		return CORRUPT("batch chunk header");
-	/* Each fixed-width column must fit before the next column starts. */
-	if (4 * (nk + 1) > (uint64_t)off[1] - off[0] ||
-	    4 * (nk + 1) > (uint64_t)off[3] - off[2] ||
-	    4 * (nv + 1) > (uint64_t)off[4] - off[3] ||
-	    4 * (nv + 1) > (uint64_t)off[6] - off[5] ||
-	    8 * nu > (uint64_t)off[7] - off[6] ||
-	    8 * nu > (uint64_t)off[8] - off[7])
+	uint32_t f = c->flags, tnd = 0, dnd = 0;
+	c->kw = c->vw = 0;
+	if (ver == BCHUNK_VERSION_COLS) {
+		c->kw = get_u32(b + 56);
+		c->vw = get_u32(b + 60);
+		tnd = get_u16(b + 64);
+		dnd = get_u16(b + 66);
+		if ((!(f & BCHUNK_KEY_FIXED) && c->kw) ||
+		    (!(f & BCHUNK_VAL_FIXED) && c->vw) || get_u32(b + 68) ||
+		    ((f & BCHUNK_KV_ONE) && nv != nk) ||
+		    ((f & BCHUNK_VU_ONE) && nu != nv))
+			return CORRUPT("batch chunk header");
+	}
+	/* Each column must fit before the next column starts. */
+	uint64_t kcol = (f & BCHUNK_KEY_FIXED) ? 0 : 4 * (nk + 1);
+	uint64_t kvcol = (f & BCHUNK_KV_ONE) ? 0 : 4 * (nk + 1);
+	uint64_t vcol = (f & BCHUNK_VAL_FIXED) ? 0 : 4 * (nv + 1);
+	uint64_t vucol = (f & BCHUNK_VU_ONE) ? 0 : 4 * (nv + 1);
+	if (kcol > (uint64_t)off[1] - off[0] ||
+	    ((f & BCHUNK_KEY_FIXED) && nk * c->kw > (uint64_t)off[2] - off[1]) ||
+	    kvcol > (uint64_t)off[3] - off[2] ||
+	    vcol > (uint64_t)off[4] - off[3] ||
+	    ((f & BCHUNK_VAL_FIXED) && nv * c->vw > (uint64_t)off[5] - off[4]) ||
+	    vucol > (uint64_t)off[6] - off[5] ||
+	    !col_open(&c->tm, b, off[6], off[7] - off[6], tnd, (uint32_t)nu) ||
+	    !col_open(&c->df, b, off[7], off[8] - off[7], dnd, (uint32_t)nu))
 		return CORRUPT("batch chunk header");
-	c->ko = (const uint32_t *)(b + off[0]);
+	c->ko = kcol ? (const uint32_t *)(b + off[0]) : NULL;
 	c->kb_lo = off[1];
 	c->kb_hi = off[2];
-	c->kv = (const uint32_t *)(b + off[2]);
-	c->vo = (const uint32_t *)(b + off[3]);
+	c->kv = kvcol ? (const uint32_t *)(b + off[2]) : NULL;
+	c->vo = vcol ? (const uint32_t *)(b + off[3]) : NULL;
 	c->vb_lo = off[4];
 	c->vb_hi = off[5];
-	c->vu = (const uint32_t *)(b + off[5]);
-	c->times = (const uint64_t *)(b + off[6]);
-	c->diffs = (const int64_t *)(b + off[7]);
-	if ((rc = heap_chunk_touch(&c->hv, &c->kv[0], 4)) != 0)
+	c->vu = vucol ? (const uint32_t *)(b + off[5]) : NULL;
+	if (c->kv && ((rc = heap_chunk_touch(&c->hv, &c->kv[0], 4)) ||
+	              (rc = heap_chunk_touch(&c->hv, &c->kv[nk], 4))))
 		return rc;
-	if ((rc = heap_chunk_touch(&c->hv, &c->kv[nk], 4)) != 0)
+	if (c->vu && ((rc = heap_chunk_touch(&c->hv, &c->vu[0], 4)) ||
+	              (rc = heap_chunk_touch(&c->hv, &c->vu[nv], 4))))
 		return rc;
-	if ((rc = heap_chunk_touch(&c->hv, &c->vu[0], 4)) != 0)
-		return rc;
-	if ((rc = heap_chunk_touch(&c->hv, &c->vu[nv], 4)) != 0)
-		return rc;
-	if (c->kv[0] != 0 || c->kv[nk] != nv || c->vu[0] != 0 ||
-	    c->vu[nv] != nu)
+	if ((c->kv && (c->kv[0] != 0 || c->kv[nk] != nv)) ||
+	    (c->vu && (c->vu[0] != 0 || c->vu[nv] != nu)))
 		return CORRUPT("batch chunk header");
 	return 0;
 }
@@ -96,22 +145,28 @@ int bchunk_open(const void *body, size_t body_used, bchunk *c)
 	return open_view(c, body, body_used);
 }
 
+/* Field i (< n) of a byte column whose offsets are o (NULL: fixed, w
+ * bytes each), touched. */
+static int field_get(bchunk *c, const uint32_t *o, uint32_t w, uint32_t i,
+                     uint32_t lo, uint32_t hi, const uint8_t **p, size_t *len)
+{
+	int rc;
+
+	if (o && (rc = heap_chunk_touch(&c->hv, &o[i], 8)) != 0)
+		return rc;
+	if (!bchunk_field(c, o, w, i, lo, hi, p, len))
+		return AH_ECORRUPT;
+	return heap_chunk_touch(&c->hv, *p, *len);
+}
+
 int bchunk_key(bchunk *c, uint32_t i, const uint8_t **p, size_t *len)
 {
 	int rc;
 
 	if (i >= c->nkeys)
 		return CORRUPT("batch chunk key offsets");
-	if ((rc = heap_chunk_touch(&c->hv, &c->ko[i], 8)) != 0)
-		return rc;
-	uint32_t lo = c->ko[i], hi = c->ko[i + 1];
-	if (lo < c->kb_lo || lo > hi || hi > c->kb_hi)
-		return CORRUPT("batch chunk key offsets");
-	if ((rc = heap_chunk_touch(&c->hv, c->body + lo, hi - lo)) != 0)
-		return rc;
-	*p = c->body + lo;
-	*len = hi - lo;
-	return 0;
+	rc = field_get(c, c->ko, c->kw, i, c->kb_lo, c->kb_hi, p, len);
+	return rc == AH_ECORRUPT ? CORRUPT("batch chunk key offsets") : rc;
 }
 
 int bchunk_val(bchunk *c, uint32_t j, const uint8_t **p, size_t *len)
@@ -120,16 +175,8 @@ int bchunk_val(bchunk *c, uint32_t j, const uint8_t **p, size_t *len)
 
 	if (j >= c->nvals)
 		return CORRUPT("batch chunk val offsets");
-	if ((rc = heap_chunk_touch(&c->hv, &c->vo[j], 8)) != 0)
-		return rc;
-	uint32_t lo = c->vo[j], hi = c->vo[j + 1];
-	if (lo < c->vb_lo || lo > hi || hi > c->vb_hi)
-		return CORRUPT("batch chunk val offsets");
-	if ((rc = heap_chunk_touch(&c->hv, c->body + lo, hi - lo)) != 0)
-		return rc;
-	*p = c->body + lo;
-	*len = hi - lo;
-	return 0;
+	rc = field_get(c, c->vo, c->vw, j, c->vb_lo, c->vb_hi, p, len);
+	return rc == AH_ECORRUPT ? CORRUPT("batch chunk val offsets") : rc;
 }
 
 int bchunk_key_vals(bchunk *c, uint32_t i, uint32_t *lo, uint32_t *hi)
@@ -138,10 +185,9 @@ int bchunk_key_vals(bchunk *c, uint32_t i, uint32_t *lo, uint32_t *hi)
 
 	if (i >= c->nkeys)
 		return CORRUPT("batch chunk key_vals");
-	if ((rc = heap_chunk_touch(&c->hv, &c->kv[i], 8)) != 0)
+	if (c->kv && (rc = heap_chunk_touch(&c->hv, &c->kv[i], 8)) != 0)
 		return rc;
-	*lo = c->kv[i];
-	*hi = c->kv[i + 1];
+	bchunk_range(c->kv, i, lo, hi);
 	if (*lo >= *hi || *hi > c->nvals)
 		return CORRUPT("batch chunk key_vals");
 	return 0;
@@ -153,13 +199,24 @@ int bchunk_val_upds(bchunk *c, uint32_t j, uint32_t *lo, uint32_t *hi)
 
 	if (j >= c->nvals)
 		return CORRUPT("batch chunk val_upds");
-	if ((rc = heap_chunk_touch(&c->hv, &c->vu[j], 8)) != 0)
+	if (c->vu && (rc = heap_chunk_touch(&c->hv, &c->vu[j], 8)) != 0)
 		return rc;
-	*lo = c->vu[j];
-	*hi = c->vu[j + 1];
+	bchunk_range(c->vu, j, lo, hi);
 	if (*lo >= *hi || *hi > c->nupds)
 		return CORRUPT("batch chunk val_upds");
 	return 0;
+}
+
+/* Touches updates [lo, hi) of column k. */
+static int col_touch(bchunk *c, const bcol *k, uint32_t lo, uint32_t hi)
+{
+	int rc;
+
+	if (k->full)
+		return heap_chunk_touch(&c->hv, &k->full[lo], 8 * (size_t)(hi - lo));
+	if ((rc = heap_chunk_touch(&c->hv, k->dict, 8 * (size_t)k->nd)) != 0)
+		return rc;
+	return k->idx ? heap_chunk_touch(&c->hv, k->idx + lo, hi - lo) : 0;
 }
 
 int bchunk_touch_upds(bchunk *c, uint32_t lo, uint32_t hi)
@@ -168,11 +225,9 @@ int bchunk_touch_upds(bchunk *c, uint32_t lo, uint32_t hi)
 
 	if (lo > hi || hi > c->nupds)
 		return CORRUPT("batch chunk update range");
-	if ((rc = heap_chunk_touch(&c->hv, &c->times[lo], 8 * (size_t)(hi - lo))) != 0)
+	if ((rc = col_touch(c, &c->tm, lo, hi)) != 0)
 		return rc;
-	if ((rc = heap_chunk_touch(&c->hv, &c->diffs[lo], 8 * (size_t)(hi - lo))) != 0)
-		return rc;
-	return 0;
+	return col_touch(c, &c->df, lo, hi);
 }
 
 int bchunk_get(heap_txn *t, uint64_t id, enum heap_chunk_how how, bchunk *out)
@@ -623,10 +678,13 @@ static const char *check_upds(check_state *s, bchunk *c, uint32_t j,
 	if (bchunk_val_upds(c, j, &lo, &hi))
 		return "bad update range";
 	for (uint32_t u = lo; u < hi; u++) {
-		atime t = c->times[u];
+		atime t;
+		int64_t d;
+		if (!bchunk_upd(c, u, &t, &d))
+			return "dictionary index out of range";
 		if ((u > lo || cont) && !time_lt(s->time, t))
 			return "times out of order";
-		if (c->diffs[u] == 0)
+		if (d == 0)
 			return "zero diff";
 		if (!time_ok(&s->b->desc, t))
 			return "time outside the description";
@@ -688,20 +746,23 @@ static int check_chunk(check_state *s, heap_txn *t, uint32_t ci,
 		                  "checksum mismatch" : "bad chunk header");
 	if (open_view(&c, c.hv.body, c.hv.body_used) || c.used != c.hv.body_used)
 		return check_fail(s, ci, "bad batch chunk header (B4)");
-	if (ci == 0 && c.flags)
+	if (ci == 0 && (c.flags & BCHUNK_CONT))
 		return check_fail(s, ci, "first chunk flagged as continuation");
-	/* B4: offsets monotone and inside their columns */
+	/* B4: offsets monotone and inside their columns (a dropped column
+	 * has nothing to check: its fields are inside by the header check) */
 	for (uint32_t i = 0; i < c.nkeys; i++)
-		if (c.ko[i] > c.ko[i + 1] || c.kv[i] >= c.kv[i + 1])
+		if ((c.ko && c.ko[i] > c.ko[i + 1]) || (c.kv && c.kv[i] >= c.kv[i + 1]))
 			return check_fail(s, ci, "key offsets not monotone (B4)");
 	for (uint32_t j = 0; j < c.nvals; j++)
-		if (c.vo[j] > c.vo[j + 1] || c.vu[j] >= c.vu[j + 1])
+		if ((c.vo && c.vo[j] > c.vo[j + 1]) || (c.vu && c.vu[j] >= c.vu[j + 1]))
 			return check_fail(s, ci, "val offsets not monotone (B4)");
-	if (c.ko[0] != c.kb_lo || c.ko[c.nkeys] > c.kb_hi ||
-	    c.vo[0] != c.vb_lo || c.vo[c.nvals] > c.vb_hi)
+	if ((c.ko && (c.ko[0] != c.kb_lo || c.ko[c.nkeys] > c.kb_hi)) ||
+	    (c.vo && (c.vo[0] != c.vb_lo || c.vo[c.nvals] > c.vb_hi)))
 		return check_fail(s, ci, "byte column bounds (B4)");
-	const uint8_t *k0 = c.body + c.ko[0];
-	if (bytes_cmp(k0, c.ko[1] - c.ko[0], b->fence[ci], b->fence_len[ci]))
+	const uint8_t *k0;
+	size_t k0len;
+	if (bchunk_key(&c, 0, &k0, &k0len) ||
+	    bytes_cmp(k0, k0len, b->fence[ci], b->fence_len[ci]))
 		return check_fail(s, ci, "fence key differs from first key");
 	for (uint32_t i = 0; i < c.nkeys && !e; i++)
 		e = check_key(s, &c, i);

@@ -231,9 +231,12 @@ int bcur_rewind_vals(batch_cursor *c);
 int bcur_time_next(batch_cursor *c, uint64_t *time, int64_t *diff);
 /* The stored (time, diff) pairs of the current (key, val) in the current
  * chunk, checked, times NOT advanced by since: *n pairs at *times and
- * *diffs (into the map, valid while the cursor stays on this val).  0 when
- * these are all of its pairs, 1 when it may go on in the next chunk (walk
- * it with bcur_time_next then), or AH_ECORRUPT. */
+ * *diffs (into the map, or, for a chunk whose times or diffs are a
+ * dictionary, decoded into the cursor: valid while the cursor stays on this
+ * val and until its next bcur_times).  0 when these are all of its pairs,
+ * 1 when it may go on in the next chunk or is a dictionary chunk's list of
+ * more than BCUR_TSCRATCH pairs (walk it with bcur_time_next then), or
+ * AH_ECORRUPT. */
 int bcur_times(batch_cursor *c, const atime **times, const int64_t **diffs,
                uint32_t *n);
 int bcur_times_rewind(batch_cursor *c);

@@ -41,7 +41,7 @@ static int load_at(batch_cursor *c, uint32_t idx, bool seq, bchunk *out)
 	 * checks each page when it first reads from it. */
 	int rc = bchunk_get(c->t, c->b->chunk_ids[idx],
 	                    seq ? HEAP_CHUNK_WHOLE : HEAP_CHUNK_PAGES, out);
-	if (!rc && idx == 0 && out->flags)
+	if (!rc && idx == 0 && (out->flags & BCHUNK_CONT))
 		rc = AH_ECORRUPT; /* nothing to continue */
 	return rc;
 }
@@ -405,8 +405,10 @@ int bcur_time_next(batch_cursor *c, uint64_t *time, int64_t *diff)
 		if ((rc = times_cont(c)))
 			return rc;
 	}
-	*time = time_advance_by(c->tw->times[c->tu], c->since);
-	*diff = c->tw->diffs[c->tu];
+	atime t;
+	if (!bchunk_upd(c->tw, c->tu, &t, diff))
+		return CORRUPT("batch chunk dictionary index");
+	*time = time_advance_by(t, c->since);
 	c->tu++;
 	return 1;
 }
@@ -437,9 +439,21 @@ int bcur_times(batch_cursor *c, const atime **times, const int64_t **diffs,
 	if ((rc = bchunk_val_upds(&c->cv, c->vi, &lo, &hi)) ||
 	    (!c->cv.hv.all && (rc = bchunk_touch_upds(&c->cv, lo, hi))))
 		return rc;
-	*times = c->cv.times + lo;
-	*diffs = c->cv.diffs + lo;
-	*n = hi - lo;
 	/* The chunk's last val may go on in the next chunk (VAL_CONT). */
-	return c->vi + 1 == c->cv.nvals && c->c + 1 < c->b->nchunks ? 1 : 0;
+	int more = c->vi + 1 == c->cv.nvals && c->c + 1 < c->b->nchunks;
+	if (c->cv.tm.full && c->cv.df.full) {
+		*times = c->cv.tm.full + lo;
+		*diffs = (const int64_t *)c->cv.df.full + lo;
+		*n = hi - lo;
+		return more;
+	}
+	if (hi - lo > BCUR_TSCRATCH)
+		return 1; /* a long list of a dictionary chunk: walk it */
+	for (uint32_t u = lo; u < hi; u++)
+		if (!bchunk_upd(&c->cv, u, &c->tsc[u - lo], &c->dsc[u - lo]))
+			return CORRUPT("batch chunk dictionary index");
+	*times = c->tsc;
+	*diffs = c->dsc;
+	*n = hi - lo;
+	return more;
 }

@@ -59,6 +59,46 @@
 #define BCHUNK_HDR 64
 #define BCHUNK_KEY_CONT 0x1u
 #define BCHUNK_VAL_CONT 0x2u
+#define BCHUNK_CONT (BCHUNK_KEY_CONT | BCHUNK_VAL_CONT)
+
+/*
+ * Batch chunk body, version 2 (BCHUNK_VERSION_COLS, what writers write;
+ * heap format 4): version 1's columns, each dropped or narrowed when it
+ * carries nothing.  Header (72 bytes):
+ *
+ *   off  size  field
+ *     0    56  as version 1 (version field 2)
+ *     6     1  flags: KEY_CONT 0x1, VAL_CONT 0x2 as version 1, and
+ *              BCHUNK_KEY_FIXED 0x4: every key is key_width bytes, key i is
+ *                at off_key_bytes + i * key_width, key_offs is empty;
+ *              BCHUNK_VAL_FIXED 0x8: likewise for vals (val_offs empty);
+ *              BCHUNK_KV_ONE 0x10: every key has one val (nvals = nkeys,
+ *                key i owns val i), key_vals is empty;
+ *              BCHUNK_VU_ONE 0x20: every val has one update (nupds =
+ *                nvals, val j owns update j), val_upds is empty
+ *    56     4  key_width (KEY_FIXED), else 0
+ *    60     4  val_width (VAL_FIXED), else 0
+ *    64     2  time dictionary entries nt: 0 = the times column is u64[nupds]
+ *              as in version 1; 1..256 = it is u64[nt] distinct times, then
+ *              (nt > 1) u8[nupds] indexes into them; nt = 1: every update
+ *              has that time
+ *    66     2  diff dictionary entries nd, the same for the diffs column
+ *    68     4  reserved, 0
+ *    72        columns (off_key_offs = 72), in version 1's order; an empty
+ *              column has its next column's offset
+ *
+ * A reader checks the flags against the counts and every column's size
+ * against what it must hold (O(1)); an index into a dictionary is checked
+ * where it is read.  Version-1 chunks stay readable (written before format
+ * 4, or by a heap upgraded from format 1).
+ */
+#define BCHUNK_VERSION_COLS 2
+#define BCHUNK_HDR_COLS 72
+#define BCHUNK_KEY_FIXED 0x4u
+#define BCHUNK_VAL_FIXED 0x8u
+#define BCHUNK_KV_ONE 0x10u
+#define BCHUNK_VU_ONE 0x20u
+#define BCHUNK_DICT_MAX 256
 
 /*
  * Batch record (table HEAP_T_BATCH, key = u64 batch id, native-endian; the
@@ -123,19 +163,56 @@
 
 /* ----------------------------------------------------- the chunk view */
 
+/* A u64 column of a chunk (times, diffs): full (a value per update) or a
+ * dictionary of nd values with a u8 index per update (none when nd = 1). */
+typedef struct bcol {
+	const uint64_t *full; /* the values, or NULL: dictionary */
+	const uint64_t *dict;
+	const uint8_t *idx;   /* NULL when nd = 1 */
+	uint32_t nd;
+} bcol;
+
 /* A chunk body whose header passed bchunk_open: column pointers into the
  * map.  The per-item accessors check each offset they use, and touch
  * (heap_chunk_touch) every byte they hand out first, so a chunk opened
- * page by page is checked exactly where it is read. */
+ * page by page is checked exactly where it is read.  A column a version-2
+ * chunk drops is NULL here: ko (keys of kw bytes), vo (vals of vw bytes),
+ * kv (key i owns val i), vu (val j owns update j). */
 typedef struct bchunk {
 	heap_chunk_view hv;
 	const uint8_t *body;
-	uint32_t used, flags, nkeys, nvals, nupds;
+	uint32_t used, flags, nkeys, nvals, nupds, version;
 	const uint32_t *ko, *kv, *vo, *vu;
-	const uint64_t *times;
-	const int64_t *diffs;
+	uint32_t kw, vw;
+	bcol tm, df;
 	uint32_t kb_lo, kb_hi, vb_lo, vb_hi; /* byte columns' bounds */
 } bchunk;
+
+/* Value u of column k; false when a dictionary index is out of range. */
+static inline bool bcol_at(const bcol *k, uint32_t u, uint64_t *out)
+{
+	if (k->full) {
+		*out = k->full[u];
+		return true;
+	}
+	uint32_t x = k->idx ? k->idx[u] : 0;
+	if (x >= k->nd)
+		return false;
+	*out = k->dict[x];
+	return true;
+}
+
+/* Update u's time and diff (u < nupds). */
+static inline bool bchunk_upd(const bchunk *c, uint32_t u, atime *t,
+                              int64_t *d)
+{
+	uint64_t dv;
+
+	if (!bcol_at(&c->tm, u, t) || !bcol_at(&c->df, u, &dv))
+		return false;
+	*d = (int64_t)dv;
+	return true;
+}
 
 /* Checks the header (magic, version, flags, counts, column offsets and
  * sizes against body_used, alignment) of a body already checked whole (a
@@ -157,6 +234,8 @@ int bchunk_get(heap_txn *t, uint64_t id, enum heap_chunk_how how, bchunk *out);
  * and puts it.  Errors: AH_ENOMEM, AH_ELIMIT, heap_put's. */
 int batch_record_put(heap_txn *t, const batch *b);
 
+#define BCUR_TSCRATCH 16
+
 /* The batch cursor's state: private to batch_cursor.c, defined here only so
  * that the accessors below inline (merges call them per (key, val)). */
 struct batch_cursor {
@@ -176,6 +255,10 @@ struct batch_cursor {
 	bchunk *tw;
 	uint32_t tc, tvi, tu, tend;
 	bool tpending, tdone;
+	/* bcur_times' pairs of a val whose columns are dictionaries, decoded
+	 * (at most BCUR_TSCRATCH; longer lists are walked) */
+	atime tsc[BCUR_TSCRATCH];
+	int64_t dsc[BCUR_TSCRATCH];
 	/* bytes_prefix8 of key and val while valid: the trace cursor's merge
 	 * compares these first (order.h) */
 	uint64_t kp, vp;
@@ -226,11 +309,18 @@ static inline void bcur_val(const batch_cursor *c, const void **val,
 #define BCUR_AHEAD 1024
 #endif
 
-/* Field i of a byte column: [o[i], o[i+1]) inside [lo, hi), else false. */
-static inline bool bchunk_field(const bchunk *c, const uint32_t *o, uint32_t i,
-                                uint32_t lo, uint32_t hi, const uint8_t **p,
-                                size_t *len)
+/* Field i of a byte column: [o[i], o[i+1]) inside [lo, hi), or, for a
+ * fixed-width column (o NULL), the i-th of w bytes (the header check put
+ * every field inside [lo, hi)); else false. */
+static inline bool bchunk_field(const bchunk *c, const uint32_t *o, uint32_t w,
+                                uint32_t i, uint32_t lo, uint32_t hi,
+                                const uint8_t **p, size_t *len)
 {
+	if (!o) {
+		*p = c->body + lo + (size_t)i * w;
+		*len = w;
+		return true;
+	}
 	uint32_t a = o[i], b = o[i + 1];
 
 	if (a < lo || a > b || b > hi)
@@ -240,12 +330,22 @@ static inline bool bchunk_field(const bchunk *c, const uint32_t *o, uint32_t i,
 	return true;
 }
 
+/* The val range of key i / update range of val j from a column that may
+ * be dropped (one each); not yet checked. */
+static inline void bchunk_range(const uint32_t *r, uint32_t i, uint32_t *lo,
+                                uint32_t *hi)
+{
+	*lo = r ? r[i] : i;
+	*hi = r ? r[i + 1] : i + 1;
+}
+
 /* Positions on val c->vi (< c->vend <= nvals) of a chunk checked whole. */
 static inline int bcur_walk_val(batch_cursor *c)
 {
 	const bchunk *v = &c->cv;
 
-	if (!bchunk_field(v, v->vo, c->vi, v->vb_lo, v->vb_hi, &c->val, &c->vlen))
+	if (!bchunk_field(v, v->vo, v->vw, c->vi, v->vb_lo, v->vb_hi, &c->val,
+	                  &c->vlen))
 		return CORRUPT("batch chunk val offsets");
 	c->vp = bytes_prefix8(c->val, c->vlen);
 	c->vvalid = true;
@@ -255,8 +355,10 @@ static inline int bcur_walk_val(batch_cursor *c)
 	 * prefetcher follows: ask for the lines a few vals ahead (a prefetch
 	 * never faults, wherever it points) */
 	__builtin_prefetch(c->val + BCUR_AHEAD);
-	__builtin_prefetch(&v->vo[c->vi] + BCUR_AHEAD / 4);
-	__builtin_prefetch(&v->vu[c->vi] + BCUR_AHEAD / 4);
+	if (v->vo)
+		__builtin_prefetch(&v->vo[c->vi] + BCUR_AHEAD / 4);
+	if (v->vu)
+		__builtin_prefetch(&v->vu[c->vi] + BCUR_AHEAD / 4);
 	return 0;
 }
 
@@ -265,10 +367,12 @@ static inline int bcur_walk_val(batch_cursor *c)
 static inline int bcur_walk_key(batch_cursor *c, uint32_t ki)
 {
 	const bchunk *v = &c->cv;
+	uint32_t lo, hi;
 
-	if (!bchunk_field(v, v->ko, ki, v->kb_lo, v->kb_hi, &c->key, &c->klen))
+	if (!bchunk_field(v, v->ko, v->kw, ki, v->kb_lo, v->kb_hi, &c->key,
+	                  &c->klen))
 		return CORRUPT("batch chunk key offsets");
-	uint32_t lo = v->kv[ki], hi = v->kv[ki + 1];
+	bchunk_range(v->kv, ki, &lo, &hi);
 	if (lo >= hi || hi > v->nvals)
 		return CORRUPT("batch chunk key_vals");
 	c->ki = c->kk = ki;
@@ -278,8 +382,10 @@ static inline int bcur_walk_key(batch_cursor *c, uint32_t ki)
 	c->kp = bytes_prefix8(c->key, c->klen);
 	c->kvalid = true;
 	__builtin_prefetch(c->key + BCUR_AHEAD);
-	__builtin_prefetch(&v->ko[ki] + BCUR_AHEAD / 4);
-	__builtin_prefetch(&v->kv[ki] + BCUR_AHEAD / 4);
+	if (v->ko)
+		__builtin_prefetch(&v->ko[ki] + BCUR_AHEAD / 4);
+	if (v->kv)
+		__builtin_prefetch(&v->kv[ki] + BCUR_AHEAD / 4);
 	return bcur_walk_val(c);
 }
 
@@ -302,19 +408,22 @@ static inline int bcur_next_key(batch_cursor *c)
 }
 
 /* bcur_times, with a val of a chunk checked whole that is not the chunk's
- * last (so its pairs lie in this chunk) read inline. */
+ * last (so its pairs lie in this chunk) and full time and diff columns
+ * read inline. */
 static inline int bcur_times_next(batch_cursor *c, const atime **times,
                                   const int64_t **diffs, uint32_t *n)
 {
 	const bchunk *v = &c->cv;
 
-	if (v->hv.all && bcur_val_valid(c) && c->vi + 1 < v->nvals) {
-		uint32_t lo = v->vu[c->vi], hi = v->vu[c->vi + 1];
+	if (v->hv.all && v->tm.full && v->df.full && bcur_val_valid(c) &&
+	    c->vi + 1 < v->nvals) {
+		uint32_t lo, hi;
 
+		bchunk_range(v->vu, c->vi, &lo, &hi);
 		if (lo >= hi || hi > v->nupds)
 			return CORRUPT("batch chunk val_upds");
-		*times = v->times + lo;
-		*diffs = v->diffs + lo;
+		*times = v->tm.full + lo;
+		*diffs = (const int64_t *)v->df.full + lo;
 		*n = hi - lo;
 		return 0;
 	}
@@ -341,18 +450,27 @@ int bcur_accumulate_walk(batch_cursor *c, atime as_of, diff_sum *s);
 static inline int bcur_accumulate(batch_cursor *c, atime as_of, diff_sum *s)
 {
 	const bchunk *v = &c->cv;
+	uint32_t lo, hi;
 
 	if (!v->hv.all || !bcur_val_valid(c) || c->vi + 1 >= v->nvals)
 		return bcur_accumulate_walk(c, as_of, s);
-	uint32_t lo = v->vu[c->vi], hi = v->vu[c->vi + 1];
+	bchunk_range(v->vu, c->vi, &lo, &hi);
 	if (lo >= hi || hi > v->nupds)
 		return CORRUPT("batch chunk val_upds");
 	diff_sum sum = 0;
-	__builtin_prefetch(&v->times[lo] + BCUR_AHEAD / 8);
-	__builtin_prefetch(&v->diffs[lo] + BCUR_AHEAD / 8);
-	for (uint32_t u = lo; u < hi; u++)
-		if (time_le(time_advance_by(v->times[u], c->since), as_of))
-			sum += v->diffs[u];
+	if (v->tm.full)
+		__builtin_prefetch(&v->tm.full[lo] + BCUR_AHEAD / 8);
+	if (v->df.full)
+		__builtin_prefetch(&v->df.full[lo] + BCUR_AHEAD / 8);
+	for (uint32_t u = lo; u < hi; u++) {
+		atime t;
+		int64_t d;
+
+		if (!bchunk_upd(v, u, &t, &d))
+			return CORRUPT("batch chunk dictionary index");
+		if (time_le(time_advance_by(t, c->since), as_of))
+			sum += d;
+	}
 	*s += sum;
 	return 0;
 }

@@ -28,13 +28,93 @@ typedef struct buf {
 	size_t len, cap;
 } buf;
 
+/* The distinct values of a staged chunk's times (or diffs), up to
+ * BCHUNK_DICT_MAX, in the order first seen: the column's dictionary
+ * (layout: batch_int.h).  An open-addressing table of DICT_SLOTS slots;
+ * over once a value past the last entry is seen (the column is then
+ * written full). */
+#define DICT_SLOTS 512
+typedef struct dict {
+	uint32_t n;
+	bool over;
+	uint16_t slot[DICT_SLOTS]; /* 0: empty, else entry + 1 */
+	uint64_t val[BCHUNK_DICT_MAX];
+} dict;
+
+_Static_assert(sizeof(time_diff) == 16, "time_diff is two u64s");
+
+static inline uint32_t dict_hash(uint64_t v)
+{
+	return (uint32_t)((v * 0x9e3779b97f4a7c15ull) >> 55); /* 9 bits */
+}
+
+/* Entry of v, or -1. */
+static inline int dict_find(const dict *d, uint64_t v)
+{
+	for (uint32_t h = dict_hash(v);; h = (h + 1) & (DICT_SLOTS - 1)) {
+		uint16_t s = d->slot[h];
+		if (s == 0)
+			return -1;
+		if (d->val[s - 1] == v)
+			return s - 1;
+	}
+}
+
+/* Entry of v, added if new; 0 (no entry) once over. */
+static inline uint8_t dict_add(dict *d, uint64_t v)
+{
+	if (d->over)
+		return 0;
+	uint32_t h = dict_hash(v);
+	for (;; h = (h + 1) & (DICT_SLOTS - 1)) {
+		uint16_t s = d->slot[h];
+		if (s == 0)
+			break;
+		if (d->val[s - 1] == v)
+			return (uint8_t)(s - 1);
+	}
+	if (d->n == BCHUNK_DICT_MAX) {
+		d->over = true;
+		return 0;
+	}
+	d->val[d->n] = v;
+	d->slot[h] = (uint16_t)++d->n;
+	return (uint8_t)(d->n - 1);
+}
+
+static void dict_reset(dict *d)
+{
+	d->n = 0;
+	d->over = false;
+	memset(d->slot, 0, sizeof d->slot);
+}
+
+/* Entries of d once the n values vs are added (at most). */
+static uint32_t dict_after(const dict *d, const uint64_t *vs, size_t n,
+                           size_t stride)
+{
+	uint64_t e = d->n;
+	if (d->over)
+		return BCHUNK_DICT_MAX + 1;
+	for (size_t i = 0; i < n && e <= BCHUNK_DICT_MAX; i++)
+		e += dict_find(d, vs[i * stride]) < 0;
+	return (uint32_t)e;
+}
+
 struct batch_writer {
 	heap_txn *t;
 	pool *pool;
 	size_t max_body;
-	/* staged chunk: offsets relative to their byte column */
-	buf ko, kb, kv, vo, vb, vu, tm, df;
+	/* staged chunk: offsets relative to their byte column; ti, di the
+	 * dictionary index of each update's time and diff */
+	buf ko, kb, kv, vo, vb, vu, tm, df, ti, di;
 	uint32_t nk, nv, nu, flags;
+	/* what the staged chunk's columns need (format 2 chunks): every key
+	 * (val) kw (vw) bytes; the times' and diffs' dictionaries */
+	bool kfix, vfix;
+	uint32_t kw, vw;
+	dict td, dd;
+	bool format_marked;
 	bool have_last;
 	uint64_t lkp, lvp;    /* bytes_prefix8 of the last key and val staged */
 	/* batch so far */
@@ -127,7 +207,8 @@ static uint64_t a8(uint64_t x)
 	return (x + 7) & ~(uint64_t)7;
 }
 
-/* Body bytes of a chunk with these counts (layout: batch.h). */
+/* Body bytes of a version-1 chunk with these counts (layout: batch.h):
+ * no version-2 chunk is larger. */
 static uint64_t chunk_size(uint64_t nk, uint64_t kbytes, uint64_t nv,
                            uint64_t vbytes, uint64_t nu)
 {
@@ -135,13 +216,86 @@ static uint64_t chunk_size(uint64_t nk, uint64_t kbytes, uint64_t nv,
 	       2 * a8(4 * (nv + 1)) + a8(vbytes) + 16 * nu;
 }
 
+/* Entries of a column's dictionary, or 0: the column is written full (it
+ * is smaller so, or has more than BCHUNK_DICT_MAX distinct values). */
+static uint32_t col_dict(uint32_t nd, uint64_t nu)
+{
+	if (nd == 0 || nd > BCHUNK_DICT_MAX)
+		return 0;
+	uint64_t bytes = 8 * (uint64_t)nd + (nd > 1 ? a8(nu) : 0);
+	return bytes < 8 * nu ? nd : 0;
+}
+
+static uint64_t col_size(uint32_t nd, uint64_t nu)
+{
+	nd = col_dict(nd, nu);
+	return nd == 0 ? 8 * nu : 8 * (uint64_t)nd + (nd > 1 ? a8(nu) : 0);
+}
+
+/* What a staged chunk is: its counts and what its columns need. */
+typedef struct shape {
+	uint64_t nk, kbytes, nv, vbytes, nu;
+	bool kfix, vfix;
+	uint32_t tnd, dnd; /* distinct times, diffs (> BCHUNK_DICT_MAX: many) */
+} shape;
+
+/* Body bytes of a version-2 chunk of that shape (layout: batch_int.h).
+ * It never shrinks as items are added: counts only grow, a column once
+ * needed stays needed (a key with two vals keeps nvals > nkeys), and a
+ * dictionary only gains entries. */
+static uint64_t shape_size(const shape *s)
+{
+	return BCHUNK_HDR_COLS + (s->kfix ? 0 : a8(4 * (s->nk + 1))) +
+	       a8(s->kbytes) + (s->nv == s->nk ? 0 : a8(4 * (s->nk + 1))) +
+	       (s->vfix ? 0 : a8(4 * (s->nv + 1))) + a8(s->vbytes) +
+	       (s->nu == s->nv ? 0 : a8(4 * (s->nv + 1))) +
+	       col_size(s->tnd, s->nu) + col_size(s->dnd, s->nu);
+}
+
+static shape staged_shape(const batch_writer *w)
+{
+	shape s = { w->nk, w->kb.len, w->nv, w->vb.len, w->nu, w->kfix,
+	            w->vfix, w->td.over ? BCHUNK_DICT_MAX + 1 : w->td.n,
+	            w->dd.over ? BCHUNK_DICT_MAX + 1 : w->dd.n };
+	return s;
+}
+
+/* The staged shape with a key (klen, when newkey), a val (vlen, when
+ * newval) and n pairs (times at ts, diffs at ds, stride u64s apart)
+ * added. */
+static shape shape_after(const batch_writer *w, bool newkey, size_t klen,
+                         bool newval, size_t vlen, const uint64_t *ts,
+                         const uint64_t *ds, size_t n, size_t stride)
+{
+	shape s = staged_shape(w);
+
+	if (newkey) {
+		s.kfix = s.nk == 0 || (s.kfix && klen == w->kw);
+		s.nk++;
+		s.kbytes += klen;
+	}
+	if (newval) {
+		s.vfix = s.nv == 0 || (s.vfix && vlen == w->vw);
+		s.nv++;
+		s.vbytes += vlen;
+	}
+	s.nu += n;
+	s.tnd = dict_after(&w->td, ts, n, stride);
+	s.dnd = dict_after(&w->dd, ds, n, stride);
+	return s;
+}
+
 static void stage_reset(batch_writer *w)
 {
 	w->ko.len = w->kb.len = w->kv.len = 0;
 	w->vo.len = w->vb.len = w->vu.len = 0;
-	w->tm.len = w->df.len = 0;
+	w->tm.len = w->df.len = w->ti.len = w->di.len = 0;
 	w->nk = w->nv = w->nu = 0;
 	w->flags = 0;
+	w->kfix = w->vfix = true;
+	w->kw = w->vw = 0;
+	dict_reset(&w->td);
+	dict_reset(&w->dd);
 }
 
 /* The staged chunk's offset arrays carry a leading 0 entry. */
@@ -165,6 +319,9 @@ static int stage_key(batch_writer *w, const void *k, size_t klen)
 	    (rc = put32(w->pool, &w->ko, (uint32_t)w->kb.len)) ||
 	    (rc = put32(w->pool, &w->kv, w->nv)))
 		return rc;
+	if (w->nk == 0)
+		w->kw = (uint32_t)klen;
+	w->kfix = w->kfix && klen == w->kw;
 	w->nk++;
 	w->lkp = bytes_prefix8(k, klen);
 	return 0;
@@ -177,6 +334,9 @@ static int stage_val(batch_writer *w, const void *v, size_t vlen)
 	    (rc = put32(w->pool, &w->vo, (uint32_t)w->vb.len)) ||
 	    (rc = put32(w->pool, &w->vu, w->nu)))
 		return rc;
+	if (w->nv == 0)
+		w->vw = (uint32_t)vlen;
+	w->vfix = w->vfix && vlen == w->vw;
 	w->nv++;
 	w->lvp = bytes_prefix8(v, vlen);
 	/* the key's val range ends after this val */
@@ -185,12 +345,35 @@ static int stage_val(batch_writer *w, const void *v, size_t vlen)
 	return 0;
 }
 
+/* Room for n more updates in the update columns. */
+static int upd_room(batch_writer *w, size_t n)
+{
+	int rc = 0;
+	if ((w->tm.len + 8 * n > w->tm.cap && (rc = grow(w->pool, &w->tm, 8 * n))) ||
+	    (w->df.len + 8 * n > w->df.cap && (rc = grow(w->pool, &w->df, 8 * n))) ||
+	    (w->ti.len + n > w->ti.cap && (rc = grow(w->pool, &w->ti, n))) ||
+	    (w->di.len + n > w->di.cap && (rc = grow(w->pool, &w->di, n))))
+		return rc;
+	return 0;
+}
+
+/* Appends one update to the update columns (room made by upd_room). */
+static inline void upd_put(batch_writer *w, uint64_t time, int64_t diff)
+{
+	put_u64(w->tm.p + w->tm.len, time);
+	put_u64(w->df.p + w->df.len, (uint64_t)diff);
+	w->ti.p[w->ti.len++] = dict_add(&w->td, time);
+	w->di.p[w->di.len++] = dict_add(&w->dd, (uint64_t)diff);
+	w->tm.len += 8;
+	w->df.len += 8;
+}
+
 static int stage_upd(batch_writer *w, uint64_t time, int64_t diff)
 {
 	int rc;
-	if ((rc = put64(w->pool, &w->tm, time)) ||
-	    (rc = put64(w->pool, &w->df, (uint64_t)diff)))
+	if ((rc = upd_room(w, 1)))
 		return rc;
+	upd_put(w, time, diff);
 	w->nu++;
 	uint32_t end = w->nu;
 	memcpy(w->vu.p + 4 * w->nv, &end, 4);
@@ -225,23 +408,41 @@ static void emit_offs(uint8_t *body, uint32_t off, const buf *b, uint32_t n,
 
 static uint64_t staged_size(const batch_writer *w)
 {
-	return chunk_size(w->nk, w->kb.len, w->nv, w->vb.len, w->nu);
+	shape sh = staged_shape(w);
+	return shape_size(&sh);
+}
+
+/* Writes the staged (times or diffs) column at off: full, or its
+ * dictionary d of nd entries and (nd > 1) the staged indexes ix; returns
+ * the next offset. */
+static uint32_t emit_col(uint8_t *body, uint32_t off, const buf *full,
+                         const dict *d, uint32_t nd, const buf *ix)
+{
+	if (nd == 0)
+		return emit(body, off, full->p, full->len);
+	off = emit(body, off, d->val, 8 * (size_t)nd);
+	return nd > 1 ? emit(body, off, ix->p, ix->len) : off;
 }
 
 static void write_header(uint8_t *body, const batch_writer *w,
-                         const uint32_t off[8], uint32_t used)
+                         const uint32_t off[8], uint32_t used, uint32_t flags,
+                         uint32_t tnd, uint32_t dnd)
 {
-	uint16_t ver = BCHUNK_VERSION;
-	memset(body, 0, BCHUNK_HDR);
+	uint16_t ver = BCHUNK_VERSION_COLS;
+	memset(body, 0, BCHUNK_HDR_COLS);
 	memcpy(body, BCHUNK_MAGIC, 4);
 	memcpy(body + 4, &ver, 2);
-	body[6] = (uint8_t)w->flags;
+	body[6] = (uint8_t)flags;
 	body[7] = 8;
 	put_u32(body + 8, w->nk);
 	put_u32(body + 12, w->nv);
 	put_u32(body + 16, w->nu);
 	put_u32(body + 20, used);
 	memcpy(body + 24, off, 32);
+	put_u32(body + 56, (flags & BCHUNK_KEY_FIXED) ? w->kw : 0);
+	put_u32(body + 60, (flags & BCHUNK_VAL_FIXED) ? w->vw : 0);
+	put_u16(body + 64, (uint16_t)tnd);
+	put_u16(body + 66, (uint16_t)dnd);
 }
 
 /* A detached chunk's image (heap_chunk_image_new): its body at *body. */
@@ -284,6 +485,12 @@ static int flush(batch_writer *w)
 		return 0;
 	if (size > UINT32_MAX)
 		return AH_ELIMIT;
+	/* the heap becomes format 4 with its first version-2 chunk, in the
+	 * txn that writes it (a detached writer's: at attach) */
+	if (!w->detached && !w->format_marked &&
+	    (rc = heap_format_mark(w->t, HEAP_FORMAT_COLS)))
+		return rc;
+	w->format_marked = !w->detached;
 	if (w->detached)
 		rc = image_new(w, size, &vbody);
 	else
@@ -291,18 +498,27 @@ static int flush(batch_writer *w)
 	if (rc)
 		return rc;
 	uint8_t *body = vbody;
-	off[0] = BCHUNK_HDR;
-	off[1] = off[0] + (uint32_t)a8(4 * (uint64_t)nk1);
+	uint32_t flags = w->flags, tnd = col_dict(w->td.over ? 0 : w->td.n, w->nu),
+	         dnd = col_dict(w->dd.over ? 0 : w->dd.n, w->nu);
+	flags |= (w->kfix ? BCHUNK_KEY_FIXED : 0) | (w->vfix ? BCHUNK_VAL_FIXED : 0) |
+	         (w->nv == w->nk ? BCHUNK_KV_ONE : 0) |
+	         (w->nu == w->nv ? BCHUNK_VU_ONE : 0);
+	off[0] = BCHUNK_HDR_COLS;
+	off[1] = off[0] + (w->kfix ? 0 : (uint32_t)a8(4 * (uint64_t)nk1));
 	off[2] = emit(body, off[1], w->kb.p, w->kb.len);
-	off[3] = emit(body, off[2], w->kv.p, 4 * (size_t)nk1);
-	off[4] = off[3] + (uint32_t)a8(4 * (uint64_t)nv1);
+	off[3] = (flags & BCHUNK_KV_ONE) ? off[2]
+	                                 : emit(body, off[2], w->kv.p, 4 * (size_t)nk1);
+	off[4] = off[3] + (w->vfix ? 0 : (uint32_t)a8(4 * (uint64_t)nv1));
 	off[5] = emit(body, off[4], w->vb.p, w->vb.len);
-	off[6] = emit(body, off[5], w->vu.p, 4 * (size_t)nv1);
-	off[7] = emit(body, off[6], w->tm.p, 8 * (size_t)w->nu);
-	o = emit(body, off[7], w->df.p, 8 * (size_t)w->nu);
-	emit_offs(body, off[0], &w->ko, nk1, off[1]);
-	emit_offs(body, off[3], &w->vo, nv1, off[4]);
-	write_header(body, w, off, o);
+	off[6] = (flags & BCHUNK_VU_ONE) ? off[5]
+	                                 : emit(body, off[5], w->vu.p, 4 * (size_t)nv1);
+	off[7] = emit_col(body, off[6], &w->tm, &w->td, tnd, &w->ti);
+	o = emit_col(body, off[7], &w->df, &w->dd, dnd, &w->di);
+	if (!w->kfix)
+		emit_offs(body, off[0], &w->ko, nk1, off[1]);
+	if (!w->vfix)
+		emit_offs(body, off[3], &w->vo, nv1, off[4]);
+	write_header(body, w, off, o, flags, tnd, dnd);
 	if (w->detached) {
 		struct bw_image *im = &w->img[w->nimg - 1];
 
@@ -337,6 +553,7 @@ static int writer_alloc(heap_txn *t, pool *p, batch_writer **out)
 	w->t = t;
 	w->pool = p;
 	w->max_body = heap_chunk_max_body(heap_txn_heap(t));
+	stage_reset(w);
 	int rc = put32(p, &w->fence_offs, 0);
 	if (rc) {
 		pool_free(p, w, sizeof *w);
@@ -351,13 +568,24 @@ int batch_writer_new(heap_txn *t, pool *p, batch_writer **out)
 	return writer_alloc(t, p, out);
 }
 
+/* Stages update u of chunk c. */
+static int stage_upd_of(batch_writer *w, const bchunk *c, uint32_t u)
+{
+	atime t;
+	int64_t d;
+
+	if (!bchunk_upd(c, u, &t, &d))
+		return CORRUPT("partial batch: dictionary index");
+	return stage_upd(w, t, d);
+}
+
 /* Copies chunk c's items into the (empty) staging, checking every range. */
 static int stage_chunk(batch_writer *w, bchunk *c)
 {
 	int rc = 0;
 	if ((rc = stage_begin(w)))
 		return rc;
-	w->flags = c->flags;
+	w->flags = c->flags & BCHUNK_CONT;
 	for (uint32_t i = 0; i < c->nkeys; i++) {
 		const uint8_t *k;
 		size_t kl;
@@ -379,7 +607,7 @@ static int stage_chunk(batch_writer *w, bchunk *c)
 			if (ulo != w->nu)
 				return CORRUPT("partial batch: update ranges");
 			for (uint32_t u = ulo; u < uhi; u++)
-				if ((rc = stage_upd(w, c->times[u], c->diffs[u])))
+				if ((rc = stage_upd_of(w, c, u)))
 					return rc;
 		}
 	}
@@ -410,7 +638,7 @@ static int resume(heap_txn *t, pool *p, uint64_t partial_id, bool detach,
 	    (rc = stage_chunk(w, &c)))
 		goto out;
 	size_t last_cap = c.hv.value_bytes;
-	if ((c.flags && b->nchunks == 1) || b->bytes < c.used ||
+	if (((c.flags & BCHUNK_CONT) && b->nchunks == 1) || b->bytes < c.used ||
 	    b->chunk_bytes < last_cap) {
 		rc = CORRUPT("partial batch record");
 		goto out;
@@ -481,7 +709,8 @@ int batch_writer_attach(batch_writer *w, heap_txn *wt)
 	if (!w || !wt || !w->detached)
 		return AH_EINVAL;
 	w->t = wt;
-	if (w->free_last && (rc = heap_chunk_free(wt, w->free_last)))
+	if ((w->nimg && (rc = heap_format_mark(wt, HEAP_FORMAT_COLS))) ||
+	    (w->free_last && (rc = heap_chunk_free(wt, w->free_last))))
 		return rc;
 	w->free_last = 0;
 	for (uint32_t i = 0; i < w->nimg; i++) {
@@ -644,9 +873,9 @@ int batch_writer_push(batch_writer *w, const void *key, size_t klen,
 		return AH_ELIMIT;
 	if ((rc = classify(w, key, klen, val, vlen, time, &newkey, &newval)))
 		return rc;
-	uint64_t after = chunk_size(w->nk + newkey, w->kb.len + (newkey ? klen : 0),
-	                            w->nv + newval,
-	                            w->vb.len + (newval ? vlen : 0), w->nu + 1);
+	uint64_t dv = (uint64_t)diff;
+	shape sh = shape_after(w, newkey, klen, newval, vlen, &time, &dv, 1, 1);
+	uint64_t after = shape_size(&sh);
 	/* a jumbo chunk fills up to its own (multiple-of-largest) class */
 	uint64_t limit = w->max_body, now = staged_size(w);
 	if (now > limit)
@@ -723,8 +952,10 @@ int batch_writer_push_run(batch_writer *w, const void *key, size_t klen,
 	for (size_t i = 0; i < n; i++)
 		if (td[i].diff == 0 || (i && time_cmp(td[i - 1].time, td[i].time) >= 0))
 			return AH_EINVAL;
-	uint64_t after = chunk_size(w->nk + newkey, w->kb.len + (newkey ? klen : 0),
-	                            w->nv + 1, w->vb.len + vlen, w->nu + n);
+	/* time_diff is two u64s: the times at td[i].time, the diffs after */
+	shape sh = shape_after(w, newkey, klen, true, vlen, &td[0].time,
+	                       (const uint64_t *)&td[0].diff, n, 2);
+	uint64_t after = shape_size(&sh);
 	/* Across a chunk boundary, a new chunk, or a huge value: one update
 	 * at a time, where the boundary logic lives. */
 	if (w->nu == 0 || after > w->max_body || after > UINT32_MAX) {
@@ -738,16 +969,10 @@ int batch_writer_push_run(batch_writer *w, const void *key, size_t klen,
 	    (newkey && (rc = stage_key(w, key, klen))) ||
 	    (rc = stage_val(w, val, vlen)))
 		return rc;
-	if (w->tm.len + 8 * n > w->tm.cap && (rc = grow(w->pool, &w->tm, 8 * n)))
+	if ((rc = upd_room(w, n)))
 		return rc;
-	if (w->df.len + 8 * n > w->df.cap && (rc = grow(w->pool, &w->df, 8 * n)))
-		return rc;
-	for (size_t i = 0; i < n; i++) {
-		put_u64(w->tm.p + w->tm.len + 8 * i, td[i].time);
-		put_u64(w->df.p + w->df.len + 8 * i, (uint64_t)td[i].diff);
-	}
-	w->tm.len += 8 * n;
-	w->df.len += 8 * n;
+	for (size_t i = 0; i < n; i++)
+		upd_put(w, td[i].time, td[i].diff);
 	w->nu += (uint32_t)n;
 	put_u32(w->vu.p + 4 * w->nv, w->nu);
 	if (newkey && (rc = hash_key(w, key, klen)))
@@ -844,7 +1069,7 @@ void batch_writer_free(batch_writer *w)
 		return;
 	pool *p = w->pool;
 	buf *bufs[] = {&w->ko, &w->kb, &w->kv, &w->vo, &w->vb, &w->vu,
-	               &w->tm, &w->df, &w->ids, &w->fences, &w->fence_offs,
+	               &w->tm, &w->df, &w->ti, &w->di, &w->ids, &w->fences, &w->fence_offs,
 	               &w->khash};
 	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
 		buf_free(p, bufs[i]);

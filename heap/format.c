@@ -336,3 +336,35 @@ int heap_set_uuid(heap_txn *t, const uint8_t uuid[16])
 out:
 	return heap_txn_fail(t, rc);
 }
+
+int heap_format_mark(heap_txn *t, uint32_t ver)
+{
+	heap *h = t->h;
+	MDB_val k = { sizeof HEAP_META_KEY - 1, (void *)HEAP_META_KEY }, v;
+	uint8_t rec[HEAP_META_BYTES], uuid[16];
+	uint32_t cur;
+	int rc;
+
+	if (t->format_mark >= ver)
+		return 0;
+	if (t->rdonly || ver > HEAP_FORMAT_VERSION)
+		return AH_EINVAL;
+	if ((rc = heap_trees_usable(h, HEAP_TREE_BIT(HEAP_TREE_META))) != 0)
+		return rc;
+	rc = heap_err(HEAP_MDB(mdb_get(t->txn, h->dbi[HEAP_DBI_META], &k, &v)));
+	if (rc == 0)
+		rc = heap_meta_check(v.mv_data, v.mv_size, h->psize, uuid, &cur);
+	if (rc == 0 && cur < ver) {
+		heap_meta_encode(rec, h->psize, uuid, ver);
+		v.mv_size = sizeof rec;
+		v.mv_data = rec;
+		rc = heap_space_need(t, 2);
+		if (rc == 0)
+			rc = heap_err(HEAP_MDB(mdb_put(t->txn, h->dbi[HEAP_DBI_META],
+			                               &k, &v, 0)));
+	}
+	if (rc)
+		return rc;
+	t->format_mark = cur > ver ? cur : ver; /* heap_txn_commit adopts it */
+	return 0;
+}

@@ -37,7 +37,11 @@ typedef struct heap_txn heap_txn;
  *  3  as 2, and the meta DB may hold read holds (hold.c): a binary that
  *     does not know holds must not open it, since its ah_set_since would
  *     compact past them.
- * This library reads versions 1 to 3 (HEAP_FORMAT_MIN..HEAP_FORMAT_VERSION).
+ *  4  as 3, and batch chunks may be body version 2 (arrangement/
+ *     batch_int.h: dropped and dictionary columns), which binaries of
+ *     format 3 cannot read: the transaction that writes a heap's first
+ *     such chunk makes it 4 (heap_format_mark).
+ * This library reads versions 1 to 4 (HEAP_FORMAT_MIN..HEAP_FORMAT_VERSION).
  * New heaps are version 2 (HEAP_FORMAT_BASE), and the first writable open
  * of a version-1 heap upgrades it to 2 in one transaction (meta record and
  * every table value rewritten; chunks stay as they are, version-1 chunks
@@ -47,9 +51,10 @@ typedef struct heap_txn heap_txn;
  * never goes back from 3.  Any other version is AH_EFORMAT.  The layouts
  * inside chunk bodies and records have their own version fields
  * (arrangement/). */
-#define HEAP_FORMAT_VERSION 3
+#define HEAP_FORMAT_VERSION 4
 #define HEAP_FORMAT_BASE 2
 #define HEAP_FORMAT_HOLDS 3
+#define HEAP_FORMAT_COLS 4
 #define HEAP_FORMAT_MIN 1
 
 /* Small tables, one LMDB named database each, and the holds table, which
@@ -115,6 +120,12 @@ int heap_txn_commit(heap_txn *t);
 void heap_txn_abort(heap_txn *t);
 heap *heap_txn_heap(heap_txn *t);
 bool heap_txn_rdonly(const heap_txn *t);
+/* Makes the file format at least ver (<= HEAP_FORMAT_VERSION) in write txn
+ * t: rewrites the meta record's version when it is lower (once per txn;
+ * adopted by the heap at commit, gone with an abort).  Errors: AH_EINVAL
+ * (read-only txn, unknown version), AH_ECORRUPT (meta record), AH_EFULL,
+ * AH_EIO. */
+int heap_format_mark(heap_txn *t, uint32_t ver);
 uint64_t heap_txn_id(const heap_txn *t);
 
 /* -------------------------------------------------------------- chunks */

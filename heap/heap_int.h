@@ -65,7 +65,7 @@ struct heap_txn {
 	bool names_loaded, names_have, names_dirty;
 	unsigned names_ok;     /* tables (bits) walked and found in step */
 	uint64_t names[4];
-	bool format_holds;     /* hold.c: t made (or saw) the file format 3 */
+	uint32_t format_mark;  /* format.c: the file format t made (or saw) */
 	uint64_t bound_pages;  /* pages this write txn may touch (space.c) */
 	/* chunk.c: the reserved chunk being assembled in h->wbuf (0: none),
 	 * its value's size and its offset in the file. */
@@ -140,7 +140,6 @@ int heap_upgrade(heap *h);
 
 /* hold.c: makes t's file format 3 unless its meta record already says so
  * (heap_put calls it before the first hold record of t). */
-int heap_hold_mark_format(heap_txn *t);
 
 /* txn.c: the checks every txn operation starts with. */
 int heap_txn_usable(const heap_txn *t, bool write);

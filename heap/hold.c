@@ -108,33 +108,6 @@ int heap_hold_get(heap_txn *t, const char *arr, const char *name,
 	return decode(v, vlen, out);
 }
 
-int heap_hold_mark_format(heap_txn *t)
-{
-	heap *h = t->h;
-	MDB_val k = { sizeof HEAP_META_KEY - 1, (void *)HEAP_META_KEY }, v;
-	uint8_t rec[HEAP_META_BYTES], uuid[16];
-	uint32_t ver;
-	int rc;
-
-	if (t->format_holds)
-		return 0;
-	if ((rc = heap_trees_usable(h, HEAP_TREE_BIT(HEAP_TREE_META))) != 0)
-		return rc;
-	TRY(heap_err(HEAP_MDB(mdb_get(t->txn, h->dbi[HEAP_DBI_META], &k, &v))));
-	TRY(heap_meta_check(v.mv_data, v.mv_size, h->psize, uuid, &ver));
-	if (ver < HEAP_FORMAT_HOLDS) {
-		heap_meta_encode(rec, h->psize, uuid, HEAP_FORMAT_HOLDS);
-		v.mv_size = sizeof rec;
-		v.mv_data = rec;
-		TRY(heap_space_need(t, 2));
-		TRY(heap_err(HEAP_MDB(mdb_put(t->txn, h->dbi[HEAP_DBI_META], &k,
-		                              &v, 0))));
-	}
-	t->format_holds = true; /* heap_txn_commit adopts it */
-out:
-	return rc;
-}
-
 int heap_hold_put(heap_txn *t, const heap_hold *hd)
 {
 	uint8_t key[HEAP_HOLD_KEY_MAX], val[HOLD_BYTES];

@@ -101,7 +101,7 @@ int heap_put(heap_txn *t, enum heap_table tb, const void *key, size_t klen,
 	rc = heap_space_need(t, (klen + v.mv_size + 16) / t->h->psize + 1);
 	/* A hold makes the file format 3 (hold.c), in the same txn. */
 	if (rc == 0 && tb == HEAP_T_HOLD)
-		rc = heap_hold_mark_format(t);
+		rc = heap_format_mark(t, HEAP_FORMAT_HOLDS);
 	/* Reserved, then framed in place: the bytes are written once.  A new
 	 * name of the arr or source table also goes into the names digest. */
 	if (rc == 0 && (tb == HEAP_T_ARR || tb == HEAP_T_SOURCE)) {

@@ -178,8 +178,8 @@ int heap_txn_commit(heap_txn *t)
 		mdb_txn_abort(t->txn);
 	} else {
 		rc = heap_err(heap_fault_commit(t->txn));
-		if (rc == 0 && t->format_holds && t->h->format < HEAP_FORMAT_HOLDS)
-			t->h->format = HEAP_FORMAT_HOLDS; /* hold.c */
+		if (rc == 0 && t->format_mark > t->h->format)
+			t->h->format = t->format_mark; /* heap_format_mark */
 	}
 	release(t);
 	return rc;
