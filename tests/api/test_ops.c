@@ -131,7 +131,7 @@ static void empty_commit(ah_heap *h)
  * merge: each newer batch is under half the older) and "b" alongside. */
 static void fill(ah_heap *h)
 {
-	const int sizes[] = { 4000, 1000, 250, 60 };
+	const int sizes[] = { 16000, 4000, 1000, 240 }; /* chunks of 64, 16, 4, 1 pages */
 	ah_txn *t;
 
 	OK(ah_txn_begin(h, 0, &t));
@@ -199,7 +199,7 @@ Test(api_ops, drop_gives_space_back_and_name_again, .init = setup,
 	cr_assert_eq(in.batches, 0);
 	cr_assert_eq(in.updates, 0);
 	{
-		const int sizes[] = { 4000, 1000, 250, 60 };
+		const int sizes[] = { 16000, 4000, 1000, 240 }; /* chunks of 64, 16, 4, 1 pages */
 
 		for (int i = 0; i < 4; i++)
 			append_n(t, "a", (uint64_t)i, sizes[i], 100000);
@@ -296,7 +296,7 @@ Test(api_ops, drop_errors_poison, .init = setup, .fini = teardown)
 	OK(ah_txn_begin(h, AH_TXN_RDONLY, &t));
 	OK(ah_arrangement_info_get(t, "a", &in));
 	cr_assert_eq(in.batches, 4);
-	cr_assert_eq(in.updates, 4000 + 1000 + 250 + 60);
+	cr_assert_eq(in.updates, 16000 + 4000 + 1000 + 240);
 	ah_txn_abort(t);
 	cr_assert_eq(problems(h), 0);
 	OK(ah_close(h));

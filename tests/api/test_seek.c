@@ -59,7 +59,9 @@ Test(api_seek, first_call_seek_equals_positioned_seek, .timeout = 120)
 		char (*kb)[12] = calloc(n[bi], 12);
 		for (uint32_t i = 0; i < n[bi]; i++) {
 			key_of(i * (uint32_t)(bi + 2) * 2, kb[i]); /* even keys only */
-			u[i] = (ah_update){ kb[i], 10, "val", 3, bi, (int64_t)bi + 1 };
+			/* vals of 3 to 5 bytes: a val offset column */
+			u[i] = (ah_update){ kb[i], 10, "value", 3 + i % 3, bi,
+			                    (int64_t)bi + 1 };
 		}
 		cr_assert_eq(ah_append(t, "a", bi, bi + 1, u, n[bi]), 0, "%s", ah_txn_errmsg(t));
 		free(u);
@@ -68,7 +70,7 @@ Test(api_seek, first_call_seek_equals_positioned_seek, .timeout = 120)
 	ah_arrangement_info in;
 	cr_assert_eq(ah_arrangement_info_get(t, "a", &in), 0);
 	cr_assert_eq(in.batches, 4);
-	cr_assert_gt(in.chunks, 8);
+	cr_assert_gt(in.chunks, 5); /* the first two batches span several */
 	cr_assert_eq(ah_txn_commit(t), 0);
 	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
 	tl_buf lazy = { 0 }, eager = { 0 };

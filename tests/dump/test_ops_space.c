@@ -237,6 +237,6 @@ Test(ops_space, within_100_columns, .init = du_setup, .fini = du_teardown)
 	cr_assert_str_eq(out, "arrangement n1234567890123456789012345678901234567"
 	                 "89012345678901234567890123: upper\n    18446744073709551615"
 	                 ", since 18446744073709551614, batches 1, updates 1, keys 1, "
-	                 "bytes 128 B\n");
+	                 "bytes 104 B\n");
 	free(out);
 }

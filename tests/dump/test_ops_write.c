@@ -110,11 +110,11 @@ Test(ops_write, maintain_and_drop, .init = setup, .fini = du_teardown,
 	big_merge(big);
 	ops_expect(big, "maintain m --fuel 1000", 0,
 	           "m: batches 2 -> 2, merges in progress 0 -> 1, updates 119,000 -> "
-	           "119,000, chunks 6 -> 7; more merge\n    work left (maintain again)\n",
+	           "119,000, chunks 2 -> 3; more merge\n    work left (maintain again)\n",
 	           "");
 	ops_expect(big, "maintain m", 0,
 	           "m: batches 2 -> 1, merges in progress 1 -> 0, updates 119,000 -> "
-	           "119,000, chunks 7 -> 5; idle\n", "");
+	           "119,000, chunks 3 -> 2; idle\n", "");
 	du_json_eq(big, "verify", "d['ok']", "True");
 	ops_expect(heap, "maintain w --fuel 1", 0,
 	           "w: batches 2 -> 1, merges in progress 0 -> 0, updates 110 -> "
@@ -129,7 +129,7 @@ Test(ops_write, maintain_and_drop, .init = setup, .fini = du_teardown,
 	ops_expect(heap, "maintain w --fuel x", 2, "", NULL);
 	ops_expect(heap, "maintain", 2, "", NULL);
 	ops_expect(heap, "drop w", 0,
-	           "dropped w: 1 batch, 110 updates, 1 chunk (4 pages, reusable "
+	           "dropped w: 1 batch, 110 updates, 1 chunk (1 page, reusable "
 	           "once no reader's snapshot still sees\n    them)\n", "");
 	ops_expect(heap, "drop w", 1, "",
 	           "ah-dump: %H: drop w: unknown arrangement w\n");
@@ -333,9 +333,9 @@ Test(ops_write, merging_counts_and_fuel, .init = du_setup, .fini = du_teardown)
 	           "      id      lower      upper      since       updates        "
 	           "keys        vals  chunks      bytes\n"
 	           "       1          0          1          0            60          "
-	           "60          60       1    2.4 KiB\n"
+	           "60          60       1      576 B\n"
 	           "       2          1          2          0            45          "
-	           "45          45       1    1.8 KiB\n"
+	           "45          45       1      456 B\n"
 	           "merges in progress: 1, 0 with output so far (marked *)\n", "");
 	du_json_eq(p, "", "d['arrangements'][0]['merging']", "1");
 	snprintf(p, sizeof p, "%s/big", du_tmp.dir);
@@ -343,17 +343,17 @@ Test(ops_write, merging_counts_and_fuel, .init = du_setup, .fini = du_teardown)
 	du_json_eq(p, "batches m", "[b['updates'] for b in d['batches'] if "
 	           "b['partial']]", "[]");
 	ops_expect(p, "maintain m --fuel 1000", 0, "m: batches 2 -> 2, merges in "
-	           "progress 1 -> 1, updates 110,000 -> 110,000, chunks 5 -> 6; more "
+	           "progress 1 -> 1, updates 110,000 -> 110,000, chunks 2 -> 3; more "
 	           "merge\n    work left (maintain again)\n", "");
 	du_json_eq(p, "batches m", "[b['updates'] for b in d['batches'] if "
 	           "b['partial']]", "[1000]");
 	ops_expect(p, "maintain m --fuel 1", 0, "m: batches 2 -> 2, merges in "
-	           "progress 1 -> 1, updates 110,000 -> 110,000, chunks 6 -> 6; more "
+	           "progress 1 -> 1, updates 110,000 -> 110,000, chunks 3 -> 3; more "
 	           "merge\n    work left (maintain again)\n", "");
 	du_json_eq(p, "batches m", "[b['updates'] for b in d['batches'] if "
 	           "b['partial']]", "[1001]");
 	ops_expect(p, "maintain m --fuel 0", 0, "m: batches 2 -> 1, merges in "
-	           "progress 1 -> 0, updates 110,000 -> 110,000, chunks 6 -> 5; idle\n",
+	           "progress 1 -> 0, updates 110,000 -> 110,000, chunks 3 -> 1; idle\n",
 	           "");
 	du_json_eq(p, "batches m", "[(b['updates'], b['partial']) for b in "
 	           "d['batches']]", "[(110000, False)]");

@@ -22,7 +22,7 @@
 #include "tl_run.h"
 
 #define QUANTUM 2048u
-#define NUPD 40000u
+#define NUPD 160000u /* 12 bytes an update (version-2 columns): commit 5 spans two chunks */
 
 static ah_update ups[NUPD];
 static uint64_t keys[NUPD];

@@ -268,10 +268,10 @@ Test(batch_cache, resumed_writer_builds_the_whole_filter)
 	const batch_desc d = { { 0 }, { 2 }, { 0 } };
 	char kb[16];
 	at_open(&e);
-	/* 60000 keys before the suspension (several chunks: all but the last
-	 * are adopted as they are, the last is restaged), 20000 after */
+	/* 400000 keys before the suspension (several chunks: all but the
+	 * last are adopted as they are, the last is restaged), 120000 after */
 	cr_assert_eq(batch_writer_new(e.t, e.p, &w), 0);
-	for (uint64_t i = 0; i < 60000; i++) {
+	for (uint64_t i = 0; i < 400000; i++) {
 		gen_keys(i, &it, &k);
 		cr_assert_eq(batch_writer_push(w, it.key, it.klen, it.val, it.vlen,
 		                               it.time, it.diff), 0);
@@ -279,7 +279,7 @@ Test(batch_cache, resumed_writer_builds_the_whole_filter)
 	cr_assert_eq(batch_writer_suspend(w, &d, &pid), 0);
 	at_commit(&e, false);
 	cr_assert_eq(batch_writer_resume(e.t, e.p, pid, &w), 0);
-	for (uint64_t i = 60000; i < 80000; i++) {
+	for (uint64_t i = 400000; i < 520000; i++) {
 		gen_keys(i, &it, &k);
 		cr_assert_eq(batch_writer_push(w, it.key, it.klen, it.val, it.vlen,
 		                               it.time, it.diff), 0);
@@ -290,9 +290,9 @@ Test(batch_cache, resumed_writer_builds_the_whole_filter)
 	batch *b;
 	cr_assert_eq(batch_load_cached(e.t, id, &b), 0);
 	cr_assert_gt(b->nchunks, 2);
-	cr_assert_eq(b->filter_keys, 80000);
+	cr_assert_eq(b->filter_keys, 520000);
 	cr_assert_neq(b->filter_chunk, 0);
-	for (unsigned i = 0; i < 80000; i += 7) {
+	for (unsigned i = 0; i < 520000; i += 7) {
 		bool may = false;
 		snprintf(kb, sizeof kb, "r%06u", i);
 		cr_assert_eq(batch_probe(e.t, b, filter_hash(kb, 7), &may), 0);

@@ -189,7 +189,7 @@ Test(batch_shapes, hot_key_million_vals, .timeout = 60)
 	batch *b = at_load(&e, id);
 	cr_assert_eq(b->keys, 1);
 	cr_assert_eq(b->vals, n);
-	cr_assert_gt(b->nchunks, 10);
+	cr_assert_gt(b->nchunks, 5); /* 9 bytes an update (version-2 columns) */
 	cr_assert_eq(count_flag(&e, b, BCHUNK_KEY_CONT), b->nchunks - 1);
 	cr_assert_eq(count_flag(&e, b, BCHUNK_VAL_CONT), 0);
 

@@ -11,7 +11,7 @@
 
 #include "arr_test.h"
 
-#define N 120000u /* ~6.7 MiB of batch: six or more 1 MiB chunks */
+#define N 300000u /* ~7 MiB of batch at 24 bytes an update: six or more 1 MiB chunks */
 
 static void gen(uint64_t i, at_item *it, void *arg)
 {
