@@ -125,6 +125,7 @@ static void fill(const batch *b, bool partial, arr_batch *ab)
 	ab->nchunks = b->nchunks;
 	ab->chunk_ids = b->chunk_ids;
 	ab->partial = partial;
+	ab->format = (b->rec_flags & BREC_COLS) ? BCHUNK_VERSION_COLS : BCHUNK_VERSION;
 	ab->filter_keys = b->filter_keys;
 	ab->filter_blocks = b->filter_blocks;
 }

@@ -134,6 +134,7 @@ typedef struct arr_batch {
 	uint32_t nchunks;
 	const uint64_t *chunk_ids;
 	bool partial;        /* a merge's output so far, not in the trace */
+	unsigned format;     /* chunk body version: 2 (every chunk), or 1 */
 	uint64_t filter_keys, filter_blocks; /* the key filter's (0: none) */
 } arr_batch;
 

@@ -290,7 +290,7 @@ static int record_decode(uint64_t id, const uint8_t *rec, size_t len,
 	uint16_t ver;
 	memcpy(&ver, rec + 4, 2);
 	if ((ver != BREC_VERSION && ver != BREC_VERSION_FILTER) || rec[6] != 8 ||
-	    (rec[7] & ~BREC_PARTIAL))
+	    (rec[7] & ~(BREC_PARTIAL | BREC_COLS)))
 		return CORRUPT("batch record");
 	n = get_u32(rec + 72);
 	ftab = BREC_HDR + 8 * n;
@@ -746,6 +746,8 @@ static int check_chunk(check_state *s, heap_txn *t, uint32_t ci,
 		                  "checksum mismatch" : "bad chunk header");
 	if (open_view(&c, c.hv.body, c.hv.body_used) || c.used != c.hv.body_used)
 		return check_fail(s, ci, "bad batch chunk header (B4)");
+	if ((b->rec_flags & BREC_COLS) && c.version != BCHUNK_VERSION_COLS)
+		return check_fail(s, ci, "version-1 chunk in a batch of version-2 chunks");
 	if (ci == 0 && (c.flags & BCHUNK_CONT))
 		return check_fail(s, ci, "first chunk flagged as continuation");
 	/* B4: offsets monotone and inside their columns (a dropped column

@@ -109,7 +109,9 @@
  *     4          2  version: 1 (BREC_VERSION), or 2 with a key filter
  *     6          1  time_width (8)
  *     7          1  flags: BREC_PARTIAL 0x1 = a suspended merge's output,
- *                   linked to no spine
+ *                   linked to no spine; BREC_COLS 0x2 = every chunk is
+ *                   body version 2 (written from format 4 on; a batch
+ *                   without it may hold version-1 chunks)
  *     8          8  desc.lower
  *    16          8  desc.upper
  *    24          8  desc.since
@@ -154,6 +156,7 @@
 #define BREC_VERSION 1
 #define BREC_HDR 80
 #define BREC_PARTIAL 0x1u
+#define BREC_COLS 0x2u /* every chunk is body version 2 (format 4) */
 #define BATCH_ID_COUNTER UINT64_MAX
 #define BREC_VERSION_FILTER 2
 #define BFILT_MAGIC "AHBF"

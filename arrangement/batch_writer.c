@@ -121,6 +121,7 @@ struct batch_writer {
 	buf ids, fences, fence_offs; /* u64, bytes, u32 (nchunks + 1) */
 	uint64_t updates, keys, vals, bytes, chunk_bytes;
 	uint64_t adopted; /* record id of a resumed partial batch, or 0 */
+	bool v1_chunks;   /* it adopted chunks that may be version 1 */
 	/* The key filter's input: the XXH3 of every distinct key (u64 each),
 	 * 8 bytes per key until finish.  A resumed writer has not seen the
 	 * adopted chunks' keys (no_filter): it hashes them all from the
@@ -625,6 +626,7 @@ static int resume(heap_txn *t, pool *p, uint64_t partial_id, bool detach,
 	if ((rc = writer_alloc(t, p, &w)) || (rc = batch_load_listed(t, partial_id, &b)))
 		goto out;
 	w->adopted = partial_id;
+	w->v1_chunks = b->nchunks > 1 && !(b->rec_flags & BREC_COLS);
 	w->no_filter = true;
 	if (b->nchunks == 0)
 		goto out;
@@ -1026,7 +1028,7 @@ static int write_record(batch_writer *w, const batch_desc *d, uint32_t flags,
 	b.chunk_ids = (uint64_t *)w->ids.p;
 	b.fence = fence;
 	b.fence_len = flen;
-	b.rec_flags = flags;
+	b.rec_flags = flags | (w->v1_chunks ? 0 : BREC_COLS);
 	/* a partial record gets none: the writer that finishes it builds it */
 	if (!(flags & BREC_PARTIAL) && (rc = write_filter(w, &b, &inl)))
 		goto out;

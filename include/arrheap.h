@@ -692,6 +692,11 @@ typedef struct ah_batch_info {
 	uint64_t filter_keys; /* its key filter (ARCHITECTURE.md §2): keys */
 	uint64_t filter_bytes;/* hashed and bytes of blocks; 0 and 0 for a
 	                       * batch without one (always visited) */
+	unsigned format;      /* layout of its chunks (ARCHITECTURE.md §2):
+	                       * 2 = every chunk is batch chunk version 2
+	                       * (written by this library); 1 = it may hold
+	                       * version-1 chunks (written before format 4,
+	                       * rewritten by the merge that takes it) */
 } ah_batch_info;
 
 typedef int (*ah_batch_fn)(const ah_batch_info *b, void *user);

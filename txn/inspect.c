@@ -39,6 +39,7 @@ static void fill_batch(const arr_batch *b, ah_batch_info *bi)
 	bi->bytes = b->bytes;
 	bi->chunk_bytes = b->chunk_bytes;
 	bi->partial = b->partial;
+	bi->format = b->format;
 	bi->filter_keys = b->filter_keys;
 	bi->filter_bytes = b->filter_blocks * 64;
 }

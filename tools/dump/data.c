@@ -71,6 +71,7 @@ static int print_batch(const ah_batch_info *b, void *user)
 		tj_ku64(&d->j, "bytes", b->bytes);
 		tj_ku64(&d->j, "chunk_bytes", b->chunk_bytes);
 		tj_kbool(&d->j, "partial", b->partial);
+		tj_ku64(&d->j, "format", b->format);
 		tj_ku64(&d->j, "filter_keys", b->filter_keys);
 		tj_ku64(&d->j, "filter_bytes", b->filter_bytes);
 		tj_obj_end(&d->j);
@@ -80,10 +81,11 @@ static int print_batch(const ah_batch_info *b, void *user)
 	 * on a second line, under their own columns, within DUMP_COLUMNS. */
 	n = snprintf(row, sizeof row, "%8" PRIu64 " %10" PRIu64 " %10" PRIu64
 	             " %10" PRIu64, b->id, b->lower, b->upper, b->since);
-	n += snprintf(rest, sizeof rest, " %13s %11s %11s %7s %10s%s",
+	n += snprintf(rest, sizeof rest, " %13s %11s %11s %7s %10s%s%s",
 	              tool_fmt_count(u, b->updates), tool_fmt_count(k, b->keys),
 	              tool_fmt_count(v, b->vals), tool_fmt_count(c, b->chunks),
-	              tool_fmt_bytes(by, b->bytes), b->partial ? " *" : "");
+	              tool_fmt_bytes(by, b->bytes), b->partial ? " *" : "",
+	              b->format < 2 ? " v1" : "");
 	if (n > DUMP_COLUMNS)
 		printf("%s\n%41s%s\n", row, "", rest);
 	else
@@ -91,16 +93,18 @@ static int print_batch(const ah_batch_info *b, void *user)
 	return 0;
 }
 
+/* [0]: partial outputs, [1]: batches that may hold version-1 chunks */
 static int count_partial(const ah_batch_info *b, void *user)
 {
-	*(uint64_t *)user += b->partial;
+	((uint64_t *)user)[0] += b->partial;
+	((uint64_t *)user)[1] += b->format < 2;
 	return 0;
 }
 
 int cmd_batches(dump *d, int argc, char **argv)
 {
 	ah_arrangement_info info;
-	uint64_t partials = 0;
+	uint64_t counts[2] = { 0, 0 }, partials;
 	int rc;
 
 	if (argc != 1)
@@ -113,9 +117,14 @@ int cmd_batches(dump *d, int argc, char **argv)
 		       "upper", "since", "updates", "keys", "vals", "chunks",
 		       "bytes");
 	}
-	if ((rc = ah_batch_foreach(d->txn, argv[0], count_partial, &partials)) ||
+	if ((rc = ah_batch_foreach(d->txn, argv[0], count_partial, counts)) ||
 	    (rc = ah_batch_foreach(d->txn, argv[0], print_batch, d)))
 		return dump_lib_error(d, rc, argv[0]);
+	partials = counts[0];
+	if (!d->json && counts[1])
+		printf("v1: %" PRIu64 " batch%s of version-1 chunks (written before "
+		       "format 4; a merge rewrites them)\n", counts[1],
+		       counts[1] == 1 ? "" : "es");
 	if (d->json) {
 		tj_arr_end(&d->j);
 		tj_obj_end(&d->j);

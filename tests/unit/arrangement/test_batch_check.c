@@ -13,6 +13,7 @@
 
 #include "arrangement/cursor.h"
 #include "arrangement/merge.h"
+#include "heap/codec.h"
 #include "arr_test.h"
 
 /* keys "a", "bb", "c", "dd" .. "jj" (lengths alternate), each with vals
@@ -324,6 +325,80 @@ Test(batch_check, walk_offsets_resealed_are_corrupt)
 		cr_assert_eq(scan(&e, id), AH_ECORRUPT, "case %zu", i);
 		/* the merge's inline steps and inline read of a val's pairs */
 		cr_assert_eq(merge_sums(&e, id), AH_ECORRUPT, "case %zu: merge", i);
+		at_close(&e);
+	}
+}
+
+/* keys "a".."j" (1 byte), vals "v0".."v2" (2 bytes), time i % 2, diff
+ * 1 + i % 3: a version-2 chunk of fixed-width keys and vals, one update
+ * per val, and dictionaries of 2 times and 3 diffs. */
+static void gen_dict(uint64_t i, at_item *it, void *arg)
+{
+	static char k[1], v[2];
+	(void)arg;
+	k[0] = (char)('a' + i / 3);
+	v[0] = 'v';
+	v[1] = (char)('0' + i % 3);
+	*it = (at_item){ k, v, 1, 2, i % 2, 1 + (int64_t)(i % 3) };
+}
+
+/* The version-2 header (batch_int.h) checked against the counts and the
+ * columns' room, and a dictionary index checked where it is read: each
+ * damage below, resealed (a checksummed, wrong chunk), is AH_ECORRUPT for
+ * batch_check, a scan and a merge, never a read out of bounds. */
+Test(batch_check, version2_headers_and_dictionaries_resealed_are_corrupt)
+{
+	enum { KV_ONE_BAD, KW_TOO_WIDE, KW_NOT_FIXED, TIMES_DICT_BIG, RESERVED,
+	       DIFFS_FULL_NO_ROOM, VU_ONE_BAD, TIME_INDEX, DIFF_INDEX, NCASES };
+	static const char *name[NCASES] = {
+		"KV_ONE with 30 vals of 10 keys", "key width past its column",
+		"key width without KEY_FIXED", "time dictionary of 300",
+		"reserved word set", "diffs full without room",
+		"VU_ONE cleared without val_upds", "time index past the dictionary",
+		"diff index past the dictionary"
+	};
+	for (int k = 0; k < NCASES; k++) {
+		batch_desc d = { { 0 }, { 2 }, { 0 } };
+		at_env e;
+		const void *bp;
+		size_t used;
+		char msg[200];
+		at_open(&e);
+		uint64_t id = at_write(&e, gen_dict, NULL, 30, &d);
+		batch *b = at_load(&e, id);
+		cr_assert_eq(b->nchunks, 1);
+		uint64_t cid = b->chunk_ids[0];
+		batch_free(b);
+		cr_assert_eq(heap_chunk_get(e.t, cid, &bp, &used), 0);
+		uint8_t *body = (uint8_t *)bp; /* test-only write through the map */
+		uint16_t ver;
+		memcpy(&ver, body + 4, 2);
+		cr_assert_eq(ver, BCHUNK_VERSION_COLS);
+		cr_assert_eq(body[6], BCHUNK_KEY_FIXED | BCHUNK_VAL_FIXED | BCHUNK_VU_ONE);
+		cr_assert_eq(get_u32(body + 56), 1);
+		cr_assert_eq(get_u32(body + 60), 2);
+		cr_assert_eq(get_u16(body + 64), 2);
+		cr_assert_eq(get_u16(body + 66), 3);
+		uint32_t off_t = get_u32(body + 48), off_d = get_u32(body + 52);
+		switch (k) {
+		case KV_ONE_BAD: body[6] |= BCHUNK_KV_ONE; break;
+		case KW_TOO_WIDE: put_u32(body + 56, 3); break;
+		case KW_NOT_FIXED: body[6] &= (uint8_t)~BCHUNK_KEY_FIXED; break;
+		case TIMES_DICT_BIG: put_u16(body + 64, 300); break;
+		case RESERVED: put_u32(body + 68, 1); break;
+		case DIFFS_FULL_NO_ROOM: put_u16(body + 66, 0); break;
+		case VU_ONE_BAD: body[6] &= (uint8_t)~BCHUNK_VU_ONE; break;
+		case TIME_INDEX: body[off_t + 8 * 2 + 7] = 2; break;
+		case DIFF_INDEX: body[off_d + 8 * 3 + 20] = 0xff; break;
+		}
+		cr_assert_eq(heap_chunk_seal(e.t, cid, body, used), 0);
+		at_commit(&e, false);
+		cr_assert_eq(check(&e, id, true, msg, sizeof msg), AH_ECORRUPT,
+		             "%s", name[k]);
+		cr_assert(strstr(msg, k >= TIME_INDEX ? "dictionary index"
+		                                      : "header"), "%s: %s", name[k], msg);
+		cr_assert_eq(scan(&e, id), AH_ECORRUPT, "%s: scan", name[k]);
+		cr_assert_eq(merge_sums(&e, id), AH_ECORRUPT, "%s: merge", name[k]);
 		at_close(&e);
 	}
 }
