@@ -411,24 +411,33 @@ static inline int bcur_next_key(batch_cursor *c)
 }
 
 /* bcur_times, with a val of a chunk checked whole that is not the chunk's
- * last (so its pairs lie in this chunk) and full time and diff columns
- * read inline. */
+ * last (so its pairs lie in this chunk) read inline: pointers into full
+ * columns, or one pair decoded from the dictionaries. */
 static inline int bcur_times_next(batch_cursor *c, const atime **times,
                                   const int64_t **diffs, uint32_t *n)
 {
 	const bchunk *v = &c->cv;
 
-	if (v->hv.all && v->tm.full && v->df.full && bcur_val_valid(c) &&
-	    c->vi + 1 < v->nvals) {
+	if (v->hv.all && bcur_val_valid(c) && c->vi + 1 < v->nvals) {
 		uint32_t lo, hi;
 
 		bchunk_range(v->vu, c->vi, &lo, &hi);
 		if (lo >= hi || hi > v->nupds)
 			return CORRUPT("batch chunk val_upds");
-		*times = v->tm.full + lo;
-		*diffs = (const int64_t *)v->df.full + lo;
-		*n = hi - lo;
-		return 0;
+		if (v->tm.full && v->df.full) {
+			*times = v->tm.full + lo;
+			*diffs = (const int64_t *)v->df.full + lo;
+			*n = hi - lo;
+			return 0;
+		}
+		if (hi - lo == 1) {
+			if (!bchunk_upd(v, lo, &c->tsc[0], &c->dsc[0]))
+				return CORRUPT("batch chunk dictionary index");
+			*times = c->tsc;
+			*diffs = c->dsc;
+			*n = 1;
+			return 0;
+		}
 	}
 	return bcur_times(c, times, diffs, n);
 }

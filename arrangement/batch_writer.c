@@ -43,6 +43,9 @@ typedef struct dict {
 
 _Static_assert(sizeof(time_diff) == 16, "time_diff is two u64s");
 
+/* Runs of at most this many pairs probe the dictionaries once. */
+#define RUN_PROBE 8
+
 static inline uint32_t dict_hash(uint64_t v)
 {
 	return (uint32_t)((v * 0x9e3779b97f4a7c15ull) >> 55); /* 9 bits */
@@ -114,6 +117,7 @@ struct batch_writer {
 	bool kfix, vfix;
 	uint32_t kw, vw;
 	dict td, dd;
+	uint64_t size_ub;    /* >= the staged chunk's body bytes (shape_size) */
 	bool format_marked;
 	bool have_last;
 	uint64_t lkp, lvp;    /* bytes_prefix8 of the last key and val staged */
@@ -253,6 +257,34 @@ static uint64_t shape_size(const shape *s)
 	       col_size(s->tnd, s->nu) + col_size(s->dnd, s->nu);
 }
 
+/* How much a column of nu updates may grow by with n more whose values
+ * its dictionary holds (or it is full for good). */
+static inline uint64_t col_grow(const dict *d, uint64_t nu, uint64_t n)
+{
+	if (d->over || col_dict(d->n, nu) == 0)
+		return 8 * n; /* full (a dictionary it may become is smaller) */
+	return d->n == 1 ? 0 : n + 8;
+}
+
+/* An upper bound on what the staged chunk grows by with a key of klen
+ * (newkey), a val of vlen and n pairs whose times and diffs its
+ * dictionaries hold (tknown, dknown), each a8 step counted whole; false
+ * when a column may change form (shape_after is exact then). */
+static inline bool grow_bound(const batch_writer *w, bool newkey, size_t klen,
+                              size_t vlen, size_t n, bool tknown, bool dknown,
+                              uint64_t *ub)
+{
+	if ((newkey && w->kfix && klen != w->kw) || (w->vfix && vlen != w->vw) ||
+	    (!newkey && w->nv == w->nk) || (n > 1 && w->nu == w->nv) ||
+	    !tknown || !dknown || w->nk == 0)
+		return false;
+	uint64_t g = vlen + 8 + (w->vfix ? 0 : 8) + (w->nu == w->nv ? 0 : 8);
+	if (newkey)
+		g += klen + 8 + (w->kfix ? 0 : 8) + (w->nv == w->nk ? 0 : 8);
+	*ub = g + col_grow(&w->td, w->nu, n) + col_grow(&w->dd, w->nu, n);
+	return true;
+}
+
 static shape staged_shape(const batch_writer *w)
 {
 	shape s = { w->nk, w->kb.len, w->nv, w->vb.len, w->nu, w->kfix,
@@ -297,6 +329,7 @@ static void stage_reset(batch_writer *w)
 	w->kw = w->vw = 0;
 	dict_reset(&w->td);
 	dict_reset(&w->dd);
+	w->size_ub = 0;
 }
 
 /* The staged chunk's offset arrays carry a leading 0 entry. */
@@ -358,15 +391,23 @@ static int upd_room(batch_writer *w, size_t n)
 	return 0;
 }
 
-/* Appends one update to the update columns (room made by upd_room). */
-static inline void upd_put(batch_writer *w, uint64_t time, int64_t diff)
+/* Appends one update to the update columns (room made by upd_room); ti,
+ * di: the dictionary entries of its time and diff when known, else -1. */
+static inline void upd_put_ix(batch_writer *w, uint64_t time, int64_t diff,
+                              int ti, int di)
 {
 	put_u64(w->tm.p + w->tm.len, time);
 	put_u64(w->df.p + w->df.len, (uint64_t)diff);
-	w->ti.p[w->ti.len++] = dict_add(&w->td, time);
-	w->di.p[w->di.len++] = dict_add(&w->dd, (uint64_t)diff);
+	w->ti.p[w->ti.len++] = ti >= 0 ? (uint8_t)ti : dict_add(&w->td, time);
+	w->di.p[w->di.len++] = di >= 0 ? (uint8_t)di
+	                               : dict_add(&w->dd, (uint64_t)diff);
 	w->tm.len += 8;
 	w->df.len += 8;
+}
+
+static inline void upd_put(batch_writer *w, uint64_t time, int64_t diff)
+{
+	upd_put_ix(w, time, diff, -1, -1);
 }
 
 static int stage_upd(batch_writer *w, uint64_t time, int64_t diff)
@@ -639,6 +680,7 @@ static int resume(heap_txn *t, pool *p, uint64_t partial_id, bool detach,
 	if ((rc = bchunk_get(t, last, HEAP_CHUNK_WHOLE, &c)) ||
 	    (rc = stage_chunk(w, &c)))
 		goto out;
+	w->size_ub = staged_size(w);
 	size_t last_cap = c.hv.value_bytes;
 	if (((c.flags & BCHUNK_CONT) && b->nchunks == 1) || b->bytes < c.used ||
 	    b->chunk_bytes < last_cap) {
@@ -904,6 +946,7 @@ int batch_writer_push(batch_writer *w, const void *key, size_t klen,
 	w->keys += newkey;
 	w->vals += newval;
 	w->have_last = true;
+	w->size_ub = staged_size(w);
 	return 0;
 }
 
@@ -954,10 +997,29 @@ int batch_writer_push_run(batch_writer *w, const void *key, size_t klen,
 	for (size_t i = 0; i < n; i++)
 		if (td[i].diff == 0 || (i && time_cmp(td[i - 1].time, td[i].time) >= 0))
 			return AH_EINVAL;
-	/* time_diff is two u64s: the times at td[i].time, the diffs after */
-	shape sh = shape_after(w, newkey, klen, true, vlen, &td[0].time,
-	                       (const uint64_t *)&td[0].diff, n, 2);
-	uint64_t after = shape_size(&sh);
+	/* Does it fit the staged chunk?  Cheaply when no column changes
+	 * form and the bound leaves room (the dictionaries probed once: the
+	 * entries found are staged as they are), else exactly. */
+	int ti[RUN_PROBE], di[RUN_PROBE];
+	bool tk = n <= RUN_PROBE, dk = tk;
+	for (size_t i = 0; i < n && (tk || dk) && n <= RUN_PROBE; i++) {
+		ti[i] = w->td.over ? 0 : dict_find(&w->td, td[i].time);
+		di[i] = w->dd.over ? 0 : dict_find(&w->dd, (uint64_t)td[i].diff);
+		tk = tk && ti[i] >= 0;
+		dk = dk && di[i] >= 0;
+	}
+	uint64_t g, after;
+	bool fast = w->nu != 0 && grow_bound(w, newkey, klen, vlen, n, tk, dk, &g) &&
+	            w->size_ub + g <= w->max_body;
+	if (fast) {
+		after = w->size_ub + g;
+	} else {
+		/* time_diff is two u64s: the times at td[i].time, the diffs
+		 * after */
+		shape sh = shape_after(w, newkey, klen, true, vlen, &td[0].time,
+		                       (const uint64_t *)&td[0].diff, n, 2);
+		after = shape_size(&sh);
+	}
 	/* Across a chunk boundary, a new chunk, or a huge value: one update
 	 * at a time, where the boundary logic lives. */
 	if (w->nu == 0 || after > w->max_body || after > UINT32_MAX) {
@@ -974,8 +1036,11 @@ int batch_writer_push_run(batch_writer *w, const void *key, size_t klen,
 	if ((rc = upd_room(w, n)))
 		return rc;
 	for (size_t i = 0; i < n; i++)
-		upd_put(w, td[i].time, td[i].diff);
+		upd_put_ix(w, td[i].time, td[i].diff,
+		           fast && !w->td.over ? ti[i] : -1,
+		           fast && !w->dd.over ? di[i] : -1);
 	w->nu += (uint32_t)n;
+	w->size_ub = after;
 	put_u32(w->vu.p + 4 * w->nv, w->nu);
 	if (newkey && (rc = hash_key(w, key, klen)))
 		return rc;

@@ -50,8 +50,8 @@ static void assert_identical(at_env *e, uint64_t a, uint64_t b)
 	cr_assert_eq(x->bytes, y->bytes);
 	cr_assert_eq(x->chunk_bytes, y->chunk_bytes);
 	cr_assert_eq(x->nchunks, y->nchunks);
-	cr_assert_eq(x->rec_flags, 0);
-	cr_assert_eq(y->rec_flags, 0);
+	cr_assert_eq(x->rec_flags, BREC_COLS);
+	cr_assert_eq(y->rec_flags, BREC_COLS);
 	for (uint32_t i = 0; i < x->nchunks; i++) {
 		const void *bx, *by;
 		size_t ux, uy;
@@ -91,7 +91,7 @@ static void resume_case(uint64_t half, bool twice)
 	cr_assert(vl == it.vlen && memcmp(v, it.val, vl) == 0);
 	cr_assert_eq(batch_writer_suspend(w, &d, &part), 0);
 	batch *p = at_load(&e, part);
-	cr_assert_eq(p->rec_flags, BREC_PARTIAL);
+	cr_assert_eq(p->rec_flags, BREC_PARTIAL | BREC_COLS);
 	cr_assert_eq(p->updates, half);
 	batch_free(p);
 	at_commit(&e, false);
