@@ -37,6 +37,8 @@ typedef struct buf {
 typedef struct dict {
 	uint32_t n;
 	bool over;
+	int li;      /* the entry last found or added (-1: none), of value lv: */
+	uint64_t lv; /* consecutive updates mostly share their time or diff */
 	uint16_t slot[DICT_SLOTS]; /* 0: empty, else entry + 1 */
 	uint64_t val[BCHUNK_DICT_MAX];
 } dict;
@@ -52,14 +54,18 @@ static inline uint32_t dict_hash(uint64_t v)
 }
 
 /* Entry of v, or -1. */
-static inline int dict_find(const dict *d, uint64_t v)
+static inline int dict_find(dict *d, uint64_t v)
 {
+	if (d->li >= 0 && d->lv == v)
+		return d->li;
 	for (uint32_t h = dict_hash(v);; h = (h + 1) & (DICT_SLOTS - 1)) {
 		uint16_t s = d->slot[h];
 		if (s == 0)
 			return -1;
-		if (d->val[s - 1] == v)
-			return s - 1;
+		if (d->val[s - 1] == v) {
+			d->lv = v;
+			return d->li = s - 1;
+		}
 	}
 }
 
@@ -68,6 +74,8 @@ static inline uint8_t dict_add(dict *d, uint64_t v)
 {
 	if (d->over)
 		return 0;
+	if (d->li >= 0 && d->lv == v)
+		return (uint8_t)d->li;
 	uint32_t h = dict_hash(v);
 	for (;; h = (h + 1) & (DICT_SLOTS - 1)) {
 		uint16_t s = d->slot[h];
@@ -82,6 +90,8 @@ static inline uint8_t dict_add(dict *d, uint64_t v)
 	}
 	d->val[d->n] = v;
 	d->slot[h] = (uint16_t)++d->n;
+	d->lv = v;
+	d->li = (int)d->n - 1;
 	return (uint8_t)(d->n - 1);
 }
 
@@ -89,11 +99,12 @@ static void dict_reset(dict *d)
 {
 	d->n = 0;
 	d->over = false;
+	d->li = -1;
 	memset(d->slot, 0, sizeof d->slot);
 }
 
 /* Entries of d once the n values vs are added (at most). */
-static uint32_t dict_after(const dict *d, const uint64_t *vs, size_t n,
+static uint32_t dict_after(dict *d, const uint64_t *vs, size_t n,
                            size_t stride)
 {
 	uint64_t e = d->n;
@@ -296,7 +307,7 @@ static shape staged_shape(const batch_writer *w)
 /* The staged shape with a key (klen, when newkey), a val (vlen, when
  * newval) and n pairs (times at ts, diffs at ds, stride u64s apart)
  * added. */
-static shape shape_after(const batch_writer *w, bool newkey, size_t klen,
+static shape shape_after(batch_writer *w, bool newkey, size_t klen,
                          bool newval, size_t vlen, const uint64_t *ts,
                          const uint64_t *ds, size_t n, size_t stride)
 {
@@ -380,9 +391,12 @@ static int stage_val(batch_writer *w, const void *v, size_t vlen)
 }
 
 /* Room for n more updates in the update columns. */
-static int upd_room(batch_writer *w, size_t n)
+static inline int upd_room(batch_writer *w, size_t n)
 {
 	int rc = 0;
+	if (w->tm.len + 8 * n <= w->tm.cap && w->df.len + 8 * n <= w->df.cap &&
+	    w->ti.len + n <= w->ti.cap && w->di.len + n <= w->di.cap)
+		return 0;
 	if ((w->tm.len + 8 * n > w->tm.cap && (rc = grow(w->pool, &w->tm, 8 * n))) ||
 	    (w->df.len + 8 * n > w->df.cap && (rc = grow(w->pool, &w->df, 8 * n))) ||
 	    (w->ti.len + n > w->ti.cap && (rc = grow(w->pool, &w->ti, n))) ||

@@ -562,3 +562,70 @@ Test(format, aborted_first_hold_keeps_format_2)
 	cr_assert_eq(format_of(d.path, 0), 2);
 	tl_rmdir(&d);
 }
+
+static int formats_of(const ah_batch_info *b, void *user)
+{
+	unsigned *n = user;
+
+	cr_assert(b->format == 1 || b->format == 2, "format %u", b->format);
+	n[b->format - 1]++;
+	return 0;
+}
+
+/* Format 4 (heap/heap.h): the transaction that writes a heap's first
+ * version-2 batch chunk makes it 4, and an aborted one leaves it as it
+ * was; the fixture's batches say format 1 (they may hold version-1
+ * chunks) until the merge that takes them writes version 2. */
+Test(format, first_version2_chunk_makes_format_4)
+{
+	tl_dir d;
+	ah_open_opts o = tl_opts(0, 0, 0);
+	ah_arrangement_info in;
+	ah_heap_stat st;
+	ah_heap *h;
+	ah_txn *t;
+	unsigned n[2] = { 0, 0 };
+	int idle;
+	ah_update u = { "k-format-4", 10, "v", 1, 0, 1 };
+
+	need_native_fixture();
+	fixture_copy_of(&d, FIXTURE_V2);
+	cr_assert_eq(ah_open(d.path, &o, &h), 0);
+	cr_assert_eq(ah_heap_stat_get(h, &st), 0);
+	cr_assert_eq(st.format_version, 2);
+	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
+	cr_assert_eq(ah_batch_foreach(t, "orders", formats_of, n), 0);
+	ah_txn_abort(t);
+	cr_assert(n[0] > 0 && n[1] == 0, "%u of format 1, %u of 2", n[0], n[1]);
+
+	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
+	cr_assert_eq(ah_arrangement_info_get(t, "orders", &in), 0);
+	u.time = in.upper;
+	cr_assert_eq(ah_append(t, "orders", in.upper, in.upper + 1, &u, 1), 0);
+	ah_txn_abort(t);
+	cr_assert_eq(ah_heap_stat_get(h, &st), 0);
+	cr_assert_eq(st.format_version, 2, "an aborted append leaves format 2");
+	cr_assert_eq(ah_close(h), 0);
+	cr_assert_eq(format_of(d.path, AH_OPEN_RDONLY), 2);
+
+	cr_assert_eq(ah_open(d.path, &o, &h), 0);
+	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
+	cr_assert_eq(ah_append(t, "orders", in.upper, in.upper + 1, &u, 1), 0);
+	cr_assert_eq(ah_heap_stat_get(h, &st), 0);
+	cr_assert_eq(st.format_version, 2, "not before the commit");
+	cr_assert_eq(ah_txn_commit(t), 0);
+	cr_assert_eq(ah_heap_stat_get(h, &st), 0);
+	cr_assert_eq(st.format_version, 4);
+	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
+	cr_assert_eq(ah_maintain(t, "orders", 0, &idle), 0);
+	cr_assert_eq(ah_txn_commit(t), 0);
+	n[0] = n[1] = 0;
+	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
+	cr_assert_eq(ah_batch_foreach(t, "orders", formats_of, n), 0);
+	ah_txn_abort(t);
+	cr_assert(n[0] == 0 && n[1] == 1, "%u of format 1, %u of 2", n[0], n[1]);
+	cr_assert_eq(tl_verify(h, NULL), 0);
+	cr_assert_eq(ah_close(h), 0);
+	cr_assert_eq(format_of(d.path, AH_OPEN_RDONLY), 4);
+	tl_rmdir(&d);
+}
