@@ -56,9 +56,10 @@
  *  - Read hold leases (ah_hold_set) are judged by the wall clock
  *    (CLOCK_REALTIME) of the process that advances since; keep the clocks
  *    of the processes sharing a heap in step.  A binary older than read
- *    holds refuses a heap that held one (format 3), but one that opened
- *    the heap before its first hold was written does not notice it: run
- *    one library version per heap at a time.  Hold records live in the
+ *    holds refuses a heap that held one (format 3), and a binary older
+ *    than batch chunk version 2 refuses a heap this one wrote a batch to
+ *    (format 4), but one that opened the heap before does not notice it:
+ *    run one library version per heap at a time.  Hold records live in the
  *    meta DB beside the heap's meta record: a damaged page there (a hold's
  *    key flipped out of order, say) is a damaged meta, so ah_open fails
  *    with AH_ECORRUPT and the heap cannot be salvaged in place; restore it
@@ -203,8 +204,10 @@ int ah_set_max_bytes(ah_heap *heap, uint64_t max_bytes);
 
 typedef struct ah_heap_stat {
 	uint32_t format_version;    /* the file's: 1 (read-only opens of old
-	                             * heaps), 2, or 3 once it held a read
-	                             * hold (ah_hold_set) */
+	                             * heaps), 2, 3 once it held a read hold
+	                             * (ah_hold_set), or 4 once this library
+	                             * wrote a batch to it (version-2 batch
+	                             * chunks, ARCHITECTURE.md §2) */
 	uint32_t page_size;         /* bytes */
 	uint8_t uuid[16];           /* heap UUID, fixed at creation */
 	uint64_t map_bytes;         /* virtual map size (= size limit) */

@@ -833,6 +833,11 @@ static int fill(const char *dir, const manifest *m, const char *tmp,
 			goto out;
 		}
 	}
+	/* Chunks are copied as they are: a heap whose batch chunks are
+	 * version 2 stays format 4 (a binary before it must refuse it). */
+	if (m->format >= HEAP_FORMAT_COLS && m->format <= HEAP_FORMAT_VERSION &&
+	    (rc = heap_format_mark(t->ht, m->format)) != 0)
+		goto out;
 	memcpy(uuid, m->info.uuid, 16);
 	if ((flags & AH_RESTORE_NEW_UUID) && (rc = heap_uuid_new(uuid)) != 0)
 		goto out;
