@@ -487,6 +487,19 @@ Test(format, foreign_byte_order_marker)
 	tl_rmdir(&d);
 }
 
+/* The heap is of format `before` until t commits, then of `after`. */
+static void commit_makes_format(ah_heap *h, ah_txn *t, uint32_t before,
+                                uint32_t after)
+{
+	ah_heap_stat st;
+
+	cr_assert_eq(ah_heap_stat_get(h, &st), 0);
+	cr_assert_eq(st.format_version, before, "not before the commit");
+	cr_assert_eq(ah_txn_commit(t), 0);
+	cr_assert_eq(ah_heap_stat_get(h, &st), 0);
+	cr_assert_eq(st.format_version, after);
+}
+
 /* Format 3 (heap/heap.h): a heap of format 1 or 2 keeps its format through
  * every write until its first read hold, which makes it 3 in the same
  * commit (binaries that know only 1 and 2 refuse it, so none can compact
@@ -513,11 +526,7 @@ static void fixture_takes_a_hold(const char *which)
 	cr_assert_eq(ah_arrangement_info_get(t, "orders", &in), 0);
 	cr_assert_eq(ah_hold_set(t, "orders", "reader", in.since, 0), 0,
 	             "%s", ah_txn_errmsg(t));
-	cr_assert_eq(ah_heap_stat_get(h, &st), 0);
-	cr_assert_eq(st.format_version, 2, "not before the commit");
-	cr_assert_eq(ah_txn_commit(t), 0);
-	cr_assert_eq(ah_heap_stat_get(h, &st), 0);
-	cr_assert_eq(st.format_version, 3);
+	commit_makes_format(h, t, 2, 3);
 	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
 	cr_assert_eq(ah_set_since(t, "orders", in.since + 1), AH_EFRONTIER);
 	ah_txn_abort(t);
@@ -611,11 +620,7 @@ Test(format, first_version2_chunk_makes_format_4)
 	cr_assert_eq(ah_open(d.path, &o, &h), 0);
 	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
 	cr_assert_eq(ah_append(t, "orders", in.upper, in.upper + 1, &u, 1), 0);
-	cr_assert_eq(ah_heap_stat_get(h, &st), 0);
-	cr_assert_eq(st.format_version, 2, "not before the commit");
-	cr_assert_eq(ah_txn_commit(t), 0);
-	cr_assert_eq(ah_heap_stat_get(h, &st), 0);
-	cr_assert_eq(st.format_version, 4);
+	commit_makes_format(h, t, 2, 4);
 	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
 	cr_assert_eq(ah_maintain(t, "orders", 0, &idle), 0);
 	cr_assert_eq(ah_txn_commit(t), 0);
