@@ -24,6 +24,7 @@
 
 #include <criterion/criterion.h>
 
+#include "arrheap.h"
 #include "arrangement/cursor.h"
 #include "arrangement/merge.h"
 #include "heap/codec.h"
@@ -596,4 +597,80 @@ Test(batch_cols_adv, page_by_page_flipped_dictionary_is_corrupt, .timeout = 120)
 			st_free(&s);
 		}
 	}
+}
+
+/* ------------------------------------------------------ format mark */
+
+static uint32_t format_of(at_env *e)
+{
+	ah_heap_stat st;
+
+	cr_assert_eq(heap_stat(e->h, &st), 0);
+	return st.format_version;
+}
+
+/* A detached writer (the background merge's) writes images under a read
+ * txn: the heap stays format 2 until attach installs them in a write txn
+ * that commits; with no image before attach, the finish's flush marks. */
+Test(batch_cols_adv, detached_writer_marks_format_4_at_attach)
+{
+	for (int images = 0; images < 2; images++) {
+		at_env e;
+		stream s;
+		batch_writer *w;
+		uint64_t id;
+
+		flip_make(&s, KEY_LEN, 700, images ? 3000 : 10, 1u << 30);
+		at_open(&e);
+		at_commit(&e, true);
+		cr_assert_eq(format_of(&e), 2);
+		cr_assert_eq(batch_writer_new_detached(e.t, e.p, 0, &w), 0);
+		push_range(w, &s, 0, s.n, 0);
+		cr_assert_eq(batch_writer_image_bytes(w) > 0, images == 1);
+		at_commit(&e, false);
+		cr_assert_eq(batch_writer_attach(w, e.t), 0);
+		cr_assert_eq(batch_writer_finish(w, &desc_all, &id), 0);
+		cr_assert_eq(format_of(&e), 2, "not before the commit");
+		at_commit(&e, true);
+		cr_assert_eq(format_of(&e), 4, "images %d", images);
+		at_check_ok(&e, id);
+		at_scan_equal(&e, id, st_gen, &s, s.n);
+		at_close(&e);
+		st_free(&s);
+	}
+}
+
+/* A snapshot of a format-4 heap (version-2 chunks) restores as format 4:
+ * a restored heap of format 2 or 3 would open in binaries that cannot
+ * read its chunks (heap/heap.h: format 4). */
+Test(batch_cols_adv, snapshot_restore_keeps_format_4)
+{
+	tl_dir d = tl_tmpdir("colsnap");
+	char hp[256], snaps[256], rp[256];
+	ah_open_opts o = { sizeof o, AH_OPEN_CREATE | AH_OPEN_NOSYNC, 0, 0, 0 };
+	ah_update u = { "k", 1, "v", 1, 0, 1 };
+	ah_snapshot_info si;
+	ah_heap_stat st;
+	ah_heap *h;
+	ah_txn *t;
+
+	cr_assert_eq(ah_open(tl_dir_file(&d, "h", hp, sizeof hp), &o, &h), 0);
+	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
+	cr_assert_eq(ah_arrangement_create(t, "a"), 0);
+	cr_assert_eq(ah_append(t, "a", 0, 1, &u, 1), 0);
+	cr_assert_eq(ah_txn_commit(t), 0);
+	cr_assert_eq(ah_heap_stat_get(h, &st), 0);
+	cr_assert_eq(st.format_version, 4);
+	cr_assert_eq(ah_snapshot_push(h, tl_dir_file(&d, "s", snaps, sizeof snaps),
+	                              &si), 0, "%s", si.message);
+	cr_assert_eq(ah_close(h), 0);
+	cr_assert_eq(ah_snapshot_restore(snaps, NULL, tl_dir_file(&d, "r", rp,
+	                                 sizeof rp), 0, &si), 0, "%s", si.message);
+	o.flags = AH_OPEN_RDONLY;
+	cr_assert_eq(ah_open(rp, &o, &h), 0);
+	cr_assert_eq(ah_heap_stat_get(h, &st), 0);
+	cr_assert_eq(st.format_version, 4, "restored as format %u",
+	             st.format_version);
+	cr_assert_eq(ah_close(h), 0);
+	tl_rmdir(&d);
 }
