@@ -674,3 +674,104 @@ Test(batch_cols_adv, snapshot_restore_keeps_format_4)
 	cr_assert_eq(ah_close(h), 0);
 	tl_rmdir(&d);
 }
+
+/* ------------------------------------------------ resealed widths */
+
+/* keys "a".."j", vals "v0".."v2", time i % 2, diff 1 + i % 3 (as
+ * batch_check's gen_dict): fixed widths 1 and 2, VU_ONE, dictionaries. */
+static void gen_fix(uint64_t i, at_item *it, void *arg)
+{
+	static char k[1], v[2];
+	(void)arg;
+	k[0] = (char)('a' + i / 3);
+	v[0] = 'v';
+	v[1] = (char)('0' + i % 3);
+	*it = (at_item){ k, v, 1, 2, i % 2, 1 + (int64_t)(i % 3) };
+}
+
+/* Walks everything through a trace cursor with sums; the first error. */
+static int walk_all(at_env *e, uint64_t id)
+{
+	batch *b = at_load(e, id);
+	trace_cursor *c = NULL;
+	diff_sum s = 0;
+	uint64_t t;
+	int64_t d;
+	int rc = tcur_open(e->t, &b, 1, frontier_of(0), &c);
+	bool opened = rc == 0;
+
+	while (rc == 0 && tcur_key_valid(c)) {
+		while (rc == 0 && tcur_val_valid(c)) {
+			if ((rc = tcur_accumulate(c, 1, &s)) == 0)
+				while ((rc = tcur_time_next(c, &t, &d)) == 1)
+					;
+			if (rc == 0)
+				rc = tcur_step_val(c);
+		}
+		if (rc == 0)
+			rc = tcur_step_key(c);
+	}
+	if (opened)
+		tcur_close(c);
+	batch_free(b);
+	return rc;
+}
+
+/* Widths whose product with the count wraps in 32 bits, width 0 for ten
+ * distinct keys, a time dictionary whose indexes would end past `used`:
+ * batch_check says AH_ECORRUPT; walks, seeks (page by page) and
+ * batch_check never read out of bounds (ASan). */
+Test(batch_cols_adv, resealed_widths_and_dictionary_room)
+{
+	enum { KW_ZERO, KW_HUGE, VW_WRAPS, KW_WRAPS, TIDX_PAST_USED,
+	       DIDX_PAST_USED, NCASES };
+	static const char *name[NCASES] = {
+		"key width 0 (ten equal keys)", "key width 2^32-1",
+		"val width * 30 wraps to 20", "key width * 10 wraps to 6",
+		"time indexes past the column", "diff indexes past used"
+	};
+	for (int k = 0; k < NCASES; k++) {
+		batch_desc d = { { 0 }, { 2 }, { 0 } };
+		at_env e;
+		const void *bp;
+		size_t used;
+		char msg[200];
+
+		at_open(&e);
+		uint64_t id = at_write(&e, gen_fix, NULL, 30, &d);
+		batch *b = at_load(&e, id);
+		uint64_t cid = b->chunk_ids[0];
+		batch_free(b);
+		cr_assert_eq(heap_chunk_get(e.t, cid, &bp, &used), 0);
+		uint8_t *body = (uint8_t *)bp; /* test-only write through the map */
+		cr_assert_eq(body[6], BCHUNK_KEY_FIXED | BCHUNK_VAL_FIXED |
+		                      BCHUNK_VU_ONE);
+		uint32_t ot = get_u32(body + 48), od = get_u32(body + 52);
+		switch (k) {
+		case KW_ZERO: put_u32(body + 56, 0); break;
+		case KW_HUGE: put_u32(body + 56, UINT32_MAX); break;
+		case VW_WRAPS: put_u32(body + 60, 0x1999999Au); break; /* *30 */
+		case KW_WRAPS: put_u32(body + 56, 0x1999999Au); break; /* *10 */
+		case TIDX_PAST_USED: put_u16(body + 64, (uint16_t)((od - ot) / 8)); break;
+		case DIDX_PAST_USED:
+			put_u16(body + 66, (uint16_t)((used - od) / 8));
+			break;
+		}
+		cr_assert_eq(heap_chunk_seal(e.t, cid, body, used), 0);
+		at_commit(&e, true);
+		b = at_load(&e, id);
+		int rc = batch_check(e.t, b, true, msg, sizeof msg);
+		cr_assert_eq(rc, AH_ECORRUPT, "%s: %d", name[k], rc);
+		rc = walk_all(&e, id);
+		cr_assert(k == KW_ZERO ? rc == 0 : rc == AH_ECORRUPT, "%s: walk %d",
+		          name[k], rc);
+		batch_cursor *bc = NULL;
+		rc = bcur_open_at(e.t, b, frontier_of(0), "e", 1, &bc);
+		cr_assert(k == KW_ZERO ? rc == 0 : rc == AH_ECORRUPT, "%s: seek %d",
+		          name[k], rc);
+		if (bc)
+			bcur_close(bc);
+		batch_free(b);
+		at_close(&e);
+	}
+}
