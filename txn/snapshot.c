@@ -833,9 +833,9 @@ static int fill(const char *dir, const manifest *m, const char *tmp,
 			goto out;
 		}
 	}
-	/* Chunks are copied as they are: a heap whose batch chunks are
-	 * version 2 stays format 4 (a binary before it must refuse it). */
-	if (m->format >= HEAP_FORMAT_COLS && m->format <= HEAP_FORMAT_VERSION &&
+	/* The snapshot's file format (format 4: version-2 batch chunks,
+	 * which format-3 binaries cannot read), in the txn of its chunks. */
+	if (m->format > HEAP_FORMAT_BASE &&
 	    (rc = heap_format_mark(t->ht, m->format)) != 0)
 		goto out;
 	memcpy(uuid, m->info.uuid, 16);
@@ -914,6 +914,12 @@ int ah_snapshot_restore(const char *dir, const char *id, const char *path,
 	if (m.psize != (uint32_t)sysconf(_SC_PAGESIZE)) {
 		SAY(si, "the snapshot's page size is %u, this machine's %ld",
 		    m.psize, sysconf(_SC_PAGESIZE));
+		rc = AH_EFORMAT;
+		goto out;
+	}
+	if (m.format > HEAP_FORMAT_VERSION) {
+		SAY(si, "the snapshot's heap format is %u, this library's at most %u",
+		    m.format, HEAP_FORMAT_VERSION);
 		rc = AH_EFORMAT;
 		goto out;
 	}
