@@ -761,11 +761,17 @@ static int check_chunk(check_state *s, heap_txn *t, uint32_t ci,
 	if ((c.ko && (c.ko[0] != c.kb_lo || c.ko[c.nkeys] > c.kb_hi)) ||
 	    (c.vo && (c.vo[0] != c.vb_lo || c.vo[c.nvals] > c.vb_hi)))
 		return check_fail(s, ci, "byte column bounds (B4)");
+	/* B7: fence i is a prefix of chunk i's first key that is greater
+	 * than chunk i-1's last (all of it when the key continues) */
 	const uint8_t *k0;
-	size_t k0len;
-	if (bchunk_key(&c, 0, &k0, &k0len) ||
-	    bytes_cmp(k0, k0len, b->fence[ci], b->fence_len[ci]))
-		return check_fail(s, ci, "fence key differs from first key");
+	size_t k0len, fl = b->fence_len[ci];
+	if (bchunk_key(&c, 0, &k0, &k0len) || fl > k0len ||
+	    memcmp(k0, b->fence[ci], fl) ||
+	    ((c.flags & BCHUNK_KEY_CONT) && fl != k0len) ||
+	    (ci > 0 && !(c.flags & BCHUNK_KEY_CONT) &&
+	     bytes_cmp(b->fence[ci], fl, s->key, s->klen) <= 0))
+		return check_fail(s, ci, "fence key is not a separator before the "
+		                  "first key (B7)");
 	for (uint32_t i = 0; i < c.nkeys && !e; i++)
 		e = check_key(s, &c, i);
 	if (e)

@@ -143,6 +143,8 @@ struct batch_writer {
 	 * chunks at finish. */
 	buf khash;
 	bool no_filter;
+	buf prev_last;  /* the last key of the chunk flushed last */
+	bool have_prev;
 	/* Detached (batch_writer_detach): chunks become images in memory,
 	 * installed by batch_writer_attach into a write txn. */
 	bool detached;
@@ -501,6 +503,26 @@ static void write_header(uint8_t *body, const batch_writer *w,
 	put_u16(body + 66, (uint16_t)dnd);
 }
 
+/* The fence of the staged chunk, whose first key is kb[0, klen): the
+ * shortest prefix of it that is greater than the previous chunk's last
+ * key (a seek for any key in between lands on this chunk's first key
+ * either way), so a long key is not stored again in the record; the
+ * whole key when it continues the previous chunk's (KEY_CONT) or that
+ * key is not known (a resumed writer's first chunk); empty for the
+ * batch's first chunk. */
+static uint32_t fence_len(const batch_writer *w, uint32_t klen)
+{
+	if (w->ids.len == 0)
+		return 0;
+	if ((w->flags & BCHUNK_KEY_CONT) || !w->have_prev)
+		return klen;
+	const uint8_t *p = w->prev_last.p, *k = w->kb.p;
+	size_t pl = w->prev_last.len, j = 0;
+	while (j < pl && j < klen && p[j] == k[j])
+		j++;
+	return j < klen ? (uint32_t)j + 1 : klen; /* k > p: j < klen */
+}
+
 /* A detached chunk's image (heap_chunk_image_new): its body at *body. */
 static int image_new(batch_writer *w, uint64_t size, void **body)
 {
@@ -587,11 +609,17 @@ static int flush(batch_writer *w)
 		return rc;
 	}
 
-	uint32_t key0_len = u32at(&w->ko, 1);
+	uint32_t key0_len = u32at(&w->ko, 1), f = fence_len(w, key0_len);
+	uint32_t lk0 = u32at(&w->ko, w->nk - 1), lk1 = u32at(&w->ko, w->nk);
 	if ((rc = put(w->pool, &w->ids, &id, 8)) ||
-	    (rc = put(w->pool, &w->fences, w->kb.p, key0_len)) ||
+	    (rc = put(w->pool, &w->fences, w->kb.p, f)) ||
 	    (rc = put32(w->pool, &w->fence_offs, (uint32_t)w->fences.len)))
 		return rc;
+	/* this chunk's last key: the next chunk's fence is cut against it */
+	w->prev_last.len = 0;
+	if ((rc = put(w->pool, &w->prev_last, w->kb.p + lk0, lk1 - lk0)))
+		return rc;
+	w->have_prev = true;
 	w->bytes += o;
 	w->chunk_bytes += heap_chunk_stored(heap_txn_heap(w->t), size);
 	stage_reset(w);
@@ -1150,7 +1178,7 @@ void batch_writer_free(batch_writer *w)
 		return;
 	pool *p = w->pool;
 	buf *bufs[] = {&w->ko, &w->kb, &w->kv, &w->vo, &w->vb, &w->vu,
-	               &w->tm, &w->df, &w->ti, &w->di, &w->ids, &w->fences, &w->fence_offs,
+	               &w->tm, &w->df, &w->ti, &w->di, &w->prev_last, &w->ids, &w->fences, &w->fence_offs,
 	               &w->khash};
 	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
 		buf_free(p, bufs[i]);

@@ -59,13 +59,16 @@ Test(ops_space, breakdown_adds_up_to_the_pages_used, .init = setup,
 	bool in_breakdown = false;
 
 	big_key(heap);
+	/* the 2 MiB key is stored once, in its jumbo chunk: the batch
+	 * record's fence is cut to the shortest separator (empty for the
+	 * first chunk), so the batch table has no overflow pages */
 	du_json_eq(heap, "space", "sum(t['pages'] for t in d['tables']) + "
 	           "d['pages_free'] + d['meta_pages'] == d['pages_used'], "
 	           "[t['name'] for t in d['tables']], "
-	           "[t['overflow_pages'] >= 512 for t in d['tables'] if t['name'] == "
+	           "[t['overflow_pages'] for t in d['tables'] if t['name'] == "
 	           "'batch'], d['chunk_pages'] >= 513",
 	           "True ['arr', 'batch', 'source', 'meta', 'chunks', 'main', "
-	           "'free'] [True] True");
+	           "'free'] [0] True");
 	cr_assert_eq(du_dump(heap, "space", true, &out), 0, "%s", out);
 	for (line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
 		if (!strncmp(line, "used ", 5)) {

@@ -203,3 +203,98 @@ Test(batch_cols, several_chunks_continued, .timeout = 120)
 	static const shape s = { false, false, 3, 2, MANY, FEW, 300000 };
 	round_trip(&s, 4);
 }
+
+/* Keys of 1,008 bytes: 1,000 'p' then a big-endian index (head), or the
+ * index then 1,000 'q' (tail); vals of 1 KiB, so chunks hold ~500 keys. */
+static void gen_long(uint64_t i, at_item *it, void *arg)
+{
+	static uint8_t k[1008], v[1024];
+	bool head = *(bool *)arg;
+	uint8_t *ix = head ? k + 1000 : k;
+
+	memset(head ? k : k + 8, head ? 'p' : 'q', 1000);
+	for (int b = 0; b < 8; b++)
+		ix[b] = (uint8_t)(i >> (56 - 8 * b));
+	memset(v, (int)(i % 251), sizeof v);
+	*it = (at_item){ k, v, sizeof k, sizeof v, 1, 1 };
+}
+
+/* Fences are the shortest separators (ARCHITECTURE §2, B7): fence 0 is
+ * empty, fence i the shortest prefix of chunk i's first key greater than
+ * chunk i-1's last; a seek for the fence itself, for anything between the
+ * two keys, or for the first key lands on the first key; a record whose
+ * fence is cut one byte short fails batch_check, one left whole passes. */
+Test(batch_cols, fences_are_shortest_separators, .timeout = 60)
+{
+	for (int head = 0; head < 2; head++) {
+		batch_desc d = { { 0 }, { 2 }, { 0 } };
+		bool h = head;
+		at_env e;
+		char msg[256];
+
+		at_open(&e);
+		uint64_t id = at_write(&e, gen_long, &h, 3000, &d);
+		batch *b = at_load(&e, id);
+		cr_assert_geq(b->nchunks, 4);
+		cr_assert_eq(b->fence_len[0], 0);
+		for (uint32_t i = 1; i < b->nchunks; i++) {
+			bchunk p, c;
+			const uint8_t *pk, *ck;
+			size_t pl, cl, j = 0;
+			cr_assert_eq(bchunk_get(e.t, b->chunk_ids[i - 1], HEAP_CHUNK_WHOLE, &p), 0);
+			cr_assert_eq(bchunk_get(e.t, b->chunk_ids[i], HEAP_CHUNK_WHOLE, &c), 0);
+			cr_assert_eq(c.flags & BCHUNK_KEY_CONT, 0);
+			cr_assert_eq(bchunk_key(&p, p.nkeys - 1, &pk, &pl), 0);
+			cr_assert_eq(bchunk_key(&c, 0, &ck, &cl), 0);
+			while (pk[j] == ck[j])
+				j++;
+			cr_assert_eq(b->fence_len[i], j + 1, "chunk %u", i);
+			cr_assert_eq(memcmp(b->fence[i], ck, j + 1), 0);
+			cr_assert_leq(j + 1, head ? 1008 : 8);
+			/* seeks: the fence (not a key), the previous last key
+			 * with a 0 byte after it, the first key itself */
+			uint8_t after[1009];
+			memcpy(after, pk, pl);
+			after[pl] = 0;
+			const void *want[3] = { b->fence[i], after, ck };
+			size_t wl[3] = { b->fence_len[i], pl + 1, cl };
+			for (int s = 0; s < 3; s++) {
+				batch_cursor *bc;
+				const void *k;
+				size_t kl;
+				cr_assert_eq(bcur_open_at(e.t, b, frontier_of(0), want[s],
+				                          wl[s], &bc), 0);
+				bcur_key(bc, &k, &kl);
+				cr_assert(kl == cl && memcmp(k, ck, cl) == 0,
+				          "head %d chunk %u seek %d", head, i, s);
+				bcur_close(bc);
+				/* and forward from the batch's first key */
+				cr_assert_eq(bcur_open(e.t, b, frontier_of(0), &bc), 0);
+				cr_assert_eq(bcur_seek_key(bc, want[s], wl[s]), 0);
+				bcur_key(bc, &k, &kl);
+				cr_assert(kl == cl && memcmp(k, ck, cl) == 0);
+				bcur_close(bc);
+			}
+		}
+		at_check_ok(&e, id);
+		/* one byte short: a prefix of the previous last key (B7) */
+		b->fence_len[2]--;
+		cr_assert_eq(batch_record_put(e.t, b), 0);
+		batch_free(b);
+		b = at_load(&e, id);
+		cr_assert_eq(batch_check(e.t, b, true, msg, sizeof msg), AH_ECORRUPT);
+		cr_assert(strstr(msg, "(B7)"), "%s", msg);
+		/* whole: a longer separator is still one */
+		bchunk c2;
+		const uint8_t *k2;
+		size_t l2;
+		cr_assert_eq(bchunk_get(e.t, b->chunk_ids[2], HEAP_CHUNK_WHOLE, &c2), 0);
+		cr_assert_eq(bchunk_key(&c2, 0, &k2, &l2), 0);
+		b->fence[2] = k2;
+		b->fence_len[2] = l2;
+		cr_assert_eq(batch_record_put(e.t, b), 0);
+		batch_free(b);
+		at_check_ok(&e, id);
+		at_close(&e);
+	}
+}
