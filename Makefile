@@ -15,7 +15,7 @@ endif
 OPT ?= -O2 -g
 SAN ?=
 CFLAGS_ALL := -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) -fPIC -I. -Iinclude $(SAN) $(CFLAGS)
-LDLIBS_ALL := -llmdb -ljemalloc -lxxhash -lpthread -lm $(LDLIBS)
+LDLIBS_ALL := -llmdb -ljemalloc -lpthread -lm $(LDLIBS)
 
 LIB_SRC := $(wildcard heap/*.c) $(wildcard arrangement/*.c) $(wildcard txn/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
@@ -208,9 +208,8 @@ $(BUILD)/bench/ah-bench: $(BUILD)/obj/bench/driver.o $(BUILD)/obj/bench/report.o
 # libjemalloc.so.2 pulls in libstdc++ and costs ~1 ms of dynamic loading per
 # process start (BENCHMARKS.md).
 JEMALLOC_STATIC = $(shell $(CC) -print-file-name=libjemalloc_pic.a)
-XXHASH_STATIC = $(shell $(CC) -print-file-name=libxxhash.a)
 $(BUILD)/bench/ah-bench-arrheap: $(BUILD)/obj/bench/arrheap.o $(BUILD)/obj/bench/common.o $(BUILD)/libarrheap.a
-	@mkdir -p $(dir $@); $(CC) -o $@ $^ -llmdb $(JEMALLOC_STATIC) $(XXHASH_STATIC) -lpthread -lm -ldl
+	@mkdir -p $(dir $@); $(CC) -o $@ $^ -llmdb $(JEMALLOC_STATIC) -lpthread -lm -ldl
 $(BUILD)/bench/ah-bench-rocksdb: $(BUILD)/obj/bench/rocksdb.o $(BUILD)/obj/bench/common.o
 	@mkdir -p $(dir $@); $(CC) -o $@ $^ -lrocksdb
 $(BUILD)/bench/ah-bench-lmdb: $(BUILD)/obj/bench/lmdb.o $(BUILD)/obj/bench/common.o
@@ -266,7 +265,7 @@ tsan-run: deps
 	$(MAKE) BUILD=build-tsan SAN='$(TSAN_SAN)' build-tsan/libarrheap.a
 	@mkdir -p build-tsan/tsan
 	$(CC) -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) -DAH_TSAN_DRIVER -Itests/tsan -Itests/lib -Iinclude \
-	  $(TSAN_SAN) -o build-tsan/tsan/driver $(TSAN_TESTS) build-tsan/libarrheap.a -llmdb -lxxhash -lpthread -lm
+	  $(TSAN_SAN) -o build-tsan/tsan/driver $(TSAN_TESTS) build-tsan/libarrheap.a -llmdb -lpthread -lm
 	TSAN_OPTIONS='exitcode=66 halt_on_error=1 suppressions=$(abspath tests/tsan/lmdb.supp) $(TSAN_OPTIONS)' AH_SRC=$(abspath .) build-tsan/tsan/driver
 fixture: all $(BUILD)/tests/suite
 	$(TEST_ENV) AH_FIXTURE_REGEN=1 $(BUILD)/tests/suite --filter 'format/fixture_generator'

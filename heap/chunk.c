@@ -165,21 +165,9 @@ static uint64_t block_start(uint32_t psize, uint64_t i)
 	return i ? i * psize - VALUE_PAD : 0;
 }
 
-/* libxxhash's XXH3-64 with the vector unit chosen at run time (AVX2 or
- * AVX-512 where the CPU has them; xxh_x86dispatch.h, declared here since
- * the inline build above renames the header's declarations): the same
- * hash as XXH3_64bits, about twice as fast on pages and chunks as the
- * SSE2 code the inline build compiles to.  Short inputs stay inline. */
-uint64_t XXH3_64bits_dispatch(const void *input, size_t len);
-
-static inline uint64_t xxh3(const void *p, size_t len)
-{
-	return len >= 1024 ? XXH3_64bits_dispatch(p, len) : XXH3_64bits(p, len);
-}
-
 static uint32_t sum32(const void *p, size_t len)
 {
-	return (uint32_t)xxh3(p, len);
+	return (uint32_t)XXH3_64bits(p, len);
 }
 
 /* The checksum of block i of a value of vsize bytes (block 0 from byte
@@ -248,7 +236,7 @@ static uint64_t checksum(const MDB_val *v, const chdr *c)
 {
 	size_t end = c->format == 2 && c->nblocks ? (size_t)c->body_off : v->mv_size;
 
-	return xxh3((const char *)v->mv_data + 8, end - 8);
+	return XXH3_64bits((const char *)v->mv_data + 8, end - 8);
 }
 
 /* Every checksum of the chunk: the xxh3 and, in format 2, sum0 and each
@@ -516,7 +504,7 @@ int heap_chunk_seal(heap_txn *t, uint64_t id, void *body, size_t body_used)
 	s = block_sum(t->h->psize, val, v.mv_size, 0);
 	memcpy(val + offsetof(struct hdr2, sum0), &s, 4);
 	if (c.nblocks == 0) { /* jumbo: no page sums, xxh3 covers it all */
-		sum = xxh3(val + 8, v.mv_size - 8);
+		sum = XXH3_64bits(val + 8, v.mv_size - 8);
 	} else {
 		MDB_val w = { v.mv_size, val };
 
@@ -623,7 +611,7 @@ int heap_chunk_image_put(heap_txn *t, void *img, size_t img_bytes,
 		s0 = block_sum(t->h->psize, val, img_bytes, 0);
 		memcpy(val + offsetof(struct hdr2, sum0), &s0, 4);
 		sum = c.nblocks ? checksum(&w, &c)
-		                : xxh3(val + 8, img_bytes - 8);
+		                : XXH3_64bits(val + 8, img_bytes - 8);
 	}
 	memcpy(val, &sum, sizeof sum);
 	if (writemap(t->h) && file_offset(t->h, &v, &off) == 0)
