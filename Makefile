@@ -64,6 +64,10 @@ $(BUILD)/obj/%.o: %.c $(HDRS) $(BUILD)/.flags | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
+# the AVX2 XXH3 of pages and chunks (heap/hash.c), called only on CPUs with
+# AVX2
+$(BUILD)/obj/heap/hash.o: CFLAGS_ALL += -mavx2
+
 # Tests by what they may see (conventions §7).  tests/api, tests/crash,
 # tests/stress, tests/misuse and tests/holds see only the public header: they are
 # compiled without -I. (and without libpq's include path), so an

@@ -165,9 +165,26 @@ static uint64_t block_start(uint32_t psize, uint64_t i)
 	return i ? i * psize - VALUE_PAD : 0;
 }
 
+/* XXH3-64 of a page or a chunk: in AVX2 code where the CPU has it
+ * (hash.c; about twice the speed of the SSE2 code of this file's inline
+ * build, the same hash), short inputs inline. */
+static inline uint64_t xxh3(const void *p, size_t len)
+{
+	static int avx2 = -1; /* every thread finds the same answer */
+
+	if (len < 1024)
+		return XXH3_64bits(p, len);
+	int a = __atomic_load_n(&avx2, __ATOMIC_RELAXED);
+	if (a < 0) {
+		a = __builtin_cpu_supports("avx2") ? 1 : 0;
+		__atomic_store_n(&avx2, a, __ATOMIC_RELAXED);
+	}
+	return a ? heap_xxh3_avx2(p, len) : XXH3_64bits(p, len);
+}
+
 static uint32_t sum32(const void *p, size_t len)
 {
-	return (uint32_t)XXH3_64bits(p, len);
+	return (uint32_t)xxh3(p, len);
 }
 
 /* The checksum of block i of a value of vsize bytes (block 0 from byte
@@ -236,7 +253,7 @@ static uint64_t checksum(const MDB_val *v, const chdr *c)
 {
 	size_t end = c->format == 2 && c->nblocks ? (size_t)c->body_off : v->mv_size;
 
-	return XXH3_64bits((const char *)v->mv_data + 8, end - 8);
+	return xxh3((const char *)v->mv_data + 8, end - 8);
 }
 
 /* Every checksum of the chunk: the xxh3 and, in format 2, sum0 and each
@@ -504,7 +521,7 @@ int heap_chunk_seal(heap_txn *t, uint64_t id, void *body, size_t body_used)
 	s = block_sum(t->h->psize, val, v.mv_size, 0);
 	memcpy(val + offsetof(struct hdr2, sum0), &s, 4);
 	if (c.nblocks == 0) { /* jumbo: no page sums, xxh3 covers it all */
-		sum = XXH3_64bits(val + 8, v.mv_size - 8);
+		sum = xxh3(val + 8, v.mv_size - 8);
 	} else {
 		MDB_val w = { v.mv_size, val };
 
@@ -611,7 +628,7 @@ int heap_chunk_image_put(heap_txn *t, void *img, size_t img_bytes,
 		s0 = block_sum(t->h->psize, val, img_bytes, 0);
 		memcpy(val + offsetof(struct hdr2, sum0), &s0, 4);
 		sum = c.nblocks ? checksum(&w, &c)
-		                : XXH3_64bits(val + 8, img_bytes - 8);
+		                : xxh3(val + 8, img_bytes - 8);
 	}
 	memcpy(val, &sum, sizeof sum);
 	if (writemap(t->h) && file_offset(t->h, &v, &off) == 0)

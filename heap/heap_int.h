@@ -144,6 +144,8 @@ int heap_upgrade(heap *h);
 /* txn.c: the checks every txn operation starts with. */
 int heap_txn_usable(const heap_txn *t, bool write);
 int heap_txn_fail(heap_txn *t, int rc);
+/* XXH3-64 compiled for AVX2 (hash.c): call only where the CPU has it. */
+uint64_t heap_xxh3_avx2(const void *p, size_t len);
 
 /* pagecheck.c.  heap_pagecheck_open walks the main and "meta" trees of
  * the meta page LMDB will use, before heap_open lets LMDB read them, from
