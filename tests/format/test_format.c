@@ -634,3 +634,63 @@ Test(format, first_version2_chunk_makes_format_4)
 	cr_assert_eq(format_of(d.path, AH_OPEN_RDONLY), 4);
 	tl_rmdir(&d);
 }
+
+static int count_batch(const ah_batch_info *b, void *user)
+{
+	(void)b;
+	(*(unsigned *)user)++;
+	return 0;
+}
+
+/* Occurrences of pat in s. */
+static unsigned occurrences(const char *s, const char *pat)
+{
+	unsigned n = 0;
+
+	for (const char *p = s; (p = strstr(p, pat)) != NULL; p += strlen(pat))
+		n++;
+	return n;
+}
+
+/* ah-dump shows each batch's format: every batch of the format-2 fixture
+ * is marked v1 in the table (and counted under it), and is format 1 in
+ * the JSON. */
+Test(format, ah_dump_marks_version1_batches)
+{
+	tl_dir d;
+	ah_open_opts o = tl_opts(AH_OPEN_RDONLY, 0, 0);
+	ah_heap *h;
+	ah_txn *t;
+	unsigned n = 0;
+	char cmd[1024], want[128];
+	const char *b = getenv("AH_BUILD");
+
+	need_native_fixture();
+	fixture_copy_of(&d, FIXTURE_V2);
+	cr_assert_eq(ah_open(d.path, &o, &h), 0);
+	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
+	cr_assert_eq(ah_batch_foreach(t, "orders", count_batch, &n), 0);
+	ah_txn_abort(t);
+	cr_assert_eq(ah_close(h), 0);
+	cr_assert_gt(n, 1);
+	for (int json = 0; json < 2; json++) {
+		snprintf(cmd, sizeof cmd, "'%s/ah-dump' '%s' batches orders%s",
+		         b ? b : "build", d.path, json ? " --json" : "");
+		FILE *p = popen(cmd, "r");
+		char *out = calloc(1, 1 << 16);
+		cr_assert_not_null(p);
+		size_t len = fread(out, 1, (1 << 16) - 1, p);
+		cr_assert_eq(pclose(p), 0, "%s", cmd);
+		out[len] = '\0';
+		if (json) {
+			cr_assert_eq(occurrences(out, "\"format\": 1,"), n, "%s", out);
+			cr_assert_eq(occurrences(out, "\"format\": 2,"), 0);
+		} else {
+			cr_assert_eq(occurrences(out, " v1\n"), n, "%s", out);
+			snprintf(want, sizeof want, "v1: %u batches of version-1 chunks", n);
+			cr_assert(strstr(out, want), "%s", out);
+		}
+		free(out);
+	}
+	tl_rmdir(&d);
+}

@@ -77,8 +77,9 @@ static int print_batch(const ah_batch_info *b, void *user)
 		tj_obj_end(&d->j);
 		return 0;
 	}
-	/* Times up to 2^64 - 1 do not fit their columns: then the counts go
-	 * on a second line, under their own columns, within DUMP_COLUMNS. */
+	/* Times up to 2^64 - 1 do not fit their columns, nor a row with a
+	 * marker (* and v1) past DUMP_COLUMNS: then the counts go on a
+	 * second line, under their own columns, within DUMP_COLUMNS. */
 	n = snprintf(row, sizeof row, "%8" PRIu64 " %10" PRIu64 " %10" PRIu64
 	             " %10" PRIu64, b->id, b->lower, b->upper, b->since);
 	n += snprintf(rest, sizeof rest, " %13s %11s %11s %7s %10s%s%s",
