@@ -126,3 +126,35 @@ void at_scan_equal(at_env *e, uint64_t id, at_gen_fn g, void *arg, uint64_t n)
 	bcur_close(c);
 	batch_free(b);
 }
+
+void at_gen_dict(uint64_t i, at_item *it, void *arg)
+{
+	static char k[1], v[2];
+	(void)arg;
+	k[0] = (char)('a' + i / 3);
+	v[0] = 'v';
+	v[1] = (char)('0' + i % 3);
+	*it = (at_item){ k, v, 1, 2, i % 2, 1 + (int64_t)(i % 3) };
+}
+
+uint64_t at_write_dict_chunk(at_env *e, uint64_t *cid, uint8_t **body,
+                             size_t *used)
+{
+	static const batch_desc d = { { 0 }, { 2 }, { 0 } };
+	const void *bp;
+	uint64_t id = at_write(e, at_gen_dict, NULL, 30, &d);
+	batch *b = at_load(e, id);
+
+	cr_assert_eq(b->nchunks, 1);
+	*cid = b->chunk_ids[0];
+	batch_free(b);
+	cr_assert_eq(heap_chunk_get(e->t, *cid, &bp, used), 0);
+	*body = (uint8_t *)bp; /* test-only write through the map */
+	return id;
+}
+
+void at_open_dict_chunk(at_chunk *c)
+{
+	at_open(&c->e);
+	c->id = at_write_dict_chunk(&c->e, &c->cid, &c->body, &c->used);
+}

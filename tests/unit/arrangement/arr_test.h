@@ -58,6 +58,23 @@ uint64_t at_write(at_env *e, at_gen_fn g, void *arg, uint64_t n,
                   const batch_desc *d);
 /* Full scan through a batch cursor, comparing with items [0, n). */
 void at_scan_equal(at_env *e, uint64_t id, at_gen_fn g, void *arg, uint64_t n);
+/* keys "a".."j" (1 byte), vals "v0".."v2" (2 bytes), time i % 2, diff
+ * 1 + i % 3: with n = 30, a version-2 chunk of fixed-width keys and vals,
+ * one update per val, and dictionaries of 2 times and 3 diffs. */
+void at_gen_dict(uint64_t i, at_item *it, void *arg);
+/* Writes the 30 updates of at_gen_dict (Description [0, 2)) as a batch of
+ * one chunk, in e's write txn: its id, the chunk's id and its body in the
+ * map (to damage and reseal; valid until the txn ends). */
+uint64_t at_write_dict_chunk(at_env *e, uint64_t *cid, uint8_t **body,
+                             size_t *used);
+/* at_open and at_write_dict_chunk: a batch of one chunk to damage. */
+typedef struct at_chunk {
+	at_env e;
+	uint64_t id, cid;
+	uint8_t *body;
+	size_t used;
+} at_chunk;
+void at_open_dict_chunk(at_chunk *c);
 /* batch_check must pass (with checksums). */
 void at_check_ok(at_env *e, uint64_t id);
 batch *at_load(at_env *e, uint64_t id);

@@ -329,19 +329,6 @@ Test(batch_check, walk_offsets_resealed_are_corrupt)
 	}
 }
 
-/* keys "a".."j" (1 byte), vals "v0".."v2" (2 bytes), time i % 2, diff
- * 1 + i % 3: a version-2 chunk of fixed-width keys and vals, one update
- * per val, and dictionaries of 2 times and 3 diffs. */
-static void gen_dict(uint64_t i, at_item *it, void *arg)
-{
-	static char k[1], v[2];
-	(void)arg;
-	k[0] = (char)('a' + i / 3);
-	v[0] = 'v';
-	v[1] = (char)('0' + i % 3);
-	*it = (at_item){ k, v, 1, 2, i % 2, 1 + (int64_t)(i % 3) };
-}
-
 /* The version-2 header (batch_int.h) checked against the counts and the
  * columns' room, and a dictionary index checked where it is read: each
  * damage below, resealed (a checksummed, wrong chunk), is AH_ECORRUPT for
@@ -358,47 +345,37 @@ Test(batch_check, version2_headers_and_dictionaries_resealed_are_corrupt)
 		"diff index past the dictionary"
 	};
 	for (int k = 0; k < NCASES; k++) {
-		batch_desc d = { { 0 }, { 2 }, { 0 } };
-		at_env e;
-		const void *bp;
-		size_t used;
+		at_chunk ck;
 		char msg[200];
-		at_open(&e);
-		uint64_t id = at_write(&e, gen_dict, NULL, 30, &d);
-		batch *b = at_load(&e, id);
-		cr_assert_eq(b->nchunks, 1);
-		uint64_t cid = b->chunk_ids[0];
-		batch_free(b);
-		cr_assert_eq(heap_chunk_get(e.t, cid, &bp, &used), 0);
-		uint8_t *body = (uint8_t *)bp; /* test-only write through the map */
+		at_open_dict_chunk(&ck);
 		uint16_t ver;
-		memcpy(&ver, body + 4, 2);
+		memcpy(&ver, ck.body + 4, 2);
 		cr_assert_eq(ver, BCHUNK_VERSION_COLS);
-		cr_assert_eq(body[6], BCHUNK_KEY_FIXED | BCHUNK_VAL_FIXED | BCHUNK_VU_ONE);
-		cr_assert_eq(get_u32(body + 56), 1);
-		cr_assert_eq(get_u32(body + 60), 2);
-		cr_assert_eq(get_u16(body + 64), 2);
-		cr_assert_eq(get_u16(body + 66), 3);
-		uint32_t off_t = get_u32(body + 48), off_d = get_u32(body + 52);
+		cr_assert_eq(ck.body[6], BCHUNK_KEY_FIXED | BCHUNK_VAL_FIXED | BCHUNK_VU_ONE);
+		cr_assert_eq(get_u32(ck.body + 56), 1);
+		cr_assert_eq(get_u32(ck.body + 60), 2);
+		cr_assert_eq(get_u16(ck.body + 64), 2);
+		cr_assert_eq(get_u16(ck.body + 66), 3);
+		uint32_t off_t = get_u32(ck.body + 48), off_d = get_u32(ck.body + 52);
 		switch (k) {
-		case KV_ONE_BAD: body[6] |= BCHUNK_KV_ONE; break;
-		case KW_TOO_WIDE: put_u32(body + 56, 3); break;
-		case KW_NOT_FIXED: body[6] &= (uint8_t)~BCHUNK_KEY_FIXED; break;
-		case TIMES_DICT_BIG: put_u16(body + 64, 300); break;
-		case RESERVED: put_u32(body + 68, 1); break;
-		case DIFFS_FULL_NO_ROOM: put_u16(body + 66, 0); break;
-		case VU_ONE_BAD: body[6] &= (uint8_t)~BCHUNK_VU_ONE; break;
-		case TIME_INDEX: body[off_t + 8 * 2 + 7] = 2; break;
-		case DIFF_INDEX: body[off_d + 8 * 3 + 20] = 0xff; break;
+		case KV_ONE_BAD: ck.body[6] |= BCHUNK_KV_ONE; break;
+		case KW_TOO_WIDE: put_u32(ck.body + 56, 3); break;
+		case KW_NOT_FIXED: ck.body[6] &= (uint8_t)~BCHUNK_KEY_FIXED; break;
+		case TIMES_DICT_BIG: put_u16(ck.body + 64, 300); break;
+		case RESERVED: put_u32(ck.body + 68, 1); break;
+		case DIFFS_FULL_NO_ROOM: put_u16(ck.body + 66, 0); break;
+		case VU_ONE_BAD: ck.body[6] &= (uint8_t)~BCHUNK_VU_ONE; break;
+		case TIME_INDEX: ck.body[off_t + 8 * 2 + 7] = 2; break;
+		case DIFF_INDEX: ck.body[off_d + 8 * 3 + 20] = 0xff; break;
 		}
-		cr_assert_eq(heap_chunk_seal(e.t, cid, body, used), 0);
-		at_commit(&e, false);
-		cr_assert_eq(check(&e, id, true, msg, sizeof msg), AH_ECORRUPT,
+		cr_assert_eq(heap_chunk_seal(ck.e.t, ck.cid, ck.body, ck.used), 0);
+		at_commit(&ck.e, false);
+		cr_assert_eq(check(&ck.e, ck.id, true, msg, sizeof msg), AH_ECORRUPT,
 		             "%s", name[k]);
 		cr_assert(strstr(msg, k >= TIME_INDEX ? "dictionary index"
 		                                      : "header"), "%s: %s", name[k], msg);
-		cr_assert_eq(scan(&e, id), AH_ECORRUPT, "%s: scan", name[k]);
-		cr_assert_eq(merge_sums(&e, id), AH_ECORRUPT, "%s: merge", name[k]);
-		at_close(&e);
+		cr_assert_eq(scan(&ck.e, ck.id), AH_ECORRUPT, "%s: scan", name[k]);
+		cr_assert_eq(merge_sums(&ck.e, ck.id), AH_ECORRUPT, "%s: merge", name[k]);
+		at_close(&ck.e);
 	}
 }

@@ -677,17 +677,6 @@ Test(batch_cols_adv, snapshot_restore_keeps_format_4)
 
 /* ------------------------------------------------ resealed widths */
 
-/* keys "a".."j", vals "v0".."v2", time i % 2, diff 1 + i % 3 (as
- * batch_check's gen_dict): fixed widths 1 and 2, VU_ONE, dictionaries. */
-static void gen_fix(uint64_t i, at_item *it, void *arg)
-{
-	static char k[1], v[2];
-	(void)arg;
-	k[0] = (char)('a' + i / 3);
-	v[0] = 'v';
-	v[1] = (char)('0' + i % 3);
-	*it = (at_item){ k, v, 1, 2, i % 2, 1 + (int64_t)(i % 3) };
-}
 
 /* Walks everything through a trace cursor with sums; the first error. */
 static int walk_all(at_env *e, uint64_t id)
@@ -731,47 +720,37 @@ Test(batch_cols_adv, resealed_widths_and_dictionary_room)
 		"time indexes past the column", "diff indexes past used"
 	};
 	for (int k = 0; k < NCASES; k++) {
-		batch_desc d = { { 0 }, { 2 }, { 0 } };
-		at_env e;
-		const void *bp;
-		size_t used;
+		at_chunk ck;
 		char msg[200];
-
-		at_open(&e);
-		uint64_t id = at_write(&e, gen_fix, NULL, 30, &d);
-		batch *b = at_load(&e, id);
-		uint64_t cid = b->chunk_ids[0];
-		batch_free(b);
-		cr_assert_eq(heap_chunk_get(e.t, cid, &bp, &used), 0);
-		uint8_t *body = (uint8_t *)bp; /* test-only write through the map */
-		cr_assert_eq(body[6], BCHUNK_KEY_FIXED | BCHUNK_VAL_FIXED |
+		at_open_dict_chunk(&ck);
+		cr_assert_eq(ck.body[6], BCHUNK_KEY_FIXED | BCHUNK_VAL_FIXED |
 		                      BCHUNK_VU_ONE);
-		uint32_t ot = get_u32(body + 48), od = get_u32(body + 52);
+		uint32_t ot = get_u32(ck.body + 48), od = get_u32(ck.body + 52);
 		switch (k) {
-		case KW_ZERO: put_u32(body + 56, 0); break;
-		case KW_HUGE: put_u32(body + 56, UINT32_MAX); break;
-		case VW_WRAPS: put_u32(body + 60, 0x1999999Au); break; /* *30 */
-		case KW_WRAPS: put_u32(body + 56, 0x1999999Au); break; /* *10 */
-		case TIDX_PAST_USED: put_u16(body + 64, (uint16_t)((od - ot) / 8)); break;
+		case KW_ZERO: put_u32(ck.body + 56, 0); break;
+		case KW_HUGE: put_u32(ck.body + 56, UINT32_MAX); break;
+		case VW_WRAPS: put_u32(ck.body + 60, 0x1999999Au); break; /* *30 */
+		case KW_WRAPS: put_u32(ck.body + 56, 0x1999999Au); break; /* *10 */
+		case TIDX_PAST_USED: put_u16(ck.body + 64, (uint16_t)((od - ot) / 8)); break;
 		case DIDX_PAST_USED:
-			put_u16(body + 66, (uint16_t)((used - od) / 8));
+			put_u16(ck.body + 66, (uint16_t)((ck.used - od) / 8));
 			break;
 		}
-		cr_assert_eq(heap_chunk_seal(e.t, cid, body, used), 0);
-		at_commit(&e, true);
-		b = at_load(&e, id);
-		int rc = batch_check(e.t, b, true, msg, sizeof msg);
+		cr_assert_eq(heap_chunk_seal(ck.e.t, ck.cid, ck.body, ck.used), 0);
+		at_commit(&ck.e, true);
+		batch *b = at_load(&ck.e, ck.id);
+		int rc = batch_check(ck.e.t, b, true, msg, sizeof msg);
 		cr_assert_eq(rc, AH_ECORRUPT, "%s: %d", name[k], rc);
-		rc = walk_all(&e, id);
+		rc = walk_all(&ck.e, ck.id);
 		cr_assert(k == KW_ZERO ? rc == 0 : rc == AH_ECORRUPT, "%s: walk %d",
 		          name[k], rc);
 		batch_cursor *bc = NULL;
-		rc = bcur_open_at(e.t, b, frontier_of(0), "e", 1, &bc);
+		rc = bcur_open_at(ck.e.t, b, frontier_of(0), "e", 1, &bc);
 		cr_assert(k == KW_ZERO ? rc == 0 : rc == AH_ECORRUPT, "%s: seek %d",
 		          name[k], rc);
 		if (bc)
 			bcur_close(bc);
 		batch_free(b);
-		at_close(&e);
+		at_close(&ck.e);
 	}
 }
