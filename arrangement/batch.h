@@ -23,11 +23,17 @@
  *  B3 lower <= t, and t < upper or t <= since (as ARCHITECTURE.md §4): a
  *     compacted batch holds times advanced by its since, which may lie
  *     beyond its upper (a merge with since past its inputs' upper).
- *  B4 every offset and range lies inside its chunk body.
+ *  B4 every offset and range lies inside its chunk body (version 2: every
+ *     dropped column's flag agrees with the counts, every fixed-width and
+ *     dictionary column fits its room, every dictionary index is below
+ *     its entries; a batch marked BREC_COLS holds version-2 chunks only).
  *  B5 counts in the record equal the sums over chunks (logical keys/vals,
  *     continued ones counted once).
  *  B6 a key filter (record version 2) counts the batch's keys, its blocks
  *     match the record's checksum, and every key of the batch passes it.
+ *  B7 fence i is a prefix of chunk i's first key: all of it when the key
+ *     continues the previous chunk's (KEY_CONT), else one greater than
+ *     chunk i-1's last key (writers write the shortest such prefix).
  * Data read from the map is untrusted: violations are AH_ECORRUPT, never an
  * assert.
  *
@@ -137,7 +143,7 @@ int batch_set_desc(heap_txn *t, uint64_t id, const batch_desc *d);
 /* Allocates a fresh batch id (max existing + 1; ids are never reused while
  * the record exists). */
 int batch_new_id(heap_txn *t, uint64_t *id);
-/* Structural check of every chunk (B1-B6) and, if checksums, each chunk's
+/* Structural check of every chunk (B1-B7) and, if checksums, each chunk's
  * XXH3.  Reports the first problem in msg (naming batch and chunk).
  * Errors: AH_ECORRUPT. */
 int batch_check(heap_txn *t, const batch *b, bool checksums, char *msg,
