@@ -22,7 +22,7 @@
 #include "tl_run.h"
 
 #define QUANTUM 2048u
-#define NUPD 160000u /* 12 bytes an update (version-2 columns): commit 5 spans two chunks */
+#define NUPD 40000u /* ~41 bytes an update (32-byte vals): commit 5 spans two chunks */
 
 static ah_update ups[NUPD];
 static uint64_t keys[NUPD];
@@ -35,7 +35,7 @@ static uint64_t updates_of(uint64_t k)
 
 	for (uint64_t i = 0; i < n; i++) {
 		keys[i] = tl_below(&s, 4 * NUPD);
-		ups[i] = (ah_update){ &keys[i], 8, "val", 3, k - 1,
+		ups[i] = (ah_update){ &keys[i], 8, "val-val-val-val-val-val-val-val-", 32, k - 1,
 		                      tl_below(&s, 5) ? 1 : -1 };
 	}
 	return n;
