@@ -258,11 +258,22 @@ Test(batch_cache, filter_missing_a_key_fails_b6)
 	at_close(&e);
 }
 
+/* Pushes gen_keys' items [from, to) to w. */
+static void push_keys(batch_writer *w, keys *k, uint64_t from, uint64_t to)
+{
+	at_item it;
+
+	for (uint64_t i = from; i < to; i++) {
+		gen_keys(i, &it, k);
+		cr_assert_eq(batch_writer_push(w, it.key, it.klen, it.val, it.vlen,
+		                               it.time, it.diff), 0);
+	}
+}
+
 Test(batch_cache, resumed_writer_builds_the_whole_filter)
 {
 	at_env e;
 	keys k = { 'r', 1, { 0 } };
-	at_item it;
 	batch_writer *w;
 	uint64_t pid, id;
 	const batch_desc d = { { 0 }, { 2 }, { 0 } };
@@ -271,19 +282,11 @@ Test(batch_cache, resumed_writer_builds_the_whole_filter)
 	/* 400000 keys before the suspension (several chunks: all but the
 	 * last are adopted as they are, the last is restaged), 120000 after */
 	cr_assert_eq(batch_writer_new(e.t, e.p, &w), 0);
-	for (uint64_t i = 0; i < 400000; i++) {
-		gen_keys(i, &it, &k);
-		cr_assert_eq(batch_writer_push(w, it.key, it.klen, it.val, it.vlen,
-		                               it.time, it.diff), 0);
-	}
+	push_keys(w, &k, 0, 400000);
 	cr_assert_eq(batch_writer_suspend(w, &d, &pid), 0);
 	at_commit(&e, false);
 	cr_assert_eq(batch_writer_resume(e.t, e.p, pid, &w), 0);
-	for (uint64_t i = 400000; i < 520000; i++) {
-		gen_keys(i, &it, &k);
-		cr_assert_eq(batch_writer_push(w, it.key, it.klen, it.val, it.vlen,
-		                               it.time, it.diff), 0);
-	}
+	push_keys(w, &k, 400000, 520000);
 	cr_assert_eq(batch_writer_finish(w, &d, &id), 0);
 	at_commit(&e, true);
 	at_check_ok(&e, id); /* B6: every key passes */
