@@ -9,10 +9,18 @@
  * a whole multiple of 256 pages.  Uniform sizes keep LMDB's free list in
  * runs it can reuse without a long search for contiguous pages.
  *
- * Pages of a chunk ("blocks"): block i is the part of the value in its
- * i-th page, value bytes [i * psize - 16, (i + 1) * psize - 16) (block 0
- * starts at 0).  A reader that seeks touches a few of them; each carries
- * its own checksum so that it can be checked alone.
+ * Blocks of a chunk: nblocks equal parts of its pages, each of bsize =
+ * class_pages * psize / nblocks bytes, aligned in the map: block i is value
+ * bytes [i * bsize - 16, (i + 1) * bsize - 16) (block 0 starts at 0).  A
+ * reader that seeks touches a few of them; each carries its own checksum
+ * so that it can be checked alone.  Heaps before format 5 have a block per
+ * page (bsize = psize); this library writes HEAP_CHUNK_SPLIT blocks per
+ * page (1 KiB with 4 KiB pages), so that a seek that reads 8 bytes of a
+ * fresh block hashes 1 KiB, not 4: the hash of those bytes was 41% of a
+ * warm point query's cycles (BENCHMARKS.md).  The sums of a 256-page
+ * chunk then take 4 KiB, so the header spans blocks 0 to 4: the sums of
+ * blocks 1 to 4 lie in block 0, so a sum is trusted once the block holding
+ * it was checked (heap_chunk_touch_slow checks that block first).
  *
  * Format 2 chunk (magic "AHC2"), native byte order:
  *
@@ -72,7 +80,7 @@ const uint32_t heap_class_pages[HEAP_NCLASSES] = { 1, 4, 16, 64, 256 };
 #define MAX_VALUE 0xFFFFFFFFull
 #define PIECE ((size_t)1 << 20)
 #define HDR1 32u  /* format 1 header */
-#define HDR2 40u  /* format 2 header, before the page checksums */
+#define HDR2 40u  /* format 2 header, before the block checksums */
 static const char magic1[4] = { 'A', 'H', 'C', 'K' };
 static const char magic2[4] = { 'A', 'H', 'C', '2' };
 /* Trees a call hands to LMDB: never one a page check found damaged. */
@@ -95,17 +103,27 @@ typedef struct chdr {
 	int format;            /* 1 or 2 */
 	uint64_t xxh3, id, body_used;
 	uint32_t sum0, class_pages, nblocks;
+	uint32_t bshift;       /* log2 of the block size (format 2) */
 	uint64_t body_off;
 } chdr;
 
-static uint32_t nblocks_of(uint64_t pages)
+/* Blocks per page of the chunks this library writes (heap.h). */
+static uint32_t split_of(const heap *h)
 {
-	return pages <= LARGEST ? (uint32_t)pages : 0;
+	uint32_t k = h->psize / 1024;
+
+	return k >= HEAP_CHUNK_SPLIT ? HEAP_CHUNK_SPLIT : k ? k : 1;
 }
 
-static uint64_t body_off(uint64_t pages)
+/* Blocks of a new chunk of `pages` pages: 0 for jumbo chunks. */
+static uint32_t nblocks_of(const heap *h, uint64_t pages)
 {
-	uint32_t n = nblocks_of(pages);
+	return pages <= LARGEST ? (uint32_t)pages * split_of(h) : 0;
+}
+
+/* Where the body starts behind a header with n block sums. */
+static uint64_t body_off(uint32_t n)
+{
 	uint64_t end = HDR2 + 4 * (uint64_t)(n > 1 ? n - 1 : 0);
 
 	return (end + 15) / 16 * 16;
@@ -113,7 +131,7 @@ static uint64_t body_off(uint64_t pages)
 
 static uint64_t cap_of(const heap *h, uint64_t pages)
 {
-	return pages * h->psize - VALUE_PAD - body_off(pages);
+	return pages * h->psize - VALUE_PAD - body_off(nblocks_of(h, pages));
 }
 
 /* Pages for a body of want bytes; 0 when over LMDB's largest value. */
@@ -126,7 +144,7 @@ static uint64_t pages_for(const heap *h, uint64_t want)
 			return heap_class_pages[i];
 	if (want > MAX_VALUE)
 		return 0;
-	pages = (want + VALUE_PAD + body_off(LARGEST + 1) + unit - 1) / unit *
+	pages = (want + VALUE_PAD + body_off(0) + unit - 1) / unit *
 	        LARGEST;
 	if (pages <= LARGEST) /* the jumbo header is smaller than 256 pages' */
 		pages = 2 * LARGEST;
@@ -160,9 +178,9 @@ static bool valid_class(uint64_t pages)
 	return pages > LARGEST && pages % LARGEST == 0;
 }
 
-static uint64_t block_start(uint32_t psize, uint64_t i)
+static uint64_t block_start(uint32_t bsize, uint64_t i)
 {
-	return i ? i * psize - VALUE_PAD : 0;
+	return i ? i * bsize - VALUE_PAD : 0;
 }
 
 /* XXH3-64 of a page or a chunk: in AVX2 code where the CPU has it
@@ -189,10 +207,10 @@ static uint32_t sum32(const void *p, size_t len)
 
 /* The checksum of block i of a value of vsize bytes (block 0 from byte
  * 12, after the two whole-chunk checksums). */
-static uint32_t block_sum(uint32_t psize, const uint8_t *val, uint64_t vsize,
+static uint32_t block_sum(uint32_t bsize, const uint8_t *val, uint64_t vsize,
                           uint64_t i)
 {
-	uint64_t lo = i ? block_start(psize, i) : 12, hi = block_start(psize, i + 1);
+	uint64_t lo = i ? block_start(bsize, i) : 12, hi = block_start(bsize, i + 1);
 
 	return sum32(val + lo, (size_t)((hi < vsize ? hi : vsize) - lo));
 }
@@ -225,9 +243,14 @@ static const char *parse(const heap *h, uint64_t id, const MDB_val *v,
 		c->nblocks = hd.nblocks;
 		c->id = hd.id;
 		c->body_used = hd.body_used;
-		c->body_off = body_off(pages);
-		if (hd.nblocks != nblocks_of(pages))
+		c->body_off = body_off(hd.nblocks);
+		c->bshift = (uint32_t)__builtin_ctz(h->psize);
+		/* a block per page (before format 5) or split_of per page */
+		if (pages > LARGEST ? hd.nblocks != 0
+		    : hd.nblocks != pages && hd.nblocks != nblocks_of(h, pages))
 			return "chunk page count does not match its class";
+		if (hd.nblocks > pages)
+			c->bshift -= (uint32_t)__builtin_ctz(hd.nblocks / (uint32_t)pages);
 	} else if (memcmp(p + 8, magic1, 4) == 0) {
 		c->format = 1;
 		memcpy(&c->xxh3, p, 8);
@@ -247,6 +270,12 @@ static const char *parse(const heap *h, uint64_t id, const MDB_val *v,
 	return NULL;
 }
 
+/* heap_chunk_info's block_bytes. */
+static uint32_t block_bytes(const chdr *c)
+{
+	return c->format == 2 && c->nblocks ? 1u << c->bshift : 0;
+}
+
 /* The xxh3 field's value: over the header and page sums where there are
  * page sums (format 2, regular classes), else over everything. */
 static uint64_t checksum(const MDB_val *v, const chdr *c)
@@ -258,20 +287,22 @@ static uint64_t checksum(const MDB_val *v, const chdr *c)
 
 /* Every checksum of the chunk: the xxh3 and, in format 2, sum0 and each
  * block's.  The problem, or NULL. */
-static const char *check_all(const heap *h, const MDB_val *v, const chdr *c)
+static const char *check_all(const MDB_val *v, const chdr *c)
 {
 	const uint8_t *p = v->mv_data;
 
 	if (c->xxh3 != checksum(v, c))
 		return "chunk checksum mismatch";
 	if (c->format == 2 && c->nblocks) {
-		if (c->sum0 != block_sum(h->psize, p, v->mv_size, 0))
+		uint32_t bsize = 1u << c->bshift;
+
+		if (c->sum0 != block_sum(bsize, p, v->mv_size, 0))
 			return "chunk page 0 checksum mismatch";
 		for (uint32_t i = 1; i < c->nblocks; i++) {
 			uint32_t s;
 
 			memcpy(&s, p + HDR2 + 4 * (i - 1), 4);
-			if (s != block_sum(h->psize, p, v->mv_size, i))
+			if (s != block_sum(bsize, p, v->mv_size, i))
 				return "chunk page checksum mismatch";
 		}
 	}
@@ -290,9 +321,10 @@ const char *heap_chunk_problem(const heap *h, uint64_t id, const MDB_val *v,
 		ci->body_used = c.body_used;
 		ci->xxh3 = c.xxh3;
 		ci->format = (uint32_t)c.format;
+		ci->block_bytes = block_bytes(&c);
 	}
 	if (problem == NULL && checksums)
-		problem = check_all(h, v, &c);
+		problem = check_all(v, &c);
 	return problem;
 }
 
@@ -362,6 +394,31 @@ static int lookup_reserved(heap_txn *t, uint64_t id, MDB_val *v, chdr *c)
 	return 0;
 }
 
+/* The sums of blocks 1.. of a value whose header c describes: they live
+ * in block 0 and the header blocks after it (the first sums, of the
+ * header blocks, in block 0), so block 0's sum, then the xxh3, come after
+ * (the callers). */
+static void seal_blocks(uint8_t *val, uint64_t vsize, const chdr *c)
+{
+	uint32_t bsize = 1u << c->bshift;
+
+	/* from the last: a header block's sum covers the sums after it */
+	for (uint32_t i = c->nblocks; i-- > 1;) {
+		uint32_t s = block_sum(bsize, val, vsize, i);
+
+		memcpy(val + HDR2 + 4 * (i - 1), &s, 4);
+	}
+}
+
+/* A regular chunk with several blocks per page makes the heap format 5
+ * (heap.h): the transaction that writes the first one marks it. */
+static int mark_blocks(heap_txn *t, uint64_t pages)
+{
+	if (nblocks_of(t->h, pages) <= pages || t->format_mark >= HEAP_FORMAT_BLOCKS)
+		return 0;
+	return heap_format_mark(t, HEAP_FORMAT_BLOCKS);
+}
+
 static int next_id(heap_txn *t)
 {
 	MDB_cursor *cur = NULL;
@@ -410,6 +467,7 @@ int heap_chunk_reserve(heap_txn *t, size_t body_bytes, uint64_t *id,
 	if (t->next_id == 0)
 		TRY(next_id(t));
 	TRY(heap_space_need(t, pages));
+	TRY(mark_blocks(t, pages));
 	nid = t->next_id;
 	k.mv_size = sizeof nid;
 	k.mv_data = &nid;
@@ -443,17 +501,17 @@ int heap_chunk_reserve(heap_txn *t, size_t body_bytes, uint64_t *id,
 	}
 	memcpy(hd.magic, magic2, 4);
 	hd.class_pages = (uint32_t)pages;
-	hd.nblocks = nblocks_of(pages);
+	hd.nblocks = nblocks_of(t->h, pages);
 	hd.id = nid;
 	memcpy(val, &hd, sizeof hd);
-	/* the page sums and the padding before the body: no stale bytes of
+	/* the block sums and the padding before the body: no stale bytes of
 	 * the write buffer's last chunk (the same body, the same value) */
-	memset(val + HDR2, 0, body_off(pages) - HDR2);
+	memset(val + HDR2, 0, body_off(hd.nblocks) - HDR2);
 	t->next_id++;
 	*id = nid;
-	*body = (char *)val + body_off(pages);
+	*body = (char *)val + body_off(hd.nblocks);
 	if (body_cap != NULL)
-		*body_cap = v.mv_size - body_off(pages);
+		*body_cap = v.mv_size - body_off(hd.nblocks);
 out:
 	return heap_txn_fail(t, rc);
 }
@@ -513,12 +571,8 @@ int heap_chunk_seal(heap_txn *t, uint64_t id, void *body, size_t body_used)
 	for (p = (char *)body + body_used; p < end; p += PIECE)
 		memset(p, 0, (size_t)(end - p) < PIECE ? (size_t)(end - p)
 		                                       : PIECE);
-	/* Pages 1.. first: their sums live in page 0, which sum0 covers. */
-	for (uint32_t i = 1; i < c.nblocks; i++) {
-		s = block_sum(t->h->psize, val, v.mv_size, i);
-		memcpy(val + HDR2 + 4 * (i - 1), &s, 4);
-	}
-	s = block_sum(t->h->psize, val, v.mv_size, 0);
+	seal_blocks(val, v.mv_size, &c);
+	s = block_sum(1u << c.bshift, val, v.mv_size, 0);
 	memcpy(val + offsetof(struct hdr2, sum0), &s, 4);
 	if (c.nblocks == 0) { /* jumbo: no page sums, xxh3 covers it all */
 		sum = xxh3(val + 8, v.mv_size - 8);
@@ -553,13 +607,13 @@ int heap_chunk_image_new(const heap *h, size_t body_bytes, void **img,
 		return AH_ENOMEM;
 	memcpy(hd.magic, magic2, 4);
 	hd.class_pages = (uint32_t)pages;
-	hd.nblocks = nblocks_of(pages);
+	hd.nblocks = nblocks_of(h, pages);
 	memcpy(*img, &hd, sizeof hd);
-	memset((char *)*img + HDR2, 0, body_off(pages) - HDR2);
+	memset((char *)*img + HDR2, 0, body_off(hd.nblocks) - HDR2);
 	*img_bytes = vsize;
-	*body = (char *)*img + body_off(pages);
+	*body = (char *)*img + body_off(hd.nblocks);
 	if (body_cap != NULL)
-		*body_cap = vsize - body_off(pages);
+		*body_cap = vsize - body_off(hd.nblocks);
 	return 0;
 }
 
@@ -568,22 +622,25 @@ int heap_chunk_image_seal(const heap *h, void *img, size_t img_bytes,
 {
 	uint8_t *val = img;
 	uint64_t pages = (img_bytes + VALUE_PAD) / h->psize;
-	uint64_t off = body_off(pages);
-	uint32_t n = nblocks_of(pages);
+	MDB_val w = { img_bytes, img };
+	chdr c;
 
 	if ((img_bytes + VALUE_PAD) % h->psize != 0 || !valid_class(pages) ||
-	    body_used > img_bytes - off)
+	    (uintptr_t)img % 16 != 0)
+		return AH_EINVAL;
+	/* the image's own header (heap_chunk_image_new): its id is set at
+	 * put, so parse with the id it holds */
+	uint64_t own;
+	memcpy(&own, val + offsetof(struct hdr2, id), sizeof own);
+	if (parse(h, own, &w, &c) != NULL || c.format != 2 ||
+	    body_used > img_bytes - c.body_off)
 		return AH_EINVAL;
 	memcpy(val + offsetof(struct hdr2, body_used), &body_used,
 	       sizeof(uint64_t));
-	memset(val + off + body_used, 0, img_bytes - off - body_used);
-	/* Pages 1..: their sums do not depend on the id; sum0 and xxh3 do
+	memset(val + c.body_off + body_used, 0, img_bytes - c.body_off - body_used);
+	/* Blocks 1..: their sums do not depend on the id; sum0 and xxh3 do
 	 * (heap_chunk_image_put). */
-	for (uint32_t i = 1; i < n; i++) {
-		uint32_t sum = block_sum(h->psize, val, img_bytes, i);
-
-		memcpy(val + HDR2 + 4 * (i - 1), &sum, 4);
-	}
+	seal_blocks(val, img_bytes, &c);
 	return 0;
 }
 
@@ -607,6 +664,7 @@ int heap_chunk_image_put(heap_txn *t, void *img, size_t img_bytes,
 	if (t->next_id == 0)
 		TRY(next_id(t));
 	TRY(heap_space_need(t, pages));
+	TRY(mark_blocks(t, pages));
 	nid = t->next_id;
 	k.mv_size = sizeof nid;
 	k.mv_data = &nid;
@@ -625,7 +683,7 @@ int heap_chunk_image_put(heap_txn *t, void *img, size_t img_bytes,
 			rc = CORRUPT(problem);
 			goto out;
 		}
-		s0 = block_sum(t->h->psize, val, img_bytes, 0);
+		s0 = block_sum(1u << c.bshift, val, img_bytes, 0);
 		memcpy(val + offsetof(struct hdr2, sum0), &s0, 4);
 		sum = c.nblocks ? checksum(&w, &c)
 		                : xxh3(val + 8, img_bytes - 8);
@@ -652,7 +710,7 @@ out:
 
 typedef struct vc_entry {
 	uint64_t id, xxh3; /* id 0: empty (chunk ids start at 1) */
-	uint64_t bits[4];
+	uint64_t bits[HEAP_CHUNK_MAX_BLOCKS / 64];
 } vc_entry;
 
 struct heap_vcache {
@@ -755,7 +813,7 @@ static void vc_remember(heap_chunk_view *cv)
 		return;
 	pthread_mutex_lock(&vc->mu);
 	if ((x = vc_find(vc, cv->id, cv->xxh3, true)) != NULL)
-		for (int i = 0; i < 4; i++)
+		for (unsigned i = 0; i < HEAP_CHUNK_MAX_BLOCKS / 64; i++)
 			x->bits[i] |= cv->seen[i];
 	pthread_mutex_unlock(&vc->mu);
 }
@@ -780,10 +838,10 @@ int heap_chunk_open(heap_txn *t, uint64_t id, enum heap_chunk_how how,
 	cv->xxh3 = c.xxh3;
 	cv->value = v.mv_data;
 	cv->value_bytes = v.mv_size;
-	cv->pshift = (uint32_t)__builtin_ctz(t->h->psize);
+	cv->bshift = c.bshift;
 	if (how == HEAP_CHUNK_WHOLE || c.format == 1 || c.nblocks == 0 ||
 	    heap_verify_reads(t->h)) {
-		if ((problem = check_all(t->h, &v, &c)) != NULL)
+		if ((problem = check_all(&v, &c)) != NULL)
 			return CORRUPT(problem);
 		cv->all = true;
 	} else {
@@ -796,9 +854,9 @@ int heap_chunk_open(heap_txn *t, uint64_t id, enum heap_chunk_how how,
 				memcpy(cv->seen, x->bits, sizeof cv->seen);
 			pthread_mutex_unlock(&vc->mu);
 		}
-		/* Page 0 holds the header and the other pages' sums. */
+		/* Block 0 holds the header and the first blocks' sums. */
 		if (!(cv->seen[0] & 1)) {
-			if (c.sum0 != block_sum(t->h->psize, v.mv_data, v.mv_size, 0))
+			if (c.sum0 != block_sum(1u << c.bshift, v.mv_data, v.mv_size, 0))
 				return CORRUPT("chunk page 0 checksum");
 			cv->seen[0] |= 1;
 			vc_remember(cv);
@@ -810,34 +868,52 @@ int heap_chunk_open(heap_txn *t, uint64_t id, enum heap_chunk_how how,
 	return 0;
 }
 
+/* Checks block i of the view unless it was: first the block that holds
+ * its sum (block 0, checked at open, or a later header block, whose own
+ * sum lies in block 0), then i itself.  *fresh tells a check was made. */
+static int touch_block(heap_chunk_view *cv, uint64_t i, bool *fresh)
+{
+	uint32_t bsize = 1u << cv->bshift, want;
+	uint64_t at = HDR2 + 4 * (i - 1); /* i >= 1: block 0 is checked */
+
+	if ((cv->seen[i >> 6] >> (i & 63)) & 1)
+		return 0;
+	uint64_t j = (at + VALUE_PAD) >> cv->bshift;
+	if (j >= i)
+		return CORRUPT("chunk block sum not before its block");
+	if (j > 0) {
+		int rc = touch_block(cv, j, fresh);
+		if (rc)
+			return rc;
+	}
+	memcpy(&want, cv->value + at, 4);
+	if (want != block_sum(bsize, cv->value, cv->value_bytes, i))
+		return CORRUPT("chunk page checksum");
+	cv->seen[i >> 6] |= (uint64_t)1 << (i & 63);
+	*fresh = true;
+	return 0;
+}
+
 int heap_chunk_touch_slow(heap_chunk_view *cv, uint64_t off, size_t len)
 {
-	uint32_t psize = 1u << cv->pshift;
 	uint64_t first, last;
 	bool fresh = false;
+	int rc = 0;
 
 	if (cv->all || len == 0)
 		return 0;
 	if (off > cv->value_bytes || len > cv->value_bytes - off)
 		return CORRUPT("read outside the chunk");
-	first = (off + VALUE_PAD) >> cv->pshift;
-	last = (off + len - 1 + VALUE_PAD) >> cv->pshift;
-	for (uint64_t i = first; i <= last; i++) {
-		uint32_t want;
-
-		if ((cv->seen[i >> 6] >> (i & 63)) & 1)
-			continue;
-		/* Block mode holds only regular chunks: i < 256, and sum i
-		 * lies in page 0, which was checked at open. */
-		memcpy(&want, cv->value + HDR2 + 4 * (i - 1), 4);
-		if (want != block_sum(psize, cv->value, cv->value_bytes, i))
-			return CORRUPT("chunk page checksum");
-		cv->seen[i >> 6] |= (uint64_t)1 << (i & 63);
-		fresh = true;
-	}
+	first = (off + VALUE_PAD) >> cv->bshift;
+	last = (off + len - 1 + VALUE_PAD) >> cv->bshift;
+	/* Block mode holds only regular chunks: fewer than
+	 * HEAP_CHUNK_MAX_BLOCKS blocks (parse). */
+	for (uint64_t i = first; i <= last && rc == 0; i++)
+		if (i > 0)
+			rc = touch_block(cv, i, &fresh);
 	if (fresh && cv->h != NULL)
 		vc_remember(cv);
-	return 0;
+	return rc;
 }
 
 int heap_chunk_get(heap_txn *t, uint64_t id, const void **body,
@@ -892,7 +968,7 @@ int heap_chunk_verify(heap_txn *t, uint64_t id)
 		return rc;
 	if ((rc = lookup(t, id, &v, &c)) != 0)
 		return rc;
-	problem = check_all(t->h, &v, &c);
+	problem = check_all(&v, &c);
 	return problem ? CORRUPT(problem) : 0;
 }
 
@@ -956,6 +1032,7 @@ int heap_chunk_next(heap_txn *t, uint64_t after, bool first,
 	ci->format = (uint32_t)c.format;
 	TRY(file_offset(t->h, &v, &ci->file_offset));
 	ci->xxh3 = c.xxh3;
+	ci->block_bytes = block_bytes(&c);
 out:
 	if (cur != NULL)
 		mdb_cursor_close(cur);
@@ -977,7 +1054,7 @@ int heap_chunk_put_raw(heap_txn *t, uint64_t id, const void *value,
 		return AH_EINVAL;
 	/* Checked before anything changes: a bad value poisons nothing. */
 	if ((problem = parse(t->h, id, &v, &c)) != NULL ||
-	    (checksums && (problem = check_all(t->h, &v, &c)) != NULL))
+	    (checksums && (problem = check_all(&v, &c)) != NULL))
 		return CORRUPT(problem);
 	TRY(heap_trees_usable(t->h, CHUNKS | FREE));
 	TRY(heap_space_need(t, (len + VALUE_PAD) / t->h->psize));

@@ -41,7 +41,12 @@ typedef struct heap_txn heap_txn;
  *     batch_int.h: dropped and dictionary columns), which binaries of
  *     format 3 cannot read: the transaction that writes a heap's first
  *     such chunk makes it 4 (heap_format_mark).
- * This library reads versions 1 to 4 (HEAP_FORMAT_MIN..HEAP_FORMAT_VERSION).
+ *  5  as 4, and regular chunks may carry a checksum per 1 KiB block
+ *     (HEAP_CHUNK_BLOCK) instead of per page, so that a seek hashes a
+ *     quarter of the bytes it did (chunk.c); format-4 binaries refuse
+ *     such chunks, so the transaction that writes a heap's first one
+ *     makes it 5.
+ * This library reads versions 1 to 5 (HEAP_FORMAT_MIN..HEAP_FORMAT_VERSION).
  * New heaps are version 2 (HEAP_FORMAT_BASE), and the first writable open
  * of a version-1 heap upgrades it to 2 in one transaction (meta record and
  * every table value rewritten; chunks stay as they are, version-1 chunks
@@ -51,11 +56,19 @@ typedef struct heap_txn heap_txn;
  * never goes back from 3.  Any other version is AH_EFORMAT.  The layouts
  * inside chunk bodies and records have their own version fields
  * (arrangement/). */
-#define HEAP_FORMAT_VERSION 4
+#define HEAP_FORMAT_VERSION 5
 #define HEAP_FORMAT_BASE 2
 #define HEAP_FORMAT_HOLDS 3
 #define HEAP_FORMAT_COLS 4
+#define HEAP_FORMAT_BLOCKS 5
 #define HEAP_FORMAT_MIN 1
+
+/* Checksum blocks per page in the regular chunks this library writes:
+ * HEAP_CHUNK_SPLIT, of 1 KiB with 4 KiB pages (fewer where the page is
+ * under 4 KiB, so that a block is never below 1 KiB); so a regular chunk
+ * (at most 256 pages) has at most HEAP_CHUNK_MAX_BLOCKS (chunk.c). */
+#define HEAP_CHUNK_SPLIT 4u
+#define HEAP_CHUNK_MAX_BLOCKS (256u * HEAP_CHUNK_SPLIT)
 
 /* Small tables, one LMDB named database each, and the holds table, which
  * lives in the meta DB beside the catalog records (so a heap without holds
@@ -226,9 +239,10 @@ typedef struct heap_chunk_view {
 	const uint8_t *body;   /* 16-byte aligned */
 	uint64_t body_used;
 	uint64_t value_bytes;  /* stored bytes */
-	uint32_t pshift;       /* log2(page size) */
+	uint32_t bshift;       /* log2(checksum block size): the page size,
+	                        * or a quarter of it in chunks since format 5 */
 	bool all;              /* every byte is checked: touches are free */
-	uint64_t seen[4];      /* pages checked (at most 256 in block mode) */
+	uint64_t seen[HEAP_CHUNK_MAX_BLOCKS / 64]; /* blocks checked */
 } heap_chunk_view;
 
 /* How a reader opens a chunk: HEAP_CHUNK_WHOLE checks the whole chunk now
@@ -259,8 +273,9 @@ static inline int heap_chunk_touch(heap_chunk_view *v, const void *p,
 	if (v->all)
 		return 0;
 	uint64_t o = (uint64_t)((const uint8_t *)p - v->value);
-	uint64_t b = (o + 16) >> v->pshift;
-	if (len != 0 && b == (o + 15 + len) >> v->pshift && b < 256 &&
+	uint64_t b = (o + 16) >> v->bshift;
+	if (len != 0 && b == (o + 15 + len) >> v->bshift &&
+	    b < HEAP_CHUNK_MAX_BLOCKS &&
 	    ((v->seen[b >> 6] >> (b & 63)) & 1))
 		return 0;
 	return heap_chunk_touch_slow(v, o, len);
@@ -291,6 +306,8 @@ typedef struct heap_chunk_info {
 	uint64_t body_used;    /* body bytes used */
 	uint64_t file_offset;  /* offset of the chunk's first byte in the file */
 	uint64_t xxh3;         /* stored checksum */
+	uint32_t block_bytes;  /* bytes per checksum block; 0: checked whole
+	                        * only (format 1, jumbo) */
 } heap_chunk_info;
 /* Iterates all chunks in id order: first call with after = 0 and first =
  * true.  Returns 0 and fills *ci, or AH_ENOTFOUND past the last;

@@ -721,9 +721,14 @@ typedef struct ah_chunk_info {
 	                        * capacity and zeroed tail, all checksummed */
 	uint64_t file_offset;  /* byte offset of its first byte in the file */
 	uint64_t xxh3;         /* stored XXH3-64 that stands for the chunk:
-	                        * of its header and page checksums (format 2,
+	                        * of its header and block checksums (format 2,
 	                        * ARCHITECTURE.md §2), of bytes [8, stored_bytes)
 	                        * (format 1 and jumbo chunks) */
+	uint32_t block_bytes;  /* bytes per checksum block, which a seek checks
+	                        * alone: 1 KiB for chunks this library writes
+	                        * (4 KiB pages), the page size for chunks
+	                        * written before heap format 5, 0 for chunks
+	                        * checked only whole (format 1, jumbo) */
 } ah_chunk_info;
 
 typedef int (*ah_chunk_fn)(const ah_chunk_info *c, void *user);

@@ -123,6 +123,7 @@ static int each_chunk(const arr_batch *b, void *user)
 		ci.stored_bytes = (uint64_t)hi.class_pages * psize - 16;
 		ci.file_offset = hi.file_offset;
 		ci.xxh3 = hi.xxh3;
+		ci.block_bytes = hi.block_bytes;
 		rc = w->cfn(&ci, w->user);
 	}
 	return rc;

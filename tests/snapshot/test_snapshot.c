@@ -191,7 +191,7 @@ Test(snapshot, restore_reads_as_pushed_and_keeps_uuid)
 	stat_of(g, &gs);
 	cr_assert_eq(memcmp(gs.uuid, hs.uuid, 16), 0, "restore keeps the UUID");
 	cr_assert_eq(gs.format_version, hs.format_version);
-	cr_assert_eq(gs.format_version, 4, "a format-4 heap restores as format 4");
+	cr_assert_eq(gs.format_version, 5, "a format-5 heap restores as format 5");
 	/* The restored heap goes on exactly as the original does. */
 	commits(h, seed, 21, 30);
 	commits(g, seed, 21, 30);

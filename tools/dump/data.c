@@ -158,6 +158,7 @@ static int print_chunk(const ah_chunk_info *c, void *user)
 		tj_ku64(&d->j, "stored_bytes", c->stored_bytes);
 		tj_ku64(&d->j, "file_offset", c->file_offset);
 		tj_kstr(&d->j, "xxh3", x);
+		tj_ku64(&d->j, "block_bytes", c->block_bytes);
 		tj_obj_end(&d->j);
 		return 0;
 	}

@@ -613,8 +613,10 @@ static uint32_t format_of(at_env *e)
 
 /* A detached writer (the background merge's) writes images under a read
  * txn: the heap stays format 2 until attach installs them in a write txn
- * that commits; with no image before attach, the finish's flush marks. */
-Test(batch_cols_adv, detached_writer_marks_format_4_at_attach)
+ * that commits; with no image before attach, the finish's flush marks.
+ * The mark is format 5 (version-2 chunk bodies need 4; chunks with a
+ * checksum per 1 KiB block, which every chunk written now has, 5). */
+Test(batch_cols_adv, detached_writer_marks_format_5_at_attach)
 {
 	for (int images = 0; images < 2; images++) {
 		at_env e;
@@ -634,7 +636,7 @@ Test(batch_cols_adv, detached_writer_marks_format_4_at_attach)
 		cr_assert_eq(batch_writer_finish(w, &desc_all, &id), 0);
 		cr_assert_eq(format_of(&e), 2, "not before the commit");
 		at_commit(&e, true);
-		cr_assert_eq(format_of(&e), 4, "images %d", images);
+		cr_assert_eq(format_of(&e), 5, "images %d", images);
 		at_check_ok(&e, id);
 		at_scan_equal(&e, id, st_gen, &s, s.n);
 		at_close(&e);
@@ -642,10 +644,10 @@ Test(batch_cols_adv, detached_writer_marks_format_4_at_attach)
 	}
 }
 
-/* A snapshot of a format-4 heap (version-2 chunks) restores as format 4:
- * a restored heap of format 2 or 3 would open in binaries that cannot
- * read its chunks (heap/heap.h: format 4). */
-Test(batch_cols_adv, snapshot_restore_keeps_format_4)
+/* A snapshot of a format-5 heap (version-2 chunks with 1 KiB blocks)
+ * restores as format 5: a restored heap of an older format would open in
+ * binaries that cannot read its chunks (heap/heap.h: formats 4 and 5). */
+Test(batch_cols_adv, snapshot_restore_keeps_format_5)
 {
 	tl_dir d = tl_tmpdir("colsnap");
 	char hp[256], snaps[256], rp[256];
@@ -662,7 +664,7 @@ Test(batch_cols_adv, snapshot_restore_keeps_format_4)
 	cr_assert_eq(ah_append(t, "a", 0, 1, &u, 1), 0);
 	cr_assert_eq(ah_txn_commit(t), 0);
 	cr_assert_eq(ah_heap_stat_get(h, &st), 0);
-	cr_assert_eq(st.format_version, 4);
+	cr_assert_eq(st.format_version, 5);
 	cr_assert_eq(ah_snapshot_push(h, tl_dir_file(&d, "s", snaps, sizeof snaps),
 	                              &si), 0, "%s", si.message);
 	cr_assert_eq(ah_close(h), 0);
@@ -671,7 +673,7 @@ Test(batch_cols_adv, snapshot_restore_keeps_format_4)
 	o.flags = AH_OPEN_RDONLY;
 	cr_assert_eq(ah_open(rp, &o, &h), 0);
 	cr_assert_eq(ah_heap_stat_get(h, &st), 0);
-	cr_assert_eq(st.format_version, 4, "restored as format %u",
+	cr_assert_eq(st.format_version, 5, "restored as format %u",
 	             st.format_version);
 	cr_assert_eq(ah_close(h), 0);
 	tl_rmdir(&d);

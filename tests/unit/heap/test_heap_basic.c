@@ -68,12 +68,14 @@ Test(heap_basic, size_classes)
 
 	d = tl_tmpdir("heap");
 	cr_assert_eq(heap_open(d.path, &o, &h), 0);
-	/* Header before the body (chunk.c): 40 bytes and one u32 per page
-	 * after the first, rounded up to 16; jumbo chunks have no page sums. */
-	static const size_t hdr[] = { 48, 64, 112, 304, 1072 };
+	/* Header before the body (chunk.c): 40 bytes and one u32 per 1 KiB
+	 * block after the first (4 per 4 KiB page), rounded up to 16; jumbo
+	 * chunks have no block sums (48). */
+	static const size_t hdr[] = { 64, 112, 304, 1072, 4144 };
 	ps = heap_page_size(h);
-	cr_assert_eq(heap_chunk_max_body(h), (size_t)256 * ps - 16 - 1072);
-	cr_assert_eq(heap_chunk_fit(h, 0), (size_t)ps - 16 - 48);
+	cr_assert_eq(ps, 4096, "the header sizes above are for 4 KiB pages");
+	cr_assert_eq(heap_chunk_max_body(h), (size_t)256 * ps - 16 - 4144);
+	cr_assert_eq(heap_chunk_fit(h, 0), (size_t)ps - 16 - 64);
 	cr_assert_eq(heap_chunk_stored(h, 0), (size_t)ps - 16);
 	cr_assert_eq(heap_txn_begin(h, false, &t), 0);
 	for (int c = 0; c < 5; c++) {
