@@ -175,9 +175,10 @@ Test(dump, known_heap_fields, .init = du_setup, .fini = du_teardown)
 	           "x['bytes'] > 0, x['chunk_bytes']) for x in d['batches']]",
 	           "[(0, 2, 0, 3, 2, 3, 1, False, True, 4080)]");
 	du_json_eq(heap, "chunks a", "[(x['class_pages'], x['stored_bytes'], "
-	           "x['file_offset'] % 4096, len(x['xxh3']), sorted(x)) for x in "
-	           "d['chunks']]", "[(1, 4080, 16, 16, ['batch', 'bytes', "
-	           "'class_pages', 'file_offset', 'id', 'stored_bytes', 'xxh3'])]");
+	           "x['file_offset'] % 4096, len(x['xxh3']), x['block_bytes'], "
+	           "sorted(x)) for x in d['chunks']]", "[(1, 4080, 16, 16, 1024, "
+	           "['batch', 'block_bytes', 'bytes', 'class_pages', 'file_offset', "
+	           "'id', 'stored_bytes', 'xxh3'])]");
 	du_json_eq(heap, "read a", "d", "{'arrangement': 'a', 'as_of': 1, 'rows': "
 	           "[{'key': 'k1', 'val': 'x', 'diff': 2}, {'key': 'k1', 'val': 'y', "
 	           "'diff': -1}, {'key': 'k2', 'val': 'x', 'diff': 5}]}");
