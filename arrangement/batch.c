@@ -260,15 +260,19 @@ int batch_record_get(heap_txn *t, uint64_t id, const uint8_t **rec,
 static int filter_decode(batch *b, const uint8_t *rec, size_t len, uint64_t f3)
 {
 	if (f3 > len || len - f3 < BFILT_REF || memcmp(rec + f3, BFILT_MAGIC, 4) ||
-	    rec[f3 + 4] != FILTER_PROBES || rec[f3 + 5] != BFILT_HASH_XXH3 ||
+	    rec[f3 + 4] != FILTER_PROBES ||
+	    (rec[f3 + 5] != BFILT_HASH_XXH3 && rec[f3 + 5] != BFILT_HASH_CHECKED) ||
 	    rec[f3 + 6] || rec[f3 + 7])
 		return CORRUPT("batch key filter reference");
+	b->filter_hash = rec[f3 + 5];
 	b->filter_keys = get_u64(rec + f3 + 8);
 	b->filter_blocks = get_u64(rec + f3 + 16);
 	b->filter_sum = get_u64(rec + f3 + 24);
 	b->filter_chunk = get_u64(rec + f3 + 32);
 	uint64_t inl = b->filter_chunk ? 0 : FILTER_BLOCK * b->filter_blocks;
-	if (b->filter_blocks != filter_blocks(b->filter_keys) ||
+	if (b->filter_blocks != (b->filter_hash == BFILT_HASH_CHECKED
+	                         ? filter_blocks_checked(b->filter_keys)
+	                         : filter_blocks(b->filter_keys)) ||
 	    b->filter_blocks > UINT32_MAX ||
 	    len - f3 - BFILT_REF != inl)
 		return CORRUPT("batch key filter reference");
@@ -379,108 +383,6 @@ int batch_decode(uint64_t id, const uint8_t *rec, size_t len, batch **out)
 	return record_decode(id, rec, len, false, out);
 }
 
-/* Opens b's filter chunk (how: whole, or page by page) and checks its
- * header against the record. */
-static int filter_chunk_open(heap_txn *t, const batch *b,
-                             enum heap_chunk_how how, heap_chunk_view *v)
-{
-	int rc = heap_chunk_open(t, b->filter_chunk, how, v);
-
-	if (rc == AH_ENOTFOUND)
-		return CORRUPT("a batch record names a filter chunk that is not there");
-	if (rc)
-		return rc;
-	if (b->filter_blocks > (SIZE_MAX - BFILT_CHUNK_HDR) / FILTER_BLOCK ||
-	    v->body_used != BFILT_CHUNK_HDR + FILTER_BLOCK * b->filter_blocks ||
-	    memcmp(v->body, BFILT_MAGIC, 4) || get_u32(v->body + 4) ||
-	    get_u64(v->body + 8) != b->filter_blocks)
-		return CORRUPT("batch key filter chunk");
-	return 0;
-}
-
-/* The filter chunk's blocks, checked whole (their checksums). */
-static int filter_chunk_blocks(heap_txn *t, const batch *b, const uint8_t **p)
-{
-	heap_chunk_view v;
-	int rc = filter_chunk_open(t, b, HEAP_CHUNK_WHOLE, &v);
-
-	if (rc)
-		return rc;
-	*p = v.body + BFILT_CHUNK_HDR;
-	return 0;
-}
-
-int batch_filter_blocks(heap_txn *t, const batch *b, const uint8_t **blocks)
-{
-	int rc = 0;
-
-	*blocks = NULL;
-	if (!b->filter_blocks)
-		return 0;
-	if (b->filter_chunk)
-		rc = filter_chunk_blocks(t, b, blocks);
-	else
-		*blocks = b->filter_bytes;
-	if (!rc && filter_sum(*blocks, b->filter_blocks) != b->filter_sum)
-		rc = CORRUPT("batch key filter checksum");
-	return rc;
-}
-
-int batch_filter_load(heap_txn *t, batch *b)
-{
-	const uint8_t *p;
-	int rc = batch_filter_blocks(t, b, &p);
-
-	if (rc || !p)
-		return rc;
-	size_t fb = FILTER_BLOCK * b->filter_blocks;
-	if (!(b->own_filter = aligned_alloc(FILTER_BLOCK, fb)))
-		return AH_ENOMEM;
-	memcpy(b->own_filter, p, fb);
-	b->filter = b->own_filter;
-	return 0;
-}
-
-bool batch_may_hold(const batch *b, uint64_t h)
-{
-	return !b->filter || filter_may_hold(b->filter, b->filter_blocks, h);
-}
-
-int batch_probe(heap_txn *t, const batch *b, uint64_t h, bool *may)
-{
-	heap_chunk_view v;
-	int rc;
-
-	*may = true;
-	if (b->filter) {
-		*may = filter_may_hold(b->filter, b->filter_blocks, h);
-		return 0;
-	}
-	if (!b->filter_chunk || !b->filter_blocks || !heap_txn_rdonly(t))
-		return 0;
-	/* A filter larger than the largest regular class is a jumbo chunk,
-	 * which has no page sums and is checked whole at every open: probing
-	 * it would hash all of it per query, loading it would at a restart.
-	 * Its batch is visited (the filter is still written and verified,
-	 * B6); splitting such filters over regular chunks is left to do. */
-	if (BFILT_CHUNK_HDR + FILTER_BLOCK * b->filter_blocks >
-	    heap_chunk_max_body(heap_txn_heap(t)))
-		return 0;
-	/* Page by page: page 0 (the header) is checked at open, the probed
-	 * block's page by its own sum when touched; the whole filter's
-	 * checksum is verify's (B6).  A restart reads one page per batch,
-	 * not the filter. */
-	if ((rc = filter_chunk_open(t, b, HEAP_CHUNK_PAGES, &v)))
-		return rc;
-	const uint8_t *base = v.body + BFILT_CHUNK_HDR;
-	uint64_t blk = filter_block_of(b->filter_blocks, h);
-	if ((rc = heap_chunk_touch(&v, base + FILTER_BLOCK * blk, FILTER_BLOCK)))
-		return rc;
-	*may = filter_may_hold((const uint64_t *)(const void *)base,
-	                       b->filter_blocks, h);
-	return 0;
-}
-
 int batch_load_listed(heap_txn *t, uint64_t id, batch **out)
 {
 	int rc = batch_load(t, id, out);
@@ -546,7 +448,7 @@ int batch_record_put(heap_txn *t, const batch *b)
 		uint8_t *f = rec + f3;
 		memcpy(f, BFILT_MAGIC, 4);
 		f[4] = FILTER_PROBES;
-		f[5] = BFILT_HASH_XXH3;
+		f[5] = b->filter_hash;
 		f[6] = f[7] = 0;
 		put_u64(f + 8, b->filter_keys);
 		put_u64(f + 16, b->filter_blocks);
@@ -557,7 +459,12 @@ int batch_record_put(heap_txn *t, const batch *b)
 			                                : b->filter_bytes,
 			       FILTER_BLOCK * b->filter_blocks);
 	}
-	int rc = heap_put(t, HEAP_T_BATCH, &b->id, sizeof b->id, rec, total);
+	/* Checked filter blocks are format 5 (heap/heap.h): binaries of 4
+	 * would refuse the record. */
+	int rc = f3 && b->filter_hash == BFILT_HASH_CHECKED
+	         ? heap_format_mark(t, HEAP_FORMAT_BLOCKS) : 0;
+	if (!rc)
+		rc = heap_put(t, HEAP_T_BATCH, &b->id, sizeof b->id, rec, total);
 	free(rec);
 	return rc;
 }
@@ -707,7 +614,7 @@ static const char *check_key(check_state *s, bchunk *c, uint32_t i)
 	if (kcont ? kc != 0 : kc <= 0)
 		return kcont ? "continued key differs" : "keys out of order";
 	if (!kcont && s->filter &&
-	    !filter_may_hold(s->filter, s->b->filter_blocks, filter_hash(k, kl)))
+	    !batch_filter_may_hold(s->b, s->filter, filter_hash(k, kl)))
 		return "key missing from the batch's key filter (B6)";
 	s->keys += !kcont;
 	s->key = k;
@@ -801,7 +708,15 @@ static int check_filter_load(check_state *s, heap_txn *t)
 	if (!(s->filter = malloc(FILTER_BLOCK * b->filter_blocks)))
 		return AH_ENOMEM;
 	memcpy(s->filter, p, FILTER_BLOCK * b->filter_blocks);
-	return 0;
+	uint64_t bad = batch_filter_first_bad(b, s->filter);
+	if (bad == b->filter_blocks)
+		return 0;
+	rc = AH_ECORRUPT;
+	if (s->msg && s->msglen)
+		snprintf(s->msg, s->msglen, "batch %llu: key filter (B6): block "
+		         "%llu fails its check", (unsigned long long)b->id,
+		         (unsigned long long)bad);
+	return rc;
 fail:
 	if (s->msg && s->msglen)
 		snprintf(s->msg, s->msglen, "batch %llu: key filter (B6): %s",

@@ -89,6 +89,7 @@ typedef struct batch {
 	 * batch_record_put. */
 	const uint64_t *filter;
 	uint64_t filter_chunk, filter_blocks, filter_keys, filter_sum;
+	uint8_t filter_hash;         /* BFILT_HASH_*: its bit mapping */
 	uint32_t filter_off;         /* inline: the blocks' offset in the record */
 	const uint8_t *filter_bytes; /* inline: the blocks as decoded (like
 	                              * fence[]: in the map or copied) */
@@ -127,11 +128,19 @@ int batch_filter_load(heap_txn *t, batch *b);
 /* Whether b can hold the key of hash h (filter_hash): true when b has no
  * checked filter. */
 bool batch_may_hold(const batch *b, uint64_t h);
+/* Whether the blocks of b's filter (b->filter_hash's mapping, checked)
+ * hold h's bits. */
+bool batch_filter_may_hold(const batch *b, const uint64_t *blocks, uint64_t h);
 /* batch_may_hold, also for a filter kept in its chunk and not loaded (a
- * large one): in a read-only txn the probed block is read page by page,
- * each page checked by its sum (*may true without a filter, or in a write
- * txn).  Errors: AH_ECORRUPT, heap_chunk_open's. */
+ * large one): in a read-only txn the probed block is read in place,
+ * checked by its own check (hash 2) or, in a regular chunk, by its page's
+ * sum (hash 1; a jumbo chunk of hash 1 is not probed: *may true).  *may is
+ * true without a filter, or in a write txn.  Errors: AH_ECORRUPT,
+ * heap_chunk_open's. */
 int batch_probe(heap_txn *t, const batch *b, uint64_t h, bool *may);
+/* The first of b's filter blocks (8-byte aligned) whose own check fails
+ * (hash 2), or b->filter_blocks: all hold (always, for hash 1). */
+uint64_t batch_filter_first_bad(const batch *b, const uint64_t *blocks);
 /* batch_load of an id that a spine or a merge lists: a missing record is
  * AH_ECORRUPT (its key was damaged or it was lost), never "not found". */
 int batch_load_listed(heap_txn *t, uint64_t id, batch **out);

@@ -132,10 +132,13 @@
  * ends the record exactly (F3 >= the end of the fence bytes):
  *    F3+0        4  magic "AHBF"
  *    F3+4        1  probes per key (FILTER_PROBES, 6)
- *    F3+5        1  hash: 1 = XXH3-64 seed 0, the mapping of filter.c
+ *    F3+5        1  hash: 1 = XXH3-64 seed 0, the mapping of filter.c;
+ *                   2 = the same hash, checked blocks (filter.h: 480
+ *                   bits and a check per block; heap format 5)
  *    F3+6        2  reserved, 0
  *    F3+8        8  nkeys hashed (= keys above)
- *    F3+16       8  nblocks (= filter_blocks(nkeys): ceil(10 nkeys / 512))
+ *    F3+16       8  nblocks (= filter_blocks(nkeys): ceil(10 nkeys / 512);
+ *                   hash 2: filter_blocks_checked, ceil(10 nkeys / 480))
  *    F3+24       8  XXH3-64 of the nblocks * 64 block bytes
  *    F3+32       8  filter chunk id
  * Filter chunk body (a heap chunk of its own, freed with the batch):
@@ -163,6 +166,7 @@
 #define BFILT_REF 40
 #define BFILT_CHUNK_HDR 16
 #define BFILT_HASH_XXH3 1
+#define BFILT_HASH_CHECKED 2
 
 /* ----------------------------------------------------- the chunk view */
 

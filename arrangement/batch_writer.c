@@ -832,7 +832,8 @@ static int hash_key(batch_writer *w, const void *key, size_t klen)
 	return w->no_filter ? 0 : put64(w->pool, &w->khash, filter_hash(key, klen));
 }
 
-/* Sets the bits of every hashed key in nb zeroed blocks. */
+/* Sets the bits of every hashed key in nb zeroed checked blocks, then
+ * each block's check (filter.h, hash 2). */
 static void fill_filter(const batch_writer *w, uint64_t *blocks, uint64_t nb)
 {
 	uint64_t nh = w->khash.len / 8;
@@ -841,8 +842,10 @@ static void fill_filter(const batch_writer *w, uint64_t *blocks, uint64_t nb)
 	for (uint64_t i = 0; i < nh; i++) {
 		uint64_t h;
 		memcpy(&h, w->khash.p + 8 * i, 8);
-		filter_add(blocks, nb, h);
+		filter_add_checked(blocks, nb, h);
 	}
+	for (uint64_t i = 0; i < nb; i++)
+		filter_block_seal(blocks + FILTER_WORDS * i, i);
 }
 
 /* A resumed writer has not seen the keys of the chunks it adopted: the
@@ -877,7 +880,7 @@ static int rehash_chunks(batch_writer *w)
  * every key (filter.h, layouts: batch_int.h). */
 static int write_filter(batch_writer *w, batch *b, uint64_t **inl)
 {
-	uint64_t nh = w->khash.len / 8, nb = filter_blocks(nh), cid;
+	uint64_t nh = w->khash.len / 8, nb = filter_blocks_checked(nh), cid;
 	uint64_t *blocks;
 	void *body;
 	size_t cap;
@@ -888,7 +891,7 @@ static int write_filter(batch_writer *w, batch *b, uint64_t **inl)
 		if ((rc = rehash_chunks(w)))
 			return rc;
 		nh = w->khash.len / 8;
-		nb = filter_blocks(nh);
+		nb = filter_blocks_checked(nh);
 	}
 	if (nh != w->keys)
 		return 0;
@@ -896,6 +899,7 @@ static int write_filter(batch_writer *w, batch *b, uint64_t **inl)
 		return AH_ELIMIT;
 	b->filter_blocks = nb;
 	b->filter_keys = nh;
+	b->filter_hash = BFILT_HASH_CHECKED;
 	if (FILTER_BLOCK * nb <= FILTER_INLINE_MAX) {
 		if (!(*inl = pool_malloc(w->pool, FILTER_BLOCK * nb)))
 			return AH_ENOMEM;

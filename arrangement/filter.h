@@ -35,8 +35,22 @@
 
 /* The checksum of nblocks blocks (XXH3-64 of their bytes). */
 uint64_t filter_sum(const void *blocks, uint64_t nblocks);
-/* Blocks for nkeys distinct keys: ceil(nkeys * bits per key / 512), >= 1. */
+/* Blocks for nkeys distinct keys: ceil(nkeys * bits per key / 512), >= 1
+ * (hash 1), or / FILTER_CHECKED_BITS (hash 2, checked blocks). */
 uint64_t filter_blocks(uint64_t nkeys);
+uint64_t filter_blocks_checked(uint64_t nkeys);
+
+/* Checked blocks (record hash 2, heap format 5): the high 32 bits of a
+ * block's last word hold the low 32 bits of the XXH3-64, seeded with the
+ * block's index, of the block with those bits zero; the other
+ * FILTER_CHECKED_BITS bits are the filter's.  A probe checks the one block
+ * it reads (a cache line and about 30 instructions), so a filter read in
+ * place needs no page or chunk checksum: the large filters of the largest
+ * batches, in jumbo chunks that are checked only whole, are probed too. */
+#define FILTER_CHECKED_BITS 480u
+/* Writes block i's check; true when block i's check holds. */
+void filter_block_seal(uint64_t *block, uint64_t i);
+bool filter_block_ok(const uint64_t *block, uint64_t i);
 
 /* Inline below: the writer hashes and adds every key of every batch it
  * writes, the cursor probes once per batch per point query. */
@@ -82,6 +96,49 @@ static inline bool filter_may_hold(const uint64_t *blocks, uint64_t nblocks,
 		x *= 0x9e3779b9u;
 	}
 	return all;
+}
+
+/* filter_add and filter_may_hold of checked blocks: FILTER_PROBES
+ * positions in [0, FILTER_CHECKED_BITS), the low 32 bits after each
+ * multiply by 0x9e3779b9 scaled by multiply-shift.  Part of the stored
+ * format. */
+static inline uint32_t filter_checked_bit(uint32_t x)
+{
+	return (uint32_t)(((uint64_t)x * FILTER_CHECKED_BITS) >> 32);
+}
+
+static inline void filter_add_checked(uint64_t *blocks, uint64_t nblocks,
+                                      uint64_t h)
+{
+	uint64_t *b = blocks + filter_block_of(nblocks, h) * FILTER_WORDS;
+	uint32_t x = (uint32_t)h;
+
+	for (unsigned i = 0; i < FILTER_PROBES; i++) {
+		uint32_t bit = filter_checked_bit(x);
+		b[bit >> 6] |= 1ull << (bit & 63);
+		x *= 0x9e3779b9u;
+	}
+}
+
+/* One block (the one filter_block_of picks for h). */
+static inline bool filter_block_may_hold_checked(const uint64_t *b, uint64_t h)
+{
+	uint32_t x = (uint32_t)h;
+	bool all = true;
+
+	for (unsigned i = 0; i < FILTER_PROBES; i++) {
+		uint32_t bit = filter_checked_bit(x);
+		all &= (b[bit >> 6] >> (bit & 63)) & 1;
+		x *= 0x9e3779b9u;
+	}
+	return all;
+}
+
+static inline bool filter_may_hold_checked(const uint64_t *blocks,
+                                           uint64_t nblocks, uint64_t h)
+{
+	return filter_block_may_hold_checked(
+		blocks + filter_block_of(nblocks, h) * FILTER_WORDS, h);
 }
 
 #endif

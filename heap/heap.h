@@ -252,7 +252,13 @@ typedef struct heap_chunk_view {
  * read a few pages.  A version-1 chunk (no page checksums) and a jumbo
  * chunk are always checked whole; so is every chunk of a heap opened with
  * AH_OPEN_VERIFY_READS. */
-enum heap_chunk_how { HEAP_CHUNK_WHOLE = 0, HEAP_CHUNK_PAGES = 1 };
+enum heap_chunk_how { HEAP_CHUNK_WHOLE = 0, HEAP_CHUNK_PAGES = 1,
+	/* HEAP_CHUNK_SELF checks no checksum (the header only against its
+	 * LMDB value, as every open does) and makes every touch free: for a
+	 * reader whose bytes carry their own checks, which it makes before it
+	 * trusts them (arrangement/filter.h: checked filter blocks).  Whole
+	 * under AH_OPEN_VERIFY_READS. */
+	HEAP_CHUNK_SELF = 2 };
 
 /* Finds chunk id, checks its header against its LMDB value (magic, id,
  * class against the value size, used <= capacity, alignment) and its

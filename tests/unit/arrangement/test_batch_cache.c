@@ -71,7 +71,8 @@ Test(batch_cache, filter_excludes_absent_keys_only)
 	cr_assert_null(b->filter, "a filter in a chunk is not loaded whole");
 	cr_assert_neq(b->filter_chunk, 0);
 	cr_assert_eq(b->filter_keys, 3000);
-	cr_assert_eq(b->filter_blocks, filter_blocks(3000));
+	cr_assert_eq(b->filter_blocks, filter_blocks_checked(3000));
+	cr_assert_eq(b->filter_hash, BFILT_HASH_CHECKED);
 	unsigned maybe = 0;
 	for (unsigned i = 0; i < 6000; i++) {
 		snprintf(kb, sizeof kb, "k%06u", i);
@@ -209,20 +210,24 @@ Test(batch_cache, flipped_filter_chunk_byte_is_corrupt)
 	ah_open_opts o = { .size = sizeof o, .flags = AH_OPEN_NOSYNC };
 	cr_assert_eq(heap_open(e.dir.path, &o, &e.h), 0);
 	cr_assert_eq(heap_txn_begin(e.h, true, &e.t), 0);
-	/* The record is intact and loads; a probe reads the filter page by
-	 * page: one that touches the flipped page is AH_ECORRUPT, none hides
-	 * a present key. */
+	/* The record is intact and loads; a probe reads one filter block in
+	 * place, checked alone: exactly the probes of the flipped block
+	 * (byte 777: block 12) are AH_ECORRUPT, none hides a present key. */
 	cr_assert_eq(batch_load_cached(e.t, a, &b), 0);
-	unsigned corrupt = 0;
+	unsigned corrupt = 0, in12 = 0;
 	for (unsigned i = 0; i < 5000; i++) {
 		char kb[16];
 		bool may = false;
 		snprintf(kb, sizeof kb, "k%06u", i);
-		int rc = batch_probe(e.t, b, filter_hash(kb, 7), &may);
-		cr_assert(rc == AH_ECORRUPT || (rc == 0 && may), "%s: %d", kb, rc);
+		uint64_t h = filter_hash(kb, 7);
+		int rc = batch_probe(e.t, b, h, &may);
+		bool hit = filter_block_of(b->filter_blocks, h) == 777 / 64;
+		cr_assert(hit ? rc == AH_ECORRUPT : rc == 0 && may, "%s: %d", kb, rc);
 		corrupt += rc == AH_ECORRUPT;
+		in12 += hit;
 	}
-	cr_assert_gt(corrupt, 0, "no probe read the flipped page");
+	cr_assert_gt(corrupt, 0, "no probe read the flipped block");
+	cr_assert_eq(corrupt, in12);
 	batch_free(b);
 	cr_assert_eq(batch_load(e.t, a, &b), 0, "the record itself is intact");
 	cr_assert_eq(batch_check(e.t, b, true, msg, sizeof msg), AH_ECORRUPT);
@@ -241,12 +246,14 @@ Test(batch_cache, filter_missing_a_key_fails_b6)
 	at_commit(&e, false);
 	cr_assert_eq(batch_load(e.t, a, &b), 0);
 	cr_assert_eq(b->filter_chunk, 0);
-	cr_assert_eq(b->filter_blocks, 2);
+	cr_assert_eq(b->filter_blocks, 3, "ceil(100 * 10 / 480)");
 	/* what a writer that forgot keys would store: an empty filter with
-	 * a right checksum */
-	static uint64_t zero[2 * FILTER_WORDS];
+	 * right block checks and a right checksum */
+	static uint64_t zero[3 * FILTER_WORDS];
+	for (uint64_t i = 0; i < 3; i++)
+		filter_block_seal(zero + FILTER_WORDS * i, i);
 	b->filter = zero;
-	b->filter_sum = filter_sum(zero, 2);
+	b->filter_sum = filter_sum(zero, 3);
 	cr_assert_eq(batch_record_put(e.t, b), 0);
 	b->filter = NULL;
 	batch_free(b);
@@ -301,6 +308,70 @@ Test(batch_cache, resumed_writer_builds_the_whole_filter)
 		cr_assert_eq(batch_probe(e.t, b, filter_hash(kb, 7), &may), 0);
 		cr_assert(may, "%s", kb);
 	}
+	batch_free(b);
+	at_close(&e);
+}
+
+/* The filter of a batch of 800,000 keys (16,667 checked blocks, 1.07 MB)
+ * is a jumbo chunk, checked only whole; its blocks carry their own checks,
+ * so it is probed in place like a small one: every present key may be
+ * there, most absent ones cannot, and a flipped byte fails exactly the
+ * probes of its block. */
+Test(batch_cache, jumbo_filter_is_probed_block_by_block, .timeout = 120)
+{
+	at_env e;
+	heap_chunk_info hi;
+	heap_chunk_view v;
+	batch *b;
+	char kb[16];
+	const unsigned n = 800000, blk = 5000;
+	at_open(&e);
+	uint64_t a = write_keys(&e, 'k', 1, n);
+	at_commit(&e, true);
+	cr_assert_eq(batch_load_cached(e.t, a, &b), 0);
+	uint64_t fc = b->filter_chunk;
+	cr_assert_eq(b->filter_blocks, filter_blocks_checked(n));
+	cr_assert_null(b->filter);
+	cr_assert_eq(heap_chunk_next(e.t, fc - 1, false, &hi), 0);
+	cr_assert_gt(hi.class_pages, 256, "a jumbo chunk");
+	cr_assert_eq(hi.block_bytes, 0, "checked only whole");
+	unsigned fp = 0;
+	for (unsigned i = 0; i < 20000; i++) {
+		bool may = false;
+		snprintf(kb, sizeof kb, "k%06u", i * 37 % n);
+		cr_assert_eq(batch_probe(e.t, b, filter_hash(kb, 7), &may), 0);
+		cr_assert(may, "%s is in the batch", kb);
+		snprintf(kb, sizeof kb, "j%06u", i);
+		cr_assert_eq(batch_probe(e.t, b, filter_hash(kb, 7), &may), 0);
+		fp += may;
+	}
+	printf("jumbo filter: %u of 20000 absent keys may be there\n", fp);
+	cr_assert_lt(fp, 400, "about 1%% false positives, not %u", fp);
+	batch_free(b);
+	cr_assert_eq(heap_chunk_open(e.t, fc, HEAP_CHUNK_WHOLE, &v), 0);
+	uint64_t off = hi.file_offset + (uint64_t)(v.body - (const uint8_t *)v.value) +
+	               BFILT_CHUNK_HDR + 64 * blk + 9;
+	heap_txn_abort(e.t);
+	e.t = NULL;
+	cr_assert_eq(heap_close(e.h), 0);
+	tl_flip(e.dir.path, off, 0x04);
+	ah_open_opts o = { .size = sizeof o, .flags = AH_OPEN_NOSYNC };
+	cr_assert_eq(heap_open(e.dir.path, &o, &e.h), 0);
+	cr_assert_eq(heap_txn_begin(e.h, true, &e.t), 0);
+	cr_assert_eq(batch_load_cached(e.t, a, &b), 0);
+	unsigned corrupt = 0, hits = 0;
+	for (unsigned i = 0; i < n; i += 7) {
+		bool may = false;
+		snprintf(kb, sizeof kb, "k%06u", i);
+		uint64_t h = filter_hash(kb, 7);
+		bool hit = filter_block_of(b->filter_blocks, h) == blk;
+		int rc = batch_probe(e.t, b, h, &may);
+		cr_assert(hit ? rc == AH_ECORRUPT : rc == 0 && may, "%s: %d", kb, rc);
+		corrupt += rc == AH_ECORRUPT;
+		hits += hit;
+	}
+	cr_assert_gt(hits, 0, "some probe reads block %u", blk);
+	cr_assert_eq(corrupt, hits);
 	batch_free(b);
 	at_close(&e);
 }
