@@ -232,7 +232,13 @@ int bchunk_touch_upds(bchunk *c, uint32_t lo, uint32_t hi)
 
 int bchunk_get(heap_txn *t, uint64_t id, enum heap_chunk_how how, bchunk *out)
 {
-	int rc = heap_chunk_open(t, id, how, &out->hv);
+	return bchunk_get_at(t, id, NULL, how, out);
+}
+
+int bchunk_get_at(heap_txn *t, uint64_t id, uint64_t *loc,
+                  enum heap_chunk_how how, bchunk *out)
+{
+	int rc = heap_chunk_open_at(t, id, loc, how, &out->hv);
 	if (rc == AH_ENOTFOUND)
 		return CORRUPT("a batch record names a chunk that is not there"); /* a record names a chunk that is not there */
 	if (rc)
@@ -402,6 +408,7 @@ void batch_free(batch *b)
 	free(b->chunk_ids); /* the one block of batch_load */
 	free(b->own_rec);
 	free(b->own_filter);
+	free(b->chunk_loc);
 	free(b);
 }
 

@@ -98,6 +98,9 @@ typedef struct batch {
 	 * own_filter (the blocks) are its own copies. */
 	unsigned refs;
 	void *own_rec, *own_filter;
+	/* batch_cache.c: where each chunk was found (heap_chunk_open_at),
+	 * nchunks + 1 words, the filter chunk's last; NULL elsewhere. */
+	uint64_t *chunk_loc;
 } batch;
 
 /* Loads batch id.  Errors: AH_ENOTFOUND, AH_ECORRUPT, AH_ENOMEM. */

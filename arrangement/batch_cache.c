@@ -243,6 +243,14 @@ int batch_load_cached(heap_txn *t, uint64_t id, batch **out)
 		batch_free(b);
 		return rc;
 	}
+	/* the chunks' places (heap_chunk_open_at), filter chunk last: only
+	 * for a batch that is kept, as its id and chunks never change */
+	if (e && bytes <= BC_MAX_ENTRY &&
+	    !(b->chunk_loc = calloc(b->nchunks + 1, sizeof *b->chunk_loc))) {
+		free(e);
+		e = NULL;
+	}
+	bytes += (b->nchunks + 1) * sizeof *b->chunk_loc;
 	if (e && bytes <= BC_MAX_ENTRY) {
 		e->b = b;
 		e->len = len;

@@ -39,8 +39,9 @@ static int load_at(batch_cursor *c, uint32_t idx, bool seq, bchunk *out)
 		c->ahead = idx + 2;
 	/* A walk reads the whole chunk: check it whole, once.  A seek
 	 * checks each page when it first reads from it. */
-	int rc = bchunk_get(c->t, c->b->chunk_ids[idx],
-	                    seq ? HEAP_CHUNK_WHOLE : HEAP_CHUNK_PAGES, out);
+	int rc = bchunk_get_at(c->t, c->b->chunk_ids[idx],
+	                       c->b->chunk_loc ? &c->b->chunk_loc[idx] : NULL,
+	                       seq ? HEAP_CHUNK_WHOLE : HEAP_CHUNK_PAGES, out);
 	if (!rc && idx == 0 && (out->flags & BCHUNK_CONT))
 		rc = AH_ECORRUPT; /* nothing to continue */
 	return rc;

@@ -30,7 +30,9 @@ static int filter_chunk_open(heap_txn *t, const batch *b,
                              enum heap_chunk_how how, heap_chunk_view *v,
                              const uint8_t **blocks)
 {
-	int rc = heap_chunk_open(t, b->filter_chunk, how, v);
+	int rc = heap_chunk_open_at(t, b->filter_chunk,
+	                            b->chunk_loc ? &b->chunk_loc[b->nchunks] : NULL,
+	                            how, v);
 
 	if (rc == AH_ENOTFOUND)
 		return CORRUPT("a batch record names a filter chunk that is not there");

@@ -236,6 +236,10 @@ int bchunk_touch_upds(bchunk *c, uint32_t lo, uint32_t hi);
 /* heap_chunk_open (how: HEAP_CHUNK_WHOLE for a walk, HEAP_CHUNK_PAGES for
  * a seek) + the header checks of bchunk_open. */
 int bchunk_get(heap_txn *t, uint64_t id, enum heap_chunk_how how, bchunk *out);
+/* bchunk_get through a remembered place (heap_chunk_open_at; loc NULL:
+ * none). */
+int bchunk_get_at(heap_txn *t, uint64_t id, uint64_t *loc,
+                  enum heap_chunk_how how, bchunk *out);
 
 /* Encodes b (id, desc, counts, chunk ids, fences, rec_flags) as its record
  * and puts it.  Errors: AH_ENOMEM, AH_ELIMIT, heap_put's. */

@@ -818,8 +818,57 @@ static void vc_remember(heap_chunk_view *cv)
 	pthread_mutex_unlock(&vc->mu);
 }
 
+/* A location word (heap_chunk_open_at): the chunk's first page number
+ * above LOC_BITS bits of its page count; 0 = not known. */
+#define LOC_BITS 24u
+
+/* lookup() through *loc: where a read txn found the chunk before, read
+ * without LMDB's get; else the get, remembered in *loc (and the map's
+ * base in the handle).  Why a remembered place is right: heap.h. */
+static int lookup_at(heap_txn *t, uint64_t id, uint64_t *loc, MDB_val *v,
+                     chdr *c)
+{
+	heap *h = t->h;
+	int rc;
+
+	if (loc == NULL || !t->rdonly)
+		return lookup(t, id, v, c);
+	uint64_t l = __atomic_load_n(loc, __ATOMIC_RELAXED);
+	const uint8_t *base = __atomic_load_n(&h->map_base, __ATOMIC_ACQUIRE);
+	uint64_t pg = l >> LOC_BITS, pages = l & ((1u << LOC_BITS) - 1);
+	if (l != 0 && base != NULL && pages != 0 &&
+	    pg < h->map_bytes / h->psize &&
+	    pages <= h->map_bytes / h->psize - pg &&
+	    heap_trees_usable(h, CHUNKS) == 0) {
+		v->mv_data = (void *)(base + pg * h->psize + VALUE_PAD);
+		v->mv_size = pages * h->psize - VALUE_PAD;
+		if (parse(h, id, v, c) == NULL)
+			return 0;
+		/* not what was remembered: from LMDB, as without a hint */
+	}
+	if ((rc = lookup(t, id, v, c)) != 0)
+		return rc;
+	uint64_t off = 0;
+	if (file_offset(h, v, &off) == 0) {
+		pg = (off - VALUE_PAD) / h->psize;
+		pages = (v->mv_size + VALUE_PAD) / h->psize;
+		if (pages < (1u << LOC_BITS) && pg < (UINT64_MAX >> LOC_BITS)) {
+			const uint8_t *b = (const uint8_t *)v->mv_data - off;
+			__atomic_store_n(&h->map_base, b, __ATOMIC_RELEASE);
+			__atomic_store_n(loc, pg << LOC_BITS | pages, __ATOMIC_RELAXED);
+		}
+	}
+	return 0;
+}
+
 int heap_chunk_open(heap_txn *t, uint64_t id, enum heap_chunk_how how,
                     heap_chunk_view *cv)
+{
+	return heap_chunk_open_at(t, id, NULL, how, cv);
+}
+
+int heap_chunk_open_at(heap_txn *t, uint64_t id, uint64_t *loc,
+                       enum heap_chunk_how how, heap_chunk_view *cv)
 {
 	MDB_val v;
 	chdr c;
@@ -830,7 +879,7 @@ int heap_chunk_open(heap_txn *t, uint64_t id, enum heap_chunk_how how,
 		return rc;
 	if (cv == NULL)
 		return AH_EINVAL;
-	if ((rc = lookup(t, id, &v, &c)) != 0)
+	if ((rc = lookup_at(t, id, loc, &v, &c)) != 0)
 		return rc;
 	memset(cv, 0, sizeof *cv);
 	cv->h = t->h;

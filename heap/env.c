@@ -503,6 +503,7 @@ int heap_set_max_bytes(heap *h, uint64_t max_bytes)
 		goto out;
 	}
 	TRY(heap_err(mdb_env_set_mapsize(h->env, map)));
+	__atomic_store_n(&h->map_base, NULL, __ATOMIC_RELEASE); /* remapped */
 	TRY(heap_err(mdb_env_info(h->env, &info)));
 	h->map_bytes = info.me_mapsize;
 	h->max_bytes = max_bytes;

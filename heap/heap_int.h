@@ -36,6 +36,10 @@ struct heap {
 	uint32_t psize;        /* page size in bytes */
 	uint64_t max_bytes;    /* configured limit, 0 = the filesystem's size */
 	uint64_t map_bytes;    /* current LMDB map size */
+	/* The map's first byte, learnt from the first chunk lookup after the
+	 * map was made (chunk.c, heap_chunk_open_at); NULL again whenever it
+	 * is remapped (always with no txn of this handle open). */
+	const uint8_t *map_base;
 	uint64_t reserved_to;  /* bytes [0, reserved_to) fallocated (space.c) */
 	uint8_t uuid[16];
 	uint32_t format;       /* format version of the file (1, 2 or 3) */
