@@ -57,8 +57,10 @@
  *    (CLOCK_REALTIME) of the process that advances since; keep the clocks
  *    of the processes sharing a heap in step.  A binary older than read
  *    holds refuses a heap that held one (format 3), and a binary older
- *    than batch chunk version 2 refuses a heap this one wrote a batch to
- *    (format 4), but one that opened the heap before does not notice it:
+ *    than this one refuses a heap this one wrote a batch to (format 5:
+ *    1 KiB checksum blocks, checked filter blocks; format 4 binaries read
+ *    version-2 batch chunks but not these), but one that opened the heap
+ *    before does not notice it:
  *    run one library version per heap at a time.  Hold records live in the
  *    meta DB beside the heap's meta record: a damaged page there (a hold's
  *    key flipped out of order, say) is a damaged meta, so ah_open fails
@@ -143,10 +145,12 @@ typedef struct ah_builder ah_builder;
 #define AH_OPEN_BGMERGE 0x20u    /* merges run on a merge thread (below) */
 
 /* Every read checks what it reads, whatever the flags: a walk (scan, merge
- * input) checks each chunk's XXH3 whole, a seek checks each 4 KiB page of a
- * chunk when it first reads from it, and every record (arrangement, batch,
- * source position, meta) carries a checksum over its key and bytes; damage
- * is AH_ECORRUPT, never a wrong answer (ARCHITECTURE.md §2).
+ * input) checks each chunk's XXH3 whole, a seek checks each 1 KiB block of
+ * a chunk (4 KiB in chunks written before heap format 5) when it first
+ * reads from it, a key filter probe checks the 64-byte filter block it
+ * reads, and every record (arrangement, batch, source position, meta)
+ * carries a checksum over its key and bytes; damage is AH_ECORRUPT, never
+ * a wrong answer (ARCHITECTURE.md §2).
  * AH_OPEN_VERIFY_READS makes seeks check whole chunks as well.
  *
  * Options for ah_open.  Set .size = sizeof(ah_open_opts) so the struct can
@@ -205,9 +209,11 @@ int ah_set_max_bytes(ah_heap *heap, uint64_t max_bytes);
 typedef struct ah_heap_stat {
 	uint32_t format_version;    /* the file's: 1 (read-only opens of old
 	                             * heaps), 2, 3 once it held a read hold
-	                             * (ah_hold_set), or 4 once this library
+	                             * (ah_hold_set), 4 once a format-4 library
 	                             * wrote a batch to it (version-2 batch
-	                             * chunks, ARCHITECTURE.md §2) */
+	                             * chunks), 5 once this library did (1 KiB
+	                             * checksum blocks, checked key filter
+	                             * blocks; ARCHITECTURE.md §2) */
 	uint32_t page_size;         /* bytes */
 	uint8_t uuid[16];           /* heap UUID, fixed at creation */
 	uint64_t map_bytes;         /* virtual map size (= size limit) */
