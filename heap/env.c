@@ -13,11 +13,16 @@
  * the file anew.
  *
  * A failed open changes nothing on disk: an existing file is checked by
- * pread (format.c) and then through a read-only environment (no WRITEMAP,
- * so no ftruncate) before it is opened read-write.  A new heap is created
- * under PATH.creating and renamed into place complete (create_file), so a
- * process killed inside ah_open never leaves a half-made PATH; a heap this
- * open created is unlinked again if the rest of the open fails.  An LMDB
+ * pread (format.c: the LMDB metas, then the main and "meta" trees' pages,
+ * which also hold the catalog: every named DB's record with its flags, and
+ * the meta record) before it is opened read-write.  Only a catalog those
+ * pages do not prove sound is checked again through a read-only
+ * environment (no WRITEMAP, so no ftruncate), which names its error: the
+ * writable environment grows the file to its map as it opens.  A new heap
+ * is created under PATH.creating and renamed into place complete
+ * (create_file), so a process killed inside ah_open never leaves a
+ * half-made PATH; a heap this open created is unlinked again if the rest
+ * of the open fails.  An LMDB
  * file that never saw a commit (made by older versions, or by hand) holds
  * nothing, and AH_OPEN_CREATE finishes it.
  *
@@ -121,6 +126,28 @@ out:
 	return rc;
 }
 
+/* Opens named DB i.  liblmdb 0.9 opens an existing DB whatever flags it
+ * was made with (mdb_dbi_open compares none), and then reads it with the
+ * compare those flags pick: a DB of other flags is refused here, before
+ * anything reads it, as not arrheap's (the "meta" DB: AH_EFORMAT) or as a
+ * damaged catalog (AH_ECORRUPT, like a missing one). */
+static int open_dbi(heap *h, MDB_txn *txn, int i, bool create)
+{
+	unsigned got;
+	int rc = HEAP_MDB(mdb_dbi_open(txn, dbi_names[i],
+	                      dbi_flags[i] | (create ? MDB_CREATE : 0),
+	                      &h->dbi[i]));
+
+	if (rc == 0 && (rc = mdb_dbi_flags(txn, h->dbi[i], &got)) == 0 &&
+	    got != dbi_flags[i])
+		rc = MDB_INCOMPATIBLE;
+	if (rc == MDB_NOTFOUND || rc == MDB_INCOMPATIBLE)
+		return i == HEAP_DBI_META ? AH_EFORMAT /* LMDB, but not arrheap */
+		                          : CORRUPT("an arrheap named DB is "
+		                                    "missing or of other flags");
+	return heap_err(rc);
+}
+
 /* Opens the named DBs and checks the meta record (creating both when
  * create): AH_EFORMAT for a foreign LMDB file. */
 static int catalog(heap *h, MDB_env *env, bool create, bool prealloc)
@@ -136,11 +163,7 @@ static int catalog(heap *h, MDB_env *env, bool create, bool prealloc)
 	}
 	TRY(heap_err(HEAP_MDB(mdb_txn_begin(env, NULL, create ? 0 : MDB_RDONLY,
 	                                &txn))));
-	rc = HEAP_MDB(mdb_dbi_open(txn, dbi_names[HEAP_DBI_META],
-	                  create ? MDB_CREATE : 0, &h->dbi[HEAP_DBI_META]));
-	if (rc == MDB_NOTFOUND || rc == MDB_INCOMPATIBLE)
-		rc = AH_EFORMAT; /* LMDB, but not arrheap */
-	TRY(heap_err(rc));
+	TRY(open_dbi(h, txn, HEAP_DBI_META, create));
 	rc = HEAP_MDB(mdb_get(txn, h->dbi[HEAP_DBI_META], &k, &v));
 	if (rc == MDB_NOTFOUND && create) {
 		TRY(heap_uuid_new(h->uuid));
@@ -163,16 +186,9 @@ static int catalog(heap *h, MDB_env *env, bool create, bool prealloc)
 		TRY(heap_meta_check(v.mv_data, v.mv_size, h->psize,
 		                         h->uuid, &h->format));
 	}
-	for (i = 0; i < HEAP_DBI__COUNT; i++) {
-		if (i == HEAP_DBI_META)
-			continue;
-		rc = HEAP_MDB(mdb_dbi_open(txn, dbi_names[i],
-		                  dbi_flags[i] | (create ? MDB_CREATE : 0),
-		                  &h->dbi[i]));
-		if (rc == MDB_NOTFOUND || rc == MDB_INCOMPATIBLE)
-			rc = CORRUPT("an arrheap named DB is missing");
-		TRY(heap_err(rc));
-	}
+	for (i = 0; i < HEAP_DBI__COUNT; i++)
+		if (i != HEAP_DBI_META)
+			TRY(open_dbi(h, txn, i, create));
 	rc = heap_err(heap_fault_commit(txn));
 	txn = NULL;
 out:
@@ -196,8 +212,9 @@ static unsigned mdb_flags(unsigned flags)
 	return m;
 }
 
-/* Existing file, after the pread checks: a read-only environment checks the
- * catalog without changing a byte (no WRITEMAP, so no ftruncate). */
+/* Existing file whose catalog the pread checks did not prove: a read-only
+ * environment checks it without changing a byte (no WRITEMAP, so no
+ * ftruncate), and fails with the error catalog() names. */
 static int check_catalog(heap *h, const char *path, unsigned readers)
 {
 	MDB_env *env = NULL;
@@ -262,7 +279,7 @@ static int open_locked(heap *h, const char *path, const ah_open_opts *o)
 {
 	unsigned readers = o->max_readers ? o->max_readers : DEFAULT_READERS;
 	struct stat st;
-	bool unborn = false, exists;
+	bool unborn = false, known = false, exists;
 	int fd, rc;
 
 	fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -286,9 +303,9 @@ static int open_locked(heap *h, const char *path, const ah_open_opts *o)
 		rc = AH_EBUSY;
 	if (rc == 0 && (o->flags & AH_OPEN_CREATE) &&
 	    !(o->flags & AH_OPEN_RDONLY))
-		unborn = heap_format_unborn(fd, h->psize);
+		unborn = heap_format_unborn(fd, h->psize, &st);
 	if (rc == 0 && !unborn)
-		rc = heap_format_precheck(fd, h->psize);
+		rc = heap_format_precheck(fd, h->psize, &st, &known);
 	close(fd);
 	TRY(rc);
 	h->dev = st.st_dev;
@@ -329,7 +346,10 @@ static int open_locked(heap *h, const char *path, const ah_open_opts *o)
 	/* Before LMDB reads a byte through PATH-lock: refuse if another
 	 * process uses this data file through another lock file. */
 	TRY(heap_path_claim(h, path));
-	if (!unborn && !(o->flags & AH_OPEN_RDONLY))
+	/* Only what the pread checks could not prove (a foreign or damaged
+	 * catalog, or a walk a live writer kept moving) costs an
+	 * environment more. */
+	if (!unborn && !known && !(o->flags & AH_OPEN_RDONLY))
 		TRY(check_catalog(h, path, readers));
 	TRY(env_start(h, path, mdb_flags(o->flags), readers, &h->env));
 	TRY(heap_err(mdb_env_get_fd(h->env, &h->fd)));

@@ -31,6 +31,11 @@
  * file shorter than (last_pg + 1) * psize of the current meta ->
  * AH_ECORRUPT (truncated); a damaged page of the main or "meta" tree, the
  * two heap_open reads through LMDB -> AH_ECORRUPT (heap_pagecheck_open).
+ * Those two trees are the catalog: when their pages show every named DB
+ * with env.c's flags and a meta record heap_meta_check accepts, the
+ * catalog is proven (*catalog) and a writable open needs no read-only
+ * environment to check it first; anything else is left to that
+ * environment, whose verdict (env.c catalog) stands.
  *
  * The arrheap meta record, key "arrheap.meta" in named DB "meta", 64 bytes
  * in native byte order:
@@ -112,17 +117,27 @@ static int read_meta(int fd, off_t off, struct lmdb_meta *m, bool *swapped,
 	return 1;
 }
 
-int heap_format_precheck(int fd, uint32_t psize)
+/* The pages the walk read prove the catalog: it saw every named DB and a
+ * meta record; is the record one heap_open accepts? */
+static bool catalog_proven(uint32_t psize, const uint8_t rec[HEAP_META_BYTES])
+{
+	uint8_t uuid[16];
+	uint32_t ver;
+
+	return heap_meta_check(rec, HEAP_META_BYTES, psize, uuid, &ver) == 0;
+}
+
+int heap_format_precheck(int fd, uint32_t psize, const struct stat *st0,
+                         bool *catalog)
 {
 	struct stat st;
 	struct lmdb_meta m0, m1;
-	uint8_t raw[2][META_READ];
-	bool swapped = false;
+	uint8_t raw[2][META_READ], rec[HEAP_META_BYTES];
+	bool swapped = false, seen;
 	int rc;
 
-	if (fstat(fd, &st) != 0)
-		return AH_EIO;
-	if (!S_ISREG(st.st_mode) || st.st_size == 0)
+	*catalog = false;
+	if (!S_ISREG(st0->st_mode) || st0->st_size == 0)
 		return AH_EFORMAT;
 	rc = read_meta(fd, 0, &m0, &swapped, raw[0]);
 	if (rc <= 0)
@@ -147,21 +162,23 @@ int heap_format_precheck(int fd, uint32_t psize)
 	    (uint64_t)st.st_size < (m0.last_pg + 1) * psize)
 		return CORRUPT("file shorter than its last used page");
 	/* heap_open's catalog reads the main and "meta" trees through LMDB:
-	 * their pages are checked first (heap/pagecheck.c). */
-	return heap_pagecheck_open(fd, psize, (uint64_t)st.st_size, raw[0],
-	                           raw[1]);
+	 * their pages are checked first (heap/pagecheck.c), and what they
+	 * hold may spare it the read-only environment. */
+	rc = heap_pagecheck_open(fd, psize, (uint64_t)st.st_size, raw[0],
+	                         raw[1], rec, &seen);
+	*catalog = rc == 0 && seen && catalog_proven(psize, rec);
+	return rc;
 }
 
-bool heap_format_unborn(int fd, uint32_t psize)
+bool heap_format_unborn(int fd, uint32_t psize, const struct stat *st)
 {
-	struct stat st;
 	struct lmdb_meta m0, m1;
 	uint8_t raw[META_READ];
 	bool swapped = false;
 
 	/* An empty file stays AH_EFORMAT: it may be a heap truncated by
 	 * accident, and a heap never silently starts fresh. */
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0)
+	if (!S_ISREG(st->st_mode) || st->st_size == 0)
 		return false;
 	return read_meta(fd, 0, &m0, &swapped, raw) == 1 && m0.psize == psize &&
 	       read_meta(fd, (off_t)psize, &m1, &swapped, raw) == 1 &&

@@ -14,6 +14,7 @@
 
 #include <lmdb.h>
 #include <pthread.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "heap/heap.h"
@@ -124,15 +125,21 @@ int heap_names_store(heap_txn *t);
  * AH_ECORRUPT. */
 int heap_names_check(heap_txn *t, enum heap_table tb);
 
-/* format.c */
-int heap_format_precheck(int fd, uint32_t psize);
+/* format.c.  heap_format_precheck checks the existing file fd (st: its
+ * fstat, just taken) by pread before LMDB maps it (verdicts at the top of
+ * format.c).  On 0, *catalog says whether the pages read also prove what
+ * env.c's catalog() checks through LMDB: every named DB present with its
+ * flags and a meta record heap_meta_check accepts.  False leaves that to
+ * a read-only environment (env.c check_catalog), which names the error. */
+#define HEAP_META_KEY "arrheap.meta"
+#define HEAP_META_BYTES 64
+int heap_format_precheck(int fd, uint32_t psize, const struct stat *st,
+                         bool *catalog);
 /* True for a heap file whose creation was interrupted (killed inside
  * ah_open after LMDB wrote its meta pages): both metas valid with txnid 0,
  * i.e. no commit ever.  Such a file holds nothing and AH_OPEN_CREATE
- * finishes creating it. */
-bool heap_format_unborn(int fd, uint32_t psize);
-#define HEAP_META_KEY "arrheap.meta"
-#define HEAP_META_BYTES 64
+ * finishes creating it.  st: fd's fstat. */
+bool heap_format_unborn(int fd, uint32_t psize, const struct stat *st);
 void heap_meta_encode(uint8_t out[HEAP_META_BYTES], uint32_t psize,
                       const uint8_t uuid[16], uint32_t version);
 /* Checks a stored meta record; *version gets its format version. */
@@ -154,12 +161,17 @@ uint64_t heap_xxh3_avx2(const void *p, size_t len);
 /* pagecheck.c.  heap_pagecheck_open walks the main and "meta" trees of
  * the meta page LMDB will use, before heap_open lets LMDB read them, from
  * the first 152 bytes of both metas that format.c read: AH_ECORRUPT when
- * damaged.  heap_trees_usable is every LMDB call's
+ * damaged.  *catalog (false on every error) is true when the walk read one
+ * snapshot without a problem, every named DB of it has exactly the flags
+ * env.c opens it with, and the meta tree holds a HEAP_META_BYTES value
+ * under HEAP_META_KEY, copied to rec (unchecked: heap_meta_check).
+ * heap_trees_usable is every LMDB call's
  * gate: AH_ECORRUPT when a page check found one of trees damaged. */
 #define HEAP_TREE_BIT(t) (1u << (t))
 #define HEAP_TREES_ALL ((1u << HEAP_TREE__COUNT) - 1)
 int heap_pagecheck_open(int fd, uint32_t psize, uint64_t file_bytes,
-                        const uint8_t *meta0, const uint8_t *meta1);
+                        const uint8_t *meta0, const uint8_t *meta1,
+                        uint8_t rec[HEAP_META_BYTES], bool *catalog);
 int heap_trees_usable(const heap *h, unsigned trees);
 
 /* chunk.c: the size classes. */

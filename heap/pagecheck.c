@@ -152,6 +152,8 @@ typedef struct walker {
 	uint32_t psize;
 	uint64_t txnid;
 	bool open_mode;          /* heap_pagecheck_open: main and meta only */
+	uint8_t *meta_rec;       /* open mode: the meta record is copied here */
+	bool meta_rec_seen;      /* ... when the meta tree holds one of its size */
 	bool writer;             /* a write txn's check: no meta can change */
 	uint8_t *owner;          /* per page: 0, or the reaching tree + 1 */
 	uint8_t *freebits;       /* pages on the free list (full mode) */
@@ -502,6 +504,19 @@ static void main_record(walker *w, uint64_t pgno, int i, const uint8_t *k,
 	w->have[t] = true;
 }
 
+/* Open mode: the arrheap meta record (a "meta" node under HEAP_META_KEY),
+ * for heap_open's catalog verdict (format.c).  The value is inside the
+ * page read (check_layout, or the first overflow page: 64 bytes fit). */
+static void meta_record(walker *w, const uint8_t *k, size_t klen,
+                        const uint8_t *v, uint64_t vlen)
+{
+	if (klen == sizeof HEAP_META_KEY - 1 &&
+	    memcmp(k, HEAP_META_KEY, klen) == 0 && vlen == HEAP_META_BYTES) {
+		memcpy(w->meta_rec, v, HEAP_META_BYTES);
+		w->meta_rec_seen = true;
+	}
+}
+
 static void leaf(walker *w, uint64_t pgno, const uint8_t *p, int n)
 {
 	for (int i = 0; i < n && !w->stop; i++) {
@@ -548,6 +563,8 @@ static void leaf(walker *w, uint64_t pgno, const uint8_t *p, int n)
 			main_record(w, pgno, i, node + NODEHDR, klen, nflags, v, vlen);
 		else if (w->tree == HEAP_TREE_FREE)
 			free_record(w, pgno, node + NODEHDR, v, vlen);
+		else if (w->tree == HEAP_TREE_META && w->meta_rec != NULL)
+			meta_record(w, node + NODEHDR, klen, v, vlen);
 	}
 }
 
@@ -887,24 +904,38 @@ static int first_problem(const heap_page_problem *p, void *user)
 	return 0;
 }
 
+/* Open mode's catalog verdict for heap_open (heap_int.h): every named DB
+ * of the walked snapshot present with exactly its flags, and the meta
+ * record seen. */
+static bool catalog_whole(const walker *w)
+{
+	for (int t = 0; t < HEAP_TREE_MAIN; t++)
+		if (!w->have[t] || w->rec[t].flags != tree_flags[t])
+			return false;
+	return w->meta_rec_seen;
+}
+
 /* Open holds no reader slot: a writer in another process may commit twice
  * and reuse the pages of the newest snapshot while they are walked.  Each
  * commit writes a meta page, so metas that read the same after the walk as
  * before it mean the walk read one snapshot, untouched (a writer's
  * unfinished transaction writes only pages that snapshot does not use).
  * Metas that keep changing leave the check undone, not failed: ah_verify
- * checks with the pages pinned. */
+ * checks with the pages pinned (and *catalog false: heap_open asks LMDB). */
 #define OPEN_TRIES 4
 
 int heap_pagecheck_open(int fd, uint32_t psize, uint64_t file_bytes,
-                        const uint8_t *meta0, const uint8_t *meta1)
+                        const uint8_t *meta0, const uint8_t *meta1,
+                        uint8_t rec[HEAP_META_BYTES], bool *catalog)
 {
 	uint8_t m[2][META_BYTES], now[2][META_BYTES];
 	heap_pagecheck_stat st;
 	first_seen first;
 	walker *w;
+	bool whole;
 	int rc;
 
+	*catalog = false;
 	memcpy(m[0], meta0, META_BYTES);
 	memcpy(m[1], meta1, META_BYTES);
 	for (int tries = 0; tries < OPEN_TRIES; tries++) {
@@ -917,12 +948,14 @@ int heap_pagecheck_open(int fd, uint32_t psize, uint64_t file_bytes,
 		w->file_bytes = file_bytes;
 		w->metas[0] = m[0];
 		w->metas[1] = m[1];
+		w->meta_rec = rec;
 		/* LMDB's choice: the larger txnid (mdb_env_read_header, ties to
 		 * page 0) goes to the lock file; read txns use page txnid & 1. */
 		w->txnid = get_u64(m[1] + 144) > get_u64(m[0] + 144)
 		                   ? get_u64(m[1] + 144) : get_u64(m[0] + 144);
 		int wrc = run(w, fd, w->txnid & 1);
 
+		whole = wrc == 0 && !w->meta_bad && catalog_whole(w);
 		walker_free(w);
 		if (wrc == AH_ENOMEM || wrc == AH_EIO)
 			return wrc;
@@ -941,8 +974,10 @@ int heap_pagecheck_open(int fd, uint32_t psize, uint64_t file_bytes,
 			file_bytes = (uint64_t)sb.st_size;
 			continue;
 		}
-		if (wrc != 0 || st.problems == 0)
+		if (wrc != 0 || st.problems == 0) {
+			*catalog = wrc == 0 && whole;
 			return wrc; /* 0, or AH_EFORMAT: a catalog no heap has */
+		}
 		if (heap_debug && first.seen)
 			fprintf(stderr, "arrheap: LMDB page %llu (%s tree): %s\n",
 			        (unsigned long long)first.p.pgno,

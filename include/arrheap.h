@@ -177,7 +177,9 @@ typedef struct ah_open_opts {
  * Errors: AH_EINVAL (NULL path/out, unknown flags, opts->size too small),
  * AH_ENOTFOUND (no file and no AH_OPEN_CREATE, or no such directory), AH_EFORMAT (empty file, not
  * LMDB, LMDB but not arrheap, other format version, page size or byte
- * order), AH_ECORRUPT (truncated file, damaged meta), AH_EBUSY (already open
+ * order, a "meta" DB of other flags), AH_ECORRUPT (truncated file, damaged
+ * meta, a damaged page of the main or "meta" tree, a named DB missing or of
+ * other flags), AH_EBUSY (already open
  * in this process, or open in another process through a lock file of
  * another name: see Caveats), AH_EREADONLY (AH_OPEN_CREATE with AH_OPEN_RDONLY on a
  * missing file), AH_EIO, AH_ENOMEM, AH_EFULL (no space to create).
