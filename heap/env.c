@@ -58,15 +58,44 @@ static const unsigned dbi_flags[HEAP_DBI__COUNT] = {
 	[HEAP_DBI_CHUNKS] = MDB_INTEGERKEY,
 };
 
+/* This process's pid, cached: glibc makes every getpid() a system call,
+ * and every API call checks it (14 per point query in the benchmark), as
+ * does heap_open (the registry's entries are per pid).  A fork handler
+ * refreshes it in the child before any code runs there. */
+static pid_t self_pid;
+static pthread_once_t self_once = PTHREAD_ONCE_INIT;
+
+static void self_refresh(void)
+{
+	__atomic_store_n(&self_pid, getpid(), __ATOMIC_RELAXED);
+}
+
+static void self_init(void)
+{
+	self_refresh();
+	pthread_atfork(NULL, NULL, self_refresh);
+}
+
+static pid_t self(void)
+{
+	pthread_once(&self_once, self_init);
+	return __atomic_load_n(&self_pid, __ATOMIC_RELAXED);
+}
+
+int heap_check_pid(const heap *h)
+{
+	return h->pid == self() ? 0 : AH_EFORK;
+}
+
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
 static heap *registry;
 
 static bool registered(dev_t dev, ino_t ino)
 {
-	pid_t self = getpid();
+	pid_t me = self();
 
 	for (heap *r = registry; r != NULL; r = r->reg_next)
-		if (r->pid == self && r->dev == dev && r->ino == ino)
+		if (r->pid == me && r->dev == dev && r->ino == ino)
 			return true;
 	return false;
 }
@@ -76,10 +105,10 @@ static bool registered(dev_t dev, ino_t ino)
  * the other heap's LMDB locks (fcntl locks belong to the process). */
 static bool lock_registered(dev_t dev, ino_t ino)
 {
-	pid_t self = getpid();
+	pid_t me = self();
 
 	for (heap *r = registry; r != NULL; r = r->reg_next)
-		if (r->pid == self && r->lock_ino != 0 && r->lock_dev == dev &&
+		if (r->pid == me && r->lock_ino != 0 && r->lock_dev == dev &&
 		    r->lock_ino == ino)
 			return true;
 	return false;
@@ -392,7 +421,7 @@ int heap_open(const char *path, const ah_open_opts *opts, heap **out)
 	h = calloc(1, sizeof *h);
 	if (h == NULL)
 		return AH_ENOMEM;
-	h->pid = getpid();
+	h->pid = self();
 	h->flags = o.flags;
 	h->max_bytes = o.max_bytes;
 	h->psize = (uint32_t)sysconf(_SC_PAGESIZE);
@@ -430,29 +459,6 @@ int heap_open(const char *path, const ah_open_opts *opts, heap **out)
 	}
 	*out = h;
 	return 0;
-}
-
-/* This process's pid, cached: glibc makes every getpid() a system call,
- * and every API call checks it (14 per point query in the benchmark).  A
- * fork handler refreshes it in the child before any code runs there. */
-static pid_t self_pid;
-static pthread_once_t self_once = PTHREAD_ONCE_INIT;
-
-static void self_refresh(void)
-{
-	__atomic_store_n(&self_pid, getpid(), __ATOMIC_RELAXED);
-}
-
-static void self_init(void)
-{
-	self_refresh();
-	pthread_atfork(NULL, NULL, self_refresh);
-}
-
-int heap_check_pid(const heap *h)
-{
-	pthread_once(&self_once, self_init);
-	return h->pid == __atomic_load_n(&self_pid, __ATOMIC_RELAXED) ? 0 : AH_EFORK;
 }
 
 int heap_close(heap *h)

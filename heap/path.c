@@ -17,7 +17,9 @@
  *     open-file-description lock (F_OFD_SETLK, F_RDLCK, one byte) on the
  *     DATA file at an offset far beyond its end that is a hash of the
  *     lock file's (dev, inode), then probes the rest of that range for
- *     another opener's byte (F_OFD_GETLK).  Openers through the same lock
+ *     another opener's byte (F_OFD_GETLK: once over the whole range, which
+ *     a lone opener finds free; each side of its own byte only when what
+ *     it finds is that byte, held through the same lock file).  Openers through the same lock
  *     file hold the same byte and never conflict; an opener through
  *     another lock file finds the other byte and is refused with
  *     AH_EBUSY before it reads or writes anything.  Each opener locks
@@ -115,11 +117,11 @@ int heap_path_resolve(const char *path, char out[PATH_MAX])
 	return 0;
 }
 
-/* FNV-1a over the lock file's identity: the claim byte's slot. */
-static off_t claim_slot(const struct stat *ls)
+/* FNV-1a over a file's identity: the claim byte's slot. */
+static off_t claim_slot(dev_t dev, ino_t ino)
 {
-	uint64_t x = 1469598103934665603ull, v[2] = { (uint64_t)ls->st_dev,
-	                                             (uint64_t)ls->st_ino };
+	uint64_t x = 1469598103934665603ull, v[2] = { (uint64_t)dev,
+	                                             (uint64_t)ino };
 	const unsigned char *p = (const unsigned char *)v;
 
 	for (size_t i = 0; i < sizeof v; i++)
@@ -142,12 +144,46 @@ static int probe(int fd, off_t start, off_t len, bool *other)
 	return 0;
 }
 
+/* Takes the claim byte at slot on fd and looks for another opener's byte
+ * anywhere else in the range.  One probe of the whole range first: fd's
+ * own lock never conflicts with itself (OFD locks), so a free range means
+ * no other byte, the common case of a lone opener.  A conflict that is
+ * exactly our byte is an opener through the same lock file (it holds the
+ * same byte): then each side of it is probed.  Returns 0, AH_EBUSY, or an
+ * errno (EINVAL, ENOLCK, EOPNOTSUPP: no OFD locks here). */
+static int claim_on(int fd, off_t slot)
+{
+	struct flock fl = { .l_type = F_RDLCK, .l_whence = SEEK_SET,
+	                    .l_start = CLAIM_BASE + slot, .l_len = 1 };
+	bool other = false;
+	int err;
+
+	if (fcntl(fd, F_OFD_SETLK, &fl) != 0)
+		return errno;
+	fl = (struct flock){ .l_type = F_WRLCK, .l_whence = SEEK_SET,
+	                     .l_start = CLAIM_BASE, .l_len = CLAIM_SLOTS };
+	if (fcntl(fd, F_OFD_GETLK, &fl) != 0)
+		return errno;
+	if (fl.l_type == F_UNLCK)
+		return 0;
+	if (fl.l_start != CLAIM_BASE + slot || fl.l_len != 1)
+		return AH_EBUSY;
+	err = probe(fd, CLAIM_BASE, slot, &other);
+	if (err == 0 && !other)
+		err = probe(fd, CLAIM_BASE + slot + 1, CLAIM_SLOTS - slot - 1,
+		            &other);
+	return err != 0 ? err : other ? AH_EBUSY : 0;
+}
+
+static bool no_ofd_locks(int err)
+{
+	return err == EINVAL || err == ENOLCK || err == EOPNOTSUPP;
+}
+
 int heap_path_claim(heap *h, const char *path)
 {
 	char lock[PATH_MAX];
 	struct stat ds, ls;
-	off_t slot;
-	bool other = false;
 	int fd, err;
 
 	if ((size_t)snprintf(lock, sizeof lock, "%s-lock", path) >= sizeof lock)
@@ -163,57 +199,38 @@ int heap_path_claim(heap *h, const char *path)
 		close(fd); /* replaced between our checks: try again */
 		return AH_EBUSY;
 	}
-	/* No lock file (a read-only heap on a read-only filesystem, where
+	/* The lock file's identity as heap_open found it (its descriptor's
+	 * identity is compared with it below, before anything relies on it).
+	 * No lock file (a read-only heap on a read-only filesystem, where
 	 * LMDB runs without one): nobody can write, slot 0 stands for it. */
-	slot = stat(lock, &ls) == 0 ? claim_slot(&ls) : 0;
-	struct flock fl = { .l_type = F_RDLCK, .l_whence = SEEK_SET,
-	                    .l_start = CLAIM_BASE + slot, .l_len = 1 };
-	if (fcntl(fd, F_OFD_SETLK, &fl) != 0) {
-		err = errno;
+	err = claim_on(fd, h->lock_ino != 0 ? claim_slot(h->lock_dev,
+	                                                  h->lock_ino) : 0);
+	if (err != 0) {
 		close(fd);
 		/* A filesystem without OFD locks: the names' rule (1.) is all
 		 * that protects the heap there. */
-		if (err == EINVAL || err == ENOLCK || err == EOPNOTSUPP)
+		if (no_ofd_locks(err))
 			return 0;
-		return heap_err(err);
-	}
-	err = probe(fd, CLAIM_BASE, slot, &other);
-	if (err == 0 && !other)
-		err = probe(fd, CLAIM_BASE + slot + 1, CLAIM_SLOTS - slot - 1,
-		            &other);
-	if (err != 0 || other) {
-		close(fd);
-		return other ? AH_EBUSY : heap_err(err);
+		return err == AH_EBUSY ? err : heap_err(err);
 	}
 	h->claim_fd = fd;
 	/* The lock file's side: one data file per lock file. */
 	if (h->lock_ino != 0 && (fd = open(lock, O_RDONLY | O_CLOEXEC)) >= 0) {
-		struct stat ds2 = { .st_dev = h->dev, .st_ino = h->ino };
-
 		if (fstat(fd, &ls) != 0 || ls.st_dev != h->lock_dev ||
 		    ls.st_ino != h->lock_ino) {
 			close(fd); /* replaced between our checks: try again */
 			heap_path_unclaim(h);
 			return AH_EBUSY;
 		}
-		slot = claim_slot(&ds2);
-		fl.l_type = F_RDLCK;
-		fl.l_start = CLAIM_BASE + slot;
-		fl.l_len = 1;
-		err = fcntl(fd, F_OFD_SETLK, &fl) != 0 ? errno : 0;
-		if (err == 0)
-			err = probe(fd, CLAIM_BASE, slot, &other);
-		if (err == 0 && !other)
-			err = probe(fd, CLAIM_BASE + slot + 1,
-			            CLAIM_SLOTS - slot - 1, &other);
-		if (err == EINVAL || err == ENOLCK || err == EOPNOTSUPP) {
+		err = claim_on(fd, claim_slot(h->dev, h->ino));
+		if (no_ofd_locks(err)) {
 			close(fd); /* no OFD locks here: as above */
 			return 0;
 		}
-		if (err != 0 || other) {
+		if (err != 0) {
 			close(fd);
 			heap_path_unclaim(h);
-			return other ? AH_EBUSY : heap_err(err);
+			return err == AH_EBUSY ? err : heap_err(err);
 		}
 		h->lclaim_fd = fd;
 	}

@@ -14,6 +14,7 @@
  * writer mutex).  Public header only; children report through exit codes.
  */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
@@ -228,6 +229,37 @@ Test(names, deleted_lock_file_is_refused)
 
 	names_init(&n);
 	cr_assert_eq(second_opener(n.real, NULL, n.real, delete_lock, &n), 'b');
+	names_fini(&n);
+}
+
+/* Another opener's claim byte found behind one of the same lock file
+ * (heap/path.c probes the whole claim range once, and each side of its own
+ * byte when what it finds is that byte).  The foreign byte stands for an
+ * opener through another lock file: slot 0, a read-only opener without
+ * one.  It is taken after the parent's, so the kernel reports the parent's
+ * (same slot as the child's) first. */
+#define CLAIM_BASE ((off_t)1 << 61) /* heap/path.c */
+static int foreign_fd = -1;
+
+static void take_foreign_byte(const names *n)
+{
+	struct flock fl = { .l_type = F_RDLCK, .l_whence = SEEK_SET,
+	                    .l_start = CLAIM_BASE, .l_len = 1 };
+
+	foreign_fd = open(n->real, O_RDONLY | O_CLOEXEC);
+	cr_assert_geq(foreign_fd, 0);
+	cr_assert_eq(fcntl(foreign_fd, F_OFD_SETLK, &fl), 0);
+}
+
+Test(names, other_claim_behind_a_shared_one_is_refused)
+{
+	names n;
+
+	names_init(&n);
+	cr_assert_eq(second_opener(n.real, NULL, n.real, take_foreign_byte, &n),
+	             'b');
+	close(foreign_fd);
+	cr_assert_eq(second_opener(n.real, NULL, n.real, NULL, &n), 'r');
 	names_fini(&n);
 }
 
