@@ -114,6 +114,17 @@ static bool lock_registered(dev_t dev, ino_t ino)
 	return false;
 }
 
+/* Is a heap of this process open?  (Entries of a forked parent's are not.) */
+static bool any_registered(void)
+{
+	pid_t me = self();
+
+	for (heap *r = registry; r != NULL; r = r->reg_next)
+		if (r->pid == me)
+			return true;
+	return false;
+}
+
 static void unregister(heap *h)
 {
 	for (heap **pp = &registry; *pp != NULL; pp = &(*pp)->reg_next)
@@ -285,7 +296,7 @@ static int create_file(heap *h, const char *path, unsigned readers,
 	close(dfd);
 	unlink(tmp);
 	h->map_bytes = 1u << 20;
-	rc = heap_space_lockfile(tmp, readers);
+	rc = heap_space_lockfile(tmp, readers, NULL);
 	if (rc == 0)
 		rc = env_start(h, tmp, MDB_NOSUBDIR | MDB_NOTLS, readers, &env);
 	h->map_bytes = map;
@@ -301,9 +312,60 @@ static int create_file(heap *h, const char *path, unsigned readers,
 	return rc;
 }
 
+/* The lock file, before the claim (path.c): opened (made if missing, the
+ * reader table's blocks reserved: heap_space_lockfile) and kept open as
+ * the lock-side claim's descriptor, h->lock_dev/ino its identity.  A lock
+ * file another heap of this process uses (its data file renamed or
+ * deleted, a new one made under the old name) is refused before anything
+ * here opens it, since closing that descriptor again would drop the other
+ * heap's LMDB locks; with no heap of this process open (the registry
+ * mutex is held) no file can be one, and that stat is skipped. */
+static int lock_file(heap *h, const char *path, unsigned readers)
+{
+	char lock[PATH_MAX];
+	struct stat ls;
+	bool others = any_registered();
+	int rc, fd;
+
+	if ((size_t)snprintf(lock, sizeof lock, "%s-lock", path) >= sizeof lock)
+		return AH_EINVAL;
+	if (others && stat(lock, &ls) == 0) {
+		if (lock_registered(ls.st_dev, ls.st_ino))
+			return AH_EBUSY;
+		h->lock_dev = ls.st_dev;
+		h->lock_ino = ls.st_ino;
+	}
+	if ((rc = heap_space_lockfile(path, readers, &fd)) != 0)
+		return rc;
+	if (fd < 0) { /* not writable here: the claim opens it to read */
+		if (!others && stat(lock, &ls) == 0) {
+			h->lock_dev = ls.st_dev;
+			h->lock_ino = ls.st_ino;
+		}
+		return 0;
+	}
+	if (fstat(fd, &ls) != 0)
+		rc = AH_EIO;
+	else if (h->lock_ino != 0 ? ls.st_dev != h->lock_dev ||
+	                                    ls.st_ino != h->lock_ino
+	                          : others && lock_registered(ls.st_dev,
+	                                                      ls.st_ino))
+		rc = AH_EBUSY; /* replaced between our checks: try again */
+	if (rc != 0) {
+		close(fd);
+		return rc;
+	}
+	h->lock_dev = ls.st_dev;
+	h->lock_ino = ls.st_ino;
+	h->lclaim_fd = fd;
+	return 0;
+}
+
 /* Every descriptor of the data and lock files that we open ourselves is
- * closed before LMDB opens the environment: closing any descriptor of a file
- * drops all of the process's fcntl locks on it, LMDB's included. */
+ * either closed before LMDB opens the environment or kept (the claims',
+ * path.c) until after the environment is closed: closing any descriptor
+ * of a file drops all of the process's fcntl locks on it, LMDB's
+ * included. */
 static int open_locked(heap *h, const char *path, const ah_open_opts *o)
 {
 	unsigned readers = o->max_readers ? o->max_readers : DEFAULT_READERS;
@@ -339,39 +401,10 @@ static int open_locked(heap *h, const char *path, const ah_open_opts *o)
 	TRY(rc);
 	h->dev = st.st_dev;
 	h->ino = st.st_ino;
-	{
-		/* A lock file another heap of this process uses (its data
-		 * file renamed or deleted, a new one made under the old name):
-		 * refused before anything here opens the lock file. */
-		char lock[PATH_MAX];
-		struct stat ls;
-
-		if ((size_t)snprintf(lock, sizeof lock, "%s-lock", path) >=
-		    sizeof lock)
-			TRY(AH_EINVAL);
-		if (stat(lock, &ls) == 0) {
-			if (lock_registered(ls.st_dev, ls.st_ino))
-				TRY(AH_EBUSY);
-			h->lock_dev = ls.st_dev;
-			h->lock_ino = ls.st_ino;
-		}
-	}
 	h->map_bytes = heap_space_map_bytes(
 		o->max_bytes ? 0 : heap_space_fs_bytes(path, -1), o->max_bytes,
 		h->psize);
-	TRY(heap_space_lockfile(path, readers));
-	if (h->lock_ino == 0) { /* made just now */
-		char lock[PATH_MAX];
-		struct stat ls;
-
-		if ((size_t)snprintf(lock, sizeof lock, "%s-lock", path) <
-		        sizeof lock && stat(lock, &ls) == 0) {
-			if (lock_registered(ls.st_dev, ls.st_ino))
-				TRY(AH_EBUSY);
-			h->lock_dev = ls.st_dev;
-			h->lock_ino = ls.st_ino;
-		}
-	}
+	TRY(lock_file(h, path, readers));
 	/* Before LMDB reads a byte through PATH-lock: refuse if another
 	 * process uses this data file through another lock file. */
 	TRY(heap_path_claim(h, path));

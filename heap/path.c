@@ -44,10 +44,11 @@
  *
  * This file must never close a descriptor of a lock file that an LMDB
  * environment of this process has open (closing any descriptor of a file
- * drops the process's fcntl locks on it, LMDB's included): the one it
- * opens for the lock-file claim is opened only when no heap of this
- * process uses that lock file (env.c checks under the registry mutex) and
- * closed only after this heap's environment is closed; and it must never
+ * drops the process's fcntl locks on it, LMDB's included): the one the
+ * lock-file claim uses (env.c's, kept from heap_space_lockfile, or one
+ * opened here) is opened only when no heap of this process uses that lock
+ * file (env.c checks under the registry mutex) and closed only after this
+ * heap's environment is closed; and it must never
  * unlink a file it did not create in this call.
  */
 #include <dirent.h>
@@ -214,25 +215,27 @@ int heap_path_claim(heap *h, const char *path)
 		return err == AH_EBUSY ? err : heap_err(err);
 	}
 	h->claim_fd = fd;
-	/* The lock file's side: one data file per lock file. */
-	if (h->lock_ino != 0 && (fd = open(lock, O_RDONLY | O_CLOEXEC)) >= 0) {
+	/* The lock file's side: one data file per lock file, on the
+	 * descriptor env.c kept (its identity checked there) or on one
+	 * opened to read here (a lock file not writable here). */
+	if (h->lclaim_fd < 0 && h->lock_ino != 0 &&
+	    (fd = open(lock, O_RDONLY | O_CLOEXEC)) >= 0) {
 		if (fstat(fd, &ls) != 0 || ls.st_dev != h->lock_dev ||
 		    ls.st_ino != h->lock_ino) {
 			close(fd); /* replaced between our checks: try again */
 			heap_path_unclaim(h);
 			return AH_EBUSY;
 		}
-		err = claim_on(fd, claim_slot(h->dev, h->ino));
-		if (no_ofd_locks(err)) {
-			close(fd); /* no OFD locks here: as above */
-			return 0;
-		}
-		if (err != 0) {
-			close(fd);
-			heap_path_unclaim(h);
-			return err == AH_EBUSY ? err : heap_err(err);
-		}
 		h->lclaim_fd = fd;
+	}
+	if (h->lclaim_fd < 0)
+		return 0;
+	err = claim_on(h->lclaim_fd, claim_slot(h->dev, h->ino));
+	if (no_ofd_locks(err))
+		return 0; /* no OFD locks here: as above */
+	if (err != 0) {
+		heap_path_unclaim(h);
+		return err == AH_EBUSY ? err : heap_err(err);
 	}
 	return 0;
 }

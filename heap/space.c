@@ -166,13 +166,17 @@ int heap_space_need(heap_txn *t, uint64_t pages)
  * allocates blocks for the whole table with FALLOC_FL_KEEP_SIZE, so the
  * size LMDB finds (and from which it derives the reader count) is not
  * changed, and LMDB's later ftruncate extends over allocated blocks.
- * LMDB 0.9: 64 bytes per reader slot plus two 64-byte header lines. */
-int heap_space_lockfile(const char *path, unsigned readers)
+ * LMDB 0.9: 64 bytes per reader slot plus two 64-byte header lines.
+ * keep (may be NULL) gets the descriptor, left open, or -1 when the lock
+ * file could not be opened to write. */
+int heap_space_lockfile(const char *path, unsigned readers, int *keep)
 {
 	char lock[PATH_MAX];
 	off_t len = (off_t)readers * 64 + 4096;
 	int fd, err = 0;
 
+	if (keep != NULL)
+		*keep = -1;
 	if ((size_t)snprintf(lock, sizeof lock, "%s-lock", path) >= sizeof lock)
 		return AH_EINVAL;
 	fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -180,8 +184,13 @@ int heap_space_lockfile(const char *path, unsigned readers)
 		return 0; /* read-only place: LMDB decides what it can do */
 	if (fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, len) != 0)
 		err = errno;
-	close(fd);
-	if (err == ENOSPC || err == EDQUOT)
+	if (err == ENOSPC || err == EDQUOT) {
+		close(fd);
 		return AH_EFULL;
+	}
+	if (keep != NULL)
+		*keep = fd;
+	else
+		close(fd);
 	return 0; /* EOPNOTSUPP and the like: nothing better to do */
 }
