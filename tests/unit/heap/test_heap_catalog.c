@@ -235,3 +235,48 @@ Test(heap_catalog, sound_catalog_opens)
 	cr_assert_eq(heap_close(h), 0);
 	tl_rmdir(&d);
 }
+
+/* Adds n plain keys of 200-byte values to the main DB of path. */
+static void main_keys(const char *path, int n)
+{
+	MDB_env *env;
+	MDB_txn *txn;
+	MDB_dbi dbi;
+	char key[16], val[200];
+
+	memset(val, 'v', sizeof val);
+	lmdb_begin(path, &env, &txn);
+	cr_assert_eq(mdb_dbi_open(txn, NULL, 0, &dbi), 0);
+	for (int i = 0; i < n; i++) {
+		MDB_val k = { (size_t)snprintf(key, sizeof key, "k%05d", i), key },
+		        v = { sizeof val, val };
+
+		cr_assert_eq(mdb_put(txn, dbi, &k, &v, 0), 0);
+	}
+	lmdb_end(env, txn);
+}
+
+/* A main DB of many pages: open reads up to 32 of its pages, and refuses
+ * one of more, which no arrheap heap has, as foreign. */
+Test(heap_catalog, main_db_of_many_pages)
+{
+	static const char *const all[] = { "arr", "batch", "source", "chunks",
+	                                   NULL };
+	unsigned char rec[64];
+	ah_open_opts o = tl_opts(AH_OPEN_RDONLY, 0, 0);
+	ah_heap_stat st;
+	tl_dir d = tl_tmpdir("heap");
+	heap *h;
+
+	make_heap(d.path, rec);
+	foreign(d.path, 0, rec, sizeof rec, all);
+	main_keys(d.path, 150); /* about 10 leaves and their branch */
+	cr_assert_eq(heap_open(d.path, &o, &h), 0);
+	cr_assert_eq(heap_stat(h, &st), 0);
+	cr_assert_gt(st.pages_used, 2 + 8);
+	cr_assert_eq(heap_close(h), 0);
+	foreign(d.path, 0, rec, sizeof rec, all);
+	main_keys(d.path, 1000); /* about 60 leaves */
+	expect_refused(d.path, AH_EFORMAT);
+	tl_rmdir(&d);
+}
