@@ -233,6 +233,20 @@ Test(batch_cache, flipped_filter_chunk_byte_is_corrupt)
 	cr_assert_eq(batch_check(e.t, b, true, msg, sizeof msg), AH_ECORRUPT);
 	cr_assert(strstr(msg, "(B6)"), "%s", msg);
 	batch_free(b);
+	/* With AH_OPEN_VERIFY_READS the self-checked open checks the chunk
+	 * whole: a probe of any block (k000000's is not block 12) fails. */
+	heap_txn_abort(e.t);
+	e.t = NULL;
+	cr_assert_eq(heap_close(e.h), 0);
+	o.flags |= AH_OPEN_VERIFY_READS;
+	cr_assert_eq(heap_open(e.dir.path, &o, &e.h), 0);
+	cr_assert_eq(heap_txn_begin(e.h, true, &e.t), 0);
+	cr_assert_eq(batch_load_cached(e.t, a, &b), 0);
+	bool may = false;
+	uint64_t h0 = filter_hash("k000000", 7);
+	cr_assert_neq(filter_block_of(b->filter_blocks, h0), 777 / 64);
+	cr_assert_eq(batch_probe(e.t, b, h0, &may), AH_ECORRUPT);
+	batch_free(b);
 	at_close(&e);
 }
 
