@@ -53,7 +53,7 @@ static const char *const tree_names[HEAP_TREE__COUNT] = {
 	[HEAP_TREE_CHUNKS] = "chunks", [HEAP_TREE_MAIN] = "main",
 	[HEAP_TREE_FREE] = "free",
 };
-/* Keep in step with env.c's dbi_flags. */
+/* Keep in step with env_catalog.c's dbi_flags. */
 static const uint16_t tree_flags[HEAP_TREE__COUNT] = {
 	[HEAP_TREE_BATCH] = INTEGERKEY, [HEAP_TREE_CHUNKS] = INTEGERKEY,
 	[HEAP_TREE_FREE] = INTEGERKEY,
