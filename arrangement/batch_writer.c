@@ -69,14 +69,6 @@ int bw_grow(pool *p, buf *b, size_t add)
 }
 
 
-static void buf_free(pool *p, buf *b)
-{
-	if (b->p)
-		pool_free(p, b->p, b->cap);
-	b->p = NULL;
-	b->len = b->cap = 0;
-}
-
 /* Body bytes of a version-1 chunk with these counts (layout: batch.h):
  * no version-2 chunk is larger. */
 static uint64_t chunk_size(uint64_t nk, uint64_t kbytes, uint64_t nv,
@@ -291,32 +283,6 @@ static int stage_upd(batch_writer *w, uint64_t time, int64_t diff)
 	uint32_t end = w->nu;
 	memcpy(w->vu.p + 4 * w->nv, &end, 4);
 	return 0;
-}
-
-int bw_alloc(heap_txn *t, pool *p, batch_writer **out)
-{
-	if (!t || !p || !out)
-		return AH_EINVAL;
-	batch_writer *w = pool_malloc(p, sizeof *w);
-	if (!w)
-		return AH_ENOMEM;
-	memset(w, 0, sizeof *w);
-	w->t = t;
-	w->pool = p;
-	w->max_body = heap_chunk_max_body(heap_txn_heap(t));
-	bw_stage_reset(w);
-	int rc = put32(p, &w->fence_offs, 0);
-	if (rc) {
-		pool_free(p, w, sizeof *w);
-		return rc;
-	}
-	*out = w;
-	return 0;
-}
-
-int batch_writer_new(heap_txn *t, pool *p, batch_writer **out)
-{
-	return bw_alloc(t, p, out);
 }
 
 /* Stages update u of chunk c. */
@@ -586,18 +552,4 @@ int batch_writer_push_run(batch_writer *w, const void *key, size_t klen,
 	w->vals++;
 	w->have_last = true;
 	return 0;
-}
-
-void batch_writer_free(batch_writer *w)
-{
-	if (!w)
-		return;
-	pool *p = w->pool;
-	buf *bufs[] = {&w->ko, &w->kb, &w->kv, &w->vo, &w->vb, &w->vu,
-	               &w->tm, &w->df, &w->ti, &w->di, &w->prev_last, &w->ids, &w->fences, &w->fence_offs,
-	               &w->khash};
-	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-		buf_free(p, bufs[i]);
-	bw_images_free(w);
-	pool_free(p, w, sizeof *w);
 }

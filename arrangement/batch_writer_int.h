@@ -1,8 +1,9 @@
 /*
  * arrangement/batch_writer_int.h - private to the batch writer's files
  * (batch_writer.c: staging and push; batch_writer_seal.c: chunk sealing;
- * batch_writer_record.c: the key filter and the batch record;
- * batch_writer_resume.c: resuming a partial batch, detached writers): the
+ * batch_writer_record.c: the key filter, the batch record and free;
+ * batch_writer_resume.c: new, resuming a partial batch, detached
+ * writers): the
  * writer's struct, its staging buffers and dictionaries, and the helpers
  * those files share.
  *
@@ -189,10 +190,8 @@ static inline uint32_t col_dict(uint32_t nd, uint64_t nu)
 	return bytes < 8 * nu ? nd : 0;
 }
 
-/* batch_writer.c: a writer (staging reset, an empty batch); staging back
- * to empty; chunk c's items into the (empty) staging, every range
- * checked. */
-int bw_alloc(heap_txn *t, pool *p, batch_writer **out);
+/* batch_writer.c: staging back to empty; chunk c's items into the
+ * (empty) staging, every range checked. */
 void bw_stage_reset(batch_writer *w);
 int bw_stage_chunk(batch_writer *w, bchunk *c);
 /* batch_writer.c: the body bytes of the staged chunk as it is now; the

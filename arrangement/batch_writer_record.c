@@ -2,7 +2,8 @@
  * arrangement/batch_writer_record.c - how the batch writer ends: the last
  * chunk sealed, the key filter built from the hashes push took (or, for a
  * resumed batch, from every chunk again), and the batch record written
- * (finish) or left partial (suspend).  Layouts: batch_int.h, filter.h.
+ * (finish) or left partial (suspend); and its free.  Layouts: batch_int.h,
+ * filter.h.
  *
  * Runs once per batch.  It never writes a record before every chunk it
  * names is sealed, and never gives a partial record a filter.
@@ -12,6 +13,14 @@
 
 #include "arrangement/batch_writer_int.h"
 #include "arrangement/filter.h"
+
+static void buf_free(pool *p, buf *b)
+{
+	if (b->p)
+		pool_free(p, b->p, b->cap);
+	b->p = NULL;
+	b->len = b->cap = 0;
+}
 
 /* Sets the bits of every hashed key in nb zeroed checked blocks, then
  * each block's check (filter.h, hash 2). */
@@ -152,4 +161,18 @@ int batch_writer_suspend(batch_writer *w, const batch_desc *d, uint64_t *id)
 	int rc = write_record(w, d, BREC_PARTIAL, id);
 	batch_writer_free(w);
 	return rc;
+}
+
+void batch_writer_free(batch_writer *w)
+{
+	if (!w)
+		return;
+	pool *p = w->pool;
+	buf *bufs[] = {&w->ko, &w->kb, &w->kv, &w->vo, &w->vb, &w->vu,
+	               &w->tm, &w->df, &w->ti, &w->di, &w->prev_last, &w->ids, &w->fences, &w->fence_offs,
+	               &w->khash};
+	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+		buf_free(p, bufs[i]);
+	bw_images_free(w);
+	pool_free(p, w, sizeof *w);
 }

@@ -1,6 +1,6 @@
 /*
- * arrangement/batch_writer_resume.c - the batch writer's other starts and
- * its detached mode: a resumed writer reloads the last chunk of a partial
+ * arrangement/batch_writer_resume.c - how the batch writer starts (new,
+ * resume, new_detached) and its detached mode: a resumed writer reloads the last chunk of a partial
  * batch into staging (checking every range: the chunk is data read from
  * the map) and frees it, so a suspended-and-resumed batch has exactly the
  * chunk bodies of one written in one go; a detached writer seals chunks
@@ -14,6 +14,32 @@
 
 #include "arrangement/batch_writer_int.h"
 
+static int writer_alloc(heap_txn *t, pool *p, batch_writer **out)
+{
+	if (!t || !p || !out)
+		return AH_EINVAL;
+	batch_writer *w = pool_malloc(p, sizeof *w);
+	if (!w)
+		return AH_ENOMEM;
+	memset(w, 0, sizeof *w);
+	w->t = t;
+	w->pool = p;
+	w->max_body = heap_chunk_max_body(heap_txn_heap(t));
+	bw_stage_reset(w);
+	int rc = put32(p, &w->fence_offs, 0);
+	if (rc) {
+		pool_free(p, w, sizeof *w);
+		return rc;
+	}
+	*out = w;
+	return 0;
+}
+
+int batch_writer_new(heap_txn *t, pool *p, batch_writer **out)
+{
+	return writer_alloc(t, p, out);
+}
+
 static int resume(heap_txn *t, pool *p, uint64_t partial_id, bool detach,
                   batch_writer **out)
 {
@@ -22,7 +48,7 @@ static int resume(heap_txn *t, pool *p, uint64_t partial_id, bool detach,
 	bchunk c;
 	int rc;
 
-	if ((rc = bw_alloc(t, p, &w)) || (rc = batch_load_listed(t, partial_id, &b)))
+	if ((rc = writer_alloc(t, p, &w)) || (rc = batch_load_listed(t, partial_id, &b)))
 		goto out;
 	w->adopted = partial_id;
 	w->v1_chunks = b->nchunks > 1 && !(b->rec_flags & BREC_COLS);
@@ -75,7 +101,7 @@ int batch_writer_new_detached(heap_txn *t, pool *p, uint64_t partial_id,
                               batch_writer **out)
 {
 	int rc = partial_id ? resume(t, p, partial_id, true, out)
-	                    : bw_alloc(t, p, out);
+	                    : writer_alloc(t, p, out);
 
 	if (rc == 0) {
 		(*out)->detached = true;
