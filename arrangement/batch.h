@@ -1,7 +1,7 @@
 /*
  * arrangement/batch.h - immutable batches: record, chunk format, writer and
- * single-batch cursor.  Contract of batch.c / batch_writer.c / batch_cursor.c
- * to the rest of arrangement/ and to txn/.
+ * single-batch cursor.  Contract of batch.c / batch_writer*.c /
+ * batch_cursor.c to the rest of arrangement/ and to txn/.
  *
  * A batch is a sorted, consolidated run of updates (key, val, time, diff)
  * with a Description {lower, upper, since} (differential dataflow's

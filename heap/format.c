@@ -32,10 +32,10 @@
  * AH_ECORRUPT (truncated); a damaged page of the main or "meta" tree, the
  * two heap_open reads through LMDB -> AH_ECORRUPT (heap_pagecheck_open).
  * Those two trees are the catalog: when their pages show every named DB
- * with env.c's flags and a meta record heap_meta_check accepts, the
- * catalog is proven (*catalog) and a writable open needs no read-only
+ * with env_catalog.c's flags and a meta record heap_meta_check accepts,
+ * the catalog is proven (*catalog) and a writable open needs no read-only
  * environment to check it first; anything else is left to that
- * environment, whose verdict (env.c catalog) stands.
+ * environment, whose verdict (env_catalog.c heap_env_catalog) stands.
  *
  * The arrheap meta record, key "arrheap.meta" in named DB "meta", 64 bytes
  * in native byte order:

@@ -86,6 +86,19 @@ int heap_err(int mdb_rc);
  * cause before liblmdb aborts the process. */
 void heap_lmdb_assert(MDB_env *env, const char *msg);
 
+/* env_catalog.c, for heap_open (env.c): an LMDB environment on path with
+ * h->map_bytes and these mdb_env_open flags; the named DBs opened and the
+ * meta record checked (made when create: AH_EFORMAT for a foreign LMDB
+ * file); an existing file's catalog checked through a read-only
+ * environment; a new heap file made under PATH.creating.PID and published
+ * (*exists: another process published one first). */
+int heap_env_start(heap *h, const char *path, unsigned mflags,
+                   unsigned readers, MDB_env **out);
+int heap_env_catalog(heap *h, MDB_env *env, bool create, bool prealloc);
+int heap_env_check_catalog(heap *h, const char *path, unsigned readers);
+int heap_env_create_file(heap *h, const char *path, unsigned readers,
+                         bool *exists);
+
 /* space.c */
 uint64_t heap_space_fs_bytes(const char *path, int fd);
 uint64_t heap_space_map_bytes(uint64_t fs_bytes, uint64_t max_bytes,
@@ -130,9 +143,9 @@ int heap_names_check(heap_txn *t, enum heap_table tb);
 /* format.c.  heap_format_precheck checks the existing file fd (st: its
  * fstat, just taken) by pread before LMDB maps it (verdicts at the top of
  * format.c).  On 0, *catalog says whether the pages read also prove what
- * env.c's catalog() checks through LMDB: every named DB present with its
- * flags and a meta record heap_meta_check accepts.  False leaves that to
- * a read-only environment (env.c check_catalog), which names the error. */
+ * heap_env_catalog (env_catalog.c) checks through LMDB: every named DB
+ * present with its flags and a meta record heap_meta_check accepts.  False leaves that to
+ * a read-only environment (heap_env_check_catalog), which names the error. */
 #define HEAP_META_KEY "arrheap.meta"
 #define HEAP_META_BYTES 64
 int heap_format_precheck(int fd, uint32_t psize, const struct stat *st,
@@ -165,7 +178,7 @@ uint64_t heap_xxh3_avx2(const void *p, size_t len);
  * the first 152 bytes of both metas that format.c read: AH_ECORRUPT when
  * damaged.  *catalog (false on every error) is true when the walk read one
  * snapshot without a problem, every named DB of it has exactly the flags
- * env.c opens it with, and the meta tree holds a HEAP_META_BYTES value
+ * env_catalog.c opens it with, and the meta tree holds a HEAP_META_BYTES value
  * under HEAP_META_KEY, copied to rec (unchecked: heap_meta_check).
  * heap_trees_usable is every LMDB call's
  * gate: AH_ECORRUPT when a page check found one of trees damaged. */

@@ -1,6 +1,9 @@
 /*
- * txn/snapshot.h - private to txn/snapshot.c and txn/manifest.c: the
- * manifest in memory, and the text buffer it is written with.
+ * txn/snapshot.h - private to the snapshot files (txn/snapshot.c: push;
+ * snapshot_restore.c; snapshot_prune.c: foreach and prune; snapshot_io.c:
+ * the directory's files) and txn/manifest.c: the manifest in memory, the
+ * text buffer it is written with, and the file helpers the snapshot files
+ * share.  It must never be included outside txn/.
  */
 #ifndef AH_TXN_SNAPSHOT_H
 #define AH_TXN_SNAPSHOT_H
@@ -64,5 +67,32 @@ void mf_end(sbuf *b);
  * AH_ENOMEM; m is to be mf_free'd in every case. */
 int mf_parse(const char *text, size_t len, manifest *m);
 void mf_free(manifest *m);
+
+/* snapshot_io.c: what push, restore, foreach and prune share.  Errors are
+ * AH_E* (snap_errno_rc translates errno); paths are PATH_MAX buffers. */
+void snap_say(ah_snapshot_info *si, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+#define SAY snap_say /* the message of si, printf-style */
+int snap_errno_rc(int e);
+/* out = DIR/a[/b]; AH_EINVAL when longer than PATH_MAX. */
+int snap_join(char *out, const char *dir, const char *a, const char *b);
+int snap_sync_dir(const char *path);
+/* Exactly len bytes of fd; AH_ECORRUPT when the file is shorter. */
+int snap_read_all(int fd, void *p, size_t len);
+int snap_write_durable(const char *tmp, const void *v, size_t len);
+int snap_lock_dir(const char *dir, int how, bool need, int *rc);
+void snap_sweep_tmp(const char *dir, bool all);
+/* An object's file name: ID-XXH3, 16 hex digits each. */
+void snap_object_name(uint64_t id, uint64_t xxh3, char out[40]);
+typedef struct snap_name {
+	char id[AH_SNAPSHOT_ID_MAX];
+	uint64_t seq;
+} snap_name;
+int snap_list_manifests(const char *dir, snap_name **out, size_t *n);
+/* DIR/manifests/id, parsed and checked (mf_parse), into m (to be
+ * mf_free'd in every case). */
+int snap_load_manifest(const char *dir, const char *id, manifest *m);
+/* The words of "record" lines, by MF_T_*. */
+extern const char *const snap_table_word[4];
 
 #endif

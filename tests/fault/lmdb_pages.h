@@ -6,7 +6,7 @@
  * damage exactly the page and the field it means.
  *
  * It trusts the file it parses: use it on undamaged heaps only, then damage
- * a copy.  Its own small parser of the LMDB 0.9 layout (heap/pagecheck.c
+ * a copy.  Its own small parser of the LMDB 0.9 layout (heap/pagecheck_int.h
  * draws it) is deliberately independent of the walker under test.  No
  * Criterion calls (forked children may use it); test-only.
  */

@@ -10,7 +10,7 @@
  * patch: a u32 (little endian) offset into the seed's chunks (all chunk
  * spans concatenated, modulo their total) and a byte XORed there.  So the
  * fuzzer damages what arrheap decodes (chunk headers, batch chunk tries)
- * while LMDB's own pages stay intact: those are heap/pagecheck.c's, swept
+ * while LMDB's own pages stay intact: those are heap/pagecheck*.c's, swept
  * page class by page class by tests/fault/test_corrupt_pages.c (the first
  * raw-file run found a SIGBUS in mdb_dbi_open within seconds; the input,
  * kept in tests/fuzz/lmdb/, is now refused by heap_open's page check and

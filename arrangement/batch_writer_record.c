@@ -1,0 +1,178 @@
+/*
+ * arrangement/batch_writer_record.c - how the batch writer ends: the last
+ * chunk sealed, the key filter built from the hashes push took (or, for a
+ * resumed batch, from every chunk again), and the batch record written
+ * (finish) or left partial (suspend); and its free.  Layouts: batch_int.h,
+ * filter.h.
+ *
+ * Runs once per batch.  It never writes a record before every chunk it
+ * names is sealed, and never gives a partial record a filter.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "arrangement/batch_writer_int.h"
+#include "arrangement/filter.h"
+
+static void buf_free(pool *p, buf *b)
+{
+	if (b->p)
+		pool_free(p, b->p, b->cap);
+	b->p = NULL;
+	b->len = b->cap = 0;
+}
+
+/* Sets the bits of every hashed key in nb zeroed checked blocks, then
+ * each block's check (filter.h, hash 2). */
+static void fill_filter(const batch_writer *w, uint64_t *blocks, uint64_t nb)
+{
+	uint64_t nh = w->khash.len / 8;
+
+	memset(blocks, 0, FILTER_BLOCK * nb);
+	for (uint64_t i = 0; i < nh; i++) {
+		uint64_t h;
+		memcpy(&h, w->khash.p + 8 * i, 8);
+		filter_add_checked(blocks, nb, h);
+	}
+	for (uint64_t i = 0; i < nb; i++)
+		filter_block_seal(blocks + FILTER_WORDS * i, i);
+}
+
+static int write_filter(batch_writer *w, batch *b, uint64_t **inl)
+{
+	uint64_t nh = w->khash.len / 8, nb = filter_blocks_checked(nh), cid;
+	uint64_t *blocks;
+	void *body;
+	size_t cap;
+	int rc;
+
+	*inl = NULL;
+	if (w->no_filter) {
+		if ((rc = bw_rehash_chunks(w)))
+			return rc;
+		nh = w->khash.len / 8;
+		nb = filter_blocks_checked(nh);
+	}
+	if (nh != w->keys)
+		return 0;
+	if (nb > (UINT32_MAX - BFILT_CHUNK_HDR) / FILTER_BLOCK)
+		return AH_ELIMIT;
+	b->filter_blocks = nb;
+	b->filter_keys = nh;
+	b->filter_hash = BFILT_HASH_CHECKED;
+	if (FILTER_BLOCK * nb <= FILTER_INLINE_MAX) {
+		if (!(*inl = pool_malloc(w->pool, FILTER_BLOCK * nb)))
+			return AH_ENOMEM;
+		fill_filter(w, *inl, nb);
+		b->filter = *inl;
+		b->filter_sum = filter_sum(*inl, nb);
+		return 0;
+	}
+	size_t used = BFILT_CHUNK_HDR + FILTER_BLOCK * nb;
+	if ((rc = heap_chunk_reserve(w->t, used, &cid, &body, &cap)))
+		return rc;
+	uint8_t *p = body;
+	blocks = (uint64_t *)(p + BFILT_CHUNK_HDR); /* the body is 16-aligned */
+	memcpy(p, BFILT_MAGIC, 4);
+	put_u32(p + 4, 0);
+	put_u64(p + 8, nb);
+	fill_filter(w, blocks, nb);
+	b->filter_sum = filter_sum(blocks, nb);
+	if ((rc = heap_chunk_seal(w->t, cid, body, used)))
+		return rc;
+	b->filter_chunk = cid;
+	return 0;
+}
+
+/* Flushes and writes the record (flags BREC_*); *id = 0 when empty. */
+static int write_record(batch_writer *w, const batch_desc *d, uint32_t flags,
+                        uint64_t *id)
+{
+	batch b;
+	uint64_t *inl = NULL;
+	int rc;
+
+	*id = 0;
+	if (w->detached) /* its images are not in the heap yet */
+		return AH_ESTATE;
+	if ((rc = bw_flush(w)))
+		return rc;
+	if (w->adopted && (rc = heap_del(w->t, HEAP_T_BATCH, &w->adopted, 8)))
+		return rc;
+	w->adopted = 0;
+	if (w->updates == 0)
+		return 0;
+	uint32_t n = (uint32_t)(w->ids.len / 8);
+	const uint8_t **fence = malloc(n * sizeof *fence + 1);
+	size_t *flen = malloc(n * sizeof *flen + 1);
+	if (!fence || !flen) {
+		rc = AH_ENOMEM;
+		goto out;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t lo = u32at(&w->fence_offs, i);
+		fence[i] = w->fences.p + lo;
+		flen[i] = u32at(&w->fence_offs, i + 1) - lo;
+	}
+	memset(&b, 0, sizeof b);
+	b.desc = *d;
+	b.time_width = 8;
+	b.updates = w->updates;
+	b.keys = w->keys;
+	b.vals = w->vals;
+	b.bytes = w->bytes;
+	b.chunk_bytes = w->chunk_bytes;
+	b.nchunks = n;
+	b.chunk_ids = (uint64_t *)w->ids.p;
+	b.fence = fence;
+	b.fence_len = flen;
+	b.rec_flags = flags | (w->v1_chunks ? 0 : BREC_COLS);
+	/* a partial record gets none: the writer that finishes it builds it */
+	if (!(flags & BREC_PARTIAL) && (rc = write_filter(w, &b, &inl)))
+		goto out;
+	if ((rc = batch_new_id(w->t, &b.id)) || (rc = batch_record_put(w->t, &b)))
+		goto out;
+	*id = b.id;
+out:
+	if (inl)
+		pool_free(w->pool, inl, FILTER_BLOCK * b.filter_blocks);
+	free(fence);
+	free(flen);
+	return rc;
+}
+
+int batch_writer_finish(batch_writer *w, const batch_desc *d, uint64_t *id)
+{
+	if (!w || !d || !id) {
+		batch_writer_free(w);
+		return AH_EINVAL;
+	}
+	int rc = write_record(w, d, 0, id);
+	batch_writer_free(w);
+	return rc;
+}
+
+int batch_writer_suspend(batch_writer *w, const batch_desc *d, uint64_t *id)
+{
+	if (!w || !d || !id) {
+		batch_writer_free(w);
+		return AH_EINVAL;
+	}
+	int rc = write_record(w, d, BREC_PARTIAL, id);
+	batch_writer_free(w);
+	return rc;
+}
+
+void batch_writer_free(batch_writer *w)
+{
+	if (!w)
+		return;
+	pool *p = w->pool;
+	buf *bufs[] = {&w->ko, &w->kb, &w->kv, &w->vo, &w->vb, &w->vu,
+	               &w->tm, &w->df, &w->ti, &w->di, &w->prev_last, &w->ids, &w->fences, &w->fence_offs,
+	               &w->khash};
+	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+		buf_free(p, bufs[i]);
+	bw_images_free(w);
+	pool_free(p, w, sizeof *w);
+}
