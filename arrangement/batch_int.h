@@ -401,12 +401,22 @@ static inline int bcur_walk_key(batch_cursor *c, uint32_t ki)
 }
 
 /* bcur_step_val, and bcur_step_key, with the step inside a chunk checked
- * whole inline. */
+ * whole inline, and the step off a key's last val that cannot continue in
+ * the next chunk (the key is not the chunk's last). */
 static inline int bcur_next_val(batch_cursor *c)
 {
-	if (c->cv.hv.all && c->kvalid && c->vvalid && c->vi + 1 < c->vend) {
-		c->vi++;
-		return bcur_walk_val(c);
+	if (c->kvalid && c->vvalid) {
+		if (c->vi + 1 < c->vend && c->cv.hv.all) {
+			c->vi++;
+			return bcur_walk_val(c);
+		}
+		/* the key's last val, and not the chunk's last key: no
+		 * continuation can follow (what bcur_step_val finds) */
+		if (c->vi + 1 >= c->vend && c->ki + 1 < c->cv.nkeys) {
+			c->vi++;
+			c->vvalid = false;
+			return 0;
+		}
 	}
 	return bcur_step_val(c);
 }
