@@ -487,21 +487,35 @@ static inline int bcur_accumulate(batch_cursor *c, atime as_of, diff_sum *s)
 	bchunk_range(v->vu, c->vi, &lo, &hi);
 	if (lo >= hi || hi > v->nupds)
 		return CORRUPT("batch chunk val_upds");
-	diff_sum sum = 0;
 	if (v->tm.full)
 		__builtin_prefetch(&v->tm.full[lo] + BCUR_AHEAD / 8);
 	if (v->df.full)
 		__builtin_prefetch(&v->df.full[lo] + BCUR_AHEAD / 8);
+	/* t advanced by since is <= as_of iff both t and since are (the
+	 * advance is a join) */
+	bool none = !time_le(c->since.t, as_of);
+	if (hi - lo == 1) { /* the common case: one update */
+		atime t;
+		int64_t d;
+
+		if (!bchunk_upd(v, lo, &t, &d))
+			return CORRUPT("batch chunk dictionary index");
+		if (!none && time_le(t, as_of))
+			*s += d;
+		return 0;
+	}
+	diff_sum sum = 0;
 	for (uint32_t u = lo; u < hi; u++) {
 		atime t;
 		int64_t d;
 
 		if (!bchunk_upd(v, u, &t, &d))
 			return CORRUPT("batch chunk dictionary index");
-		if (time_le(time_advance_by(t, c->since), as_of))
+		if (time_le(t, as_of))
 			sum += d;
 	}
-	*s += sum;
+	if (!none)
+		*s += sum;
 	return 0;
 }
 

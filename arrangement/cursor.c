@@ -313,6 +313,12 @@ int tcur_seek_key(trace_cursor *c, const void *key, size_t len)
 
 int tcur_step_val(trace_cursor *c)
 {
+	int rc = tcur_next_val(c);
+	return rc < 0 ? rc : 0;
+}
+
+int tcur_next_val(trace_cursor *c)
+{
 	if (c->err)
 		return c->err;
 	if (!c->kvalid || !c->vvalid)
@@ -328,7 +334,7 @@ int tcur_step_val(trace_cursor *c)
 		c->val = b->val;
 		c->vlen = b->vlen;
 		c->vp = b->vp;
-		return 0; /* b's time walk starts afresh on its new val */
+		return c->vvalid; /* b's time walk starts afresh on its new val */
 	}
 	for (size_t k = 0; k < c->nv; k++) {
 		int rc = bcur_next_val(c->bc[c->vat[k]]);
@@ -336,7 +342,7 @@ int tcur_step_val(trace_cursor *c)
 			return fail(c, rc);
 	}
 	find_val(c);
-	return 0;
+	return c->vvalid;
 }
 
 int tcur_seek_val(trace_cursor *c, const void *val, size_t len)

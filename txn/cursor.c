@@ -291,7 +291,10 @@ int ah_cursor_rewind_keys(ah_cursor *c)
 int ah_cursor_step_val(ah_cursor *c)
 {
 	int rc = live(c);
-	return rc ? rc : val_moved(c, tcur_step_val(c->tc));
+	if (rc)
+		return rc;
+	rc = tcur_next_val(c->tc);
+	return rc < 0 ? failed(c, rc) : rc;
 }
 
 int ah_cursor_seek_val(ah_cursor *c, const void *val, size_t len)
