@@ -20,38 +20,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "arrangement/batch_int.h"
-#include "arrangement/cursor.h"
+#include "arrangement/cursor_int.h"
 #include "arrangement/filter.h"
 
-struct trace_cursor {
-	size_t n;
-	batch_cursor **bc;
-	uint32_t *kat, *vat; /* indexes of the cursors on the current key,
-	                      * (key, val): nk and nv of them, ascending */
-	size_t nk, nv;
-	bool kvalid, vvalid;
-	int err;
-	const uint8_t *key, *val;
-	size_t klen, vlen;
-	uint64_t kp, vp;     /* bytes_prefix8 of key and val */
-	size_t tidx;         /* the time walk is on the cursor vat[tidx] */
-	batch **owned;       /* tcur_adopt: freed at close */
-	size_t nowned;
-	/* tcur_open_at's key filters: bc[i] of a deferred batch is NULL (its
-	 * filter says it cannot hold `at`) until bring_in opens it at `at`,
-	 * which happens before the cursor leaves the key `at` (filter.c). */
-	heap_txn *t;
-	batch *const *batches;
-	frontier since;
-	bool *deferred;
-	size_t ndeferred;
-	uint8_t *at;
-	size_t atlen;
-};
 
 /* Records the first error: the cursor is then invalid for good. */
-static int fail(trace_cursor *c, int rc)
+int tcur_fail(trace_cursor *c, int rc)
 {
 	if (rc < 0 && !c->err) {
 		c->err = rc;
@@ -133,7 +107,7 @@ static int bring_in(trace_cursor *c)
 		int rc = bcur_open_at(c->t, c->batches[i], c->since, c->at,
 		                      c->atlen, &c->bc[i]);
 		if (rc)
-			return fail(c, rc);
+			return tcur_fail(c, rc);
 		c->deferred[i] = false;
 		c->ndeferred--;
 	}
@@ -290,9 +264,9 @@ int tcur_step_key(trace_cursor *c)
 	for (size_t k = 0; k < c->nk; k++) {
 		int rc = bcur_next_key(c->bc[c->kat[k]]);
 		if (rc)
-			return fail(c, rc);
+			return tcur_fail(c, rc);
 	}
-	return fail(c, find_key(c));
+	return tcur_fail(c, find_key(c));
 }
 
 int tcur_seek_key(trace_cursor *c, const void *key, size_t len)
@@ -306,9 +280,9 @@ int tcur_seek_key(trace_cursor *c, const void *key, size_t len)
 	for (size_t i = 0; i < c->n; i++) {
 		int rc = bcur_seek_key(c->bc[i], key, len);
 		if (rc)
-			return fail(c, rc);
+			return tcur_fail(c, rc);
 	}
-	return fail(c, find_key(c));
+	return tcur_fail(c, find_key(c));
 }
 
 int tcur_step_val(trace_cursor *c)
@@ -323,23 +297,12 @@ int tcur_next_val(trace_cursor *c)
 		return c->err;
 	if (!c->kvalid || !c->vvalid)
 		return 0;
-	if (c->nk == 1) {
-		/* one batch holds the key: its vals are the key's vals */
-		batch_cursor *b = c->bc[c->kat[0]];
-		int rc = bcur_next_val(b);
-		if (rc)
-			return fail(c, rc);
-		c->tidx = 0;
-		c->nv = c->vvalid = b->vvalid;
-		c->val = b->val;
-		c->vlen = b->vlen;
-		c->vp = b->vp;
-		return c->vvalid; /* b's time walk starts afresh on its new val */
-	}
+	if (c->nk == 1)
+		return tcur_next_val_one(c);
 	for (size_t k = 0; k < c->nv; k++) {
 		int rc = bcur_next_val(c->bc[c->vat[k]]);
 		if (rc)
-			return fail(c, rc);
+			return tcur_fail(c, rc);
 	}
 	find_val(c);
 	return c->vvalid;
@@ -356,7 +319,7 @@ int tcur_seek_val(trace_cursor *c, const void *val, size_t len)
 	for (size_t k = 0; k < c->nk; k++) {
 		int rc = bcur_seek_val(c->bc[c->kat[k]], val, len);
 		if (rc)
-			return fail(c, rc);
+			return tcur_fail(c, rc);
 	}
 	find_val(c);
 	return 0;
@@ -371,9 +334,9 @@ int tcur_rewind_keys(trace_cursor *c)
 	for (size_t i = 0; i < c->n; i++) {
 		int rc = bcur_rewind_keys(c->bc[i]);
 		if (rc)
-			return fail(c, rc);
+			return tcur_fail(c, rc);
 	}
-	return fail(c, find_key(c));
+	return tcur_fail(c, find_key(c));
 }
 
 int tcur_rewind_vals(trace_cursor *c)
@@ -385,7 +348,7 @@ int tcur_rewind_vals(trace_cursor *c)
 	for (size_t k = 0; k < c->nk; k++) {
 		int rc = bcur_rewind_vals(c->bc[c->kat[k]]);
 		if (rc)
-			return fail(c, rc);
+			return tcur_fail(c, rc);
 	}
 	find_val(c);
 	return 0;
@@ -402,7 +365,7 @@ int tcur_time_next(trace_cursor *c, uint64_t *time, int64_t *diff)
 	for (; c->tidx < c->nv; c->tidx++) {
 		int rc = bcur_time_next(c->bc[c->vat[c->tidx]], time, diff);
 		if (rc != 0)
-			return rc < 0 ? fail(c, rc) : 1;
+			return rc < 0 ? tcur_fail(c, rc) : 1;
 	}
 	return 0;
 }
@@ -429,7 +392,7 @@ int tcur_accumulate(trace_cursor *c, atime as_of, diff_sum *sum)
 	for (size_t k = 0; k < c->nv; k++) {
 		int rc = bcur_accumulate(c->bc[c->vat[k]], as_of, &s);
 		if (rc)
-			return fail(c, rc);
+			return tcur_fail(c, rc);
 	}
 	c->tidx = c->nv; /* as after walking every pair: time_next says 0 */
 	*sum = s;
