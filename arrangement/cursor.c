@@ -43,31 +43,73 @@ static inline int field_cmp(uint64_t ap, const uint8_t *a, size_t al,
 	return bytes_cmp_rest(a, al, b, bl);
 }
 
-/* Finds the least val among the cursors on the current key.  Inline in
- * every step (the call's register saves were a sixth of its cost). */
-static inline __attribute__((always_inline)) void find_val(trace_cursor *c)
+/* The order of vat: batch cursors i and j, both on vals, by val, then by
+ * index. */
+static inline int val_order(const trace_cursor *c, uint32_t i, uint32_t j)
 {
-	c->nv = 0;
+	const batch_cursor *a = c->bc[i], *b = c->bc[j];
+
+	if (a->vp != b->vp)
+		return a->vp < b->vp ? -1 : 1;
+	int cmp = bytes_cmp_rest(a->val, a->vlen, b->val, b->vlen);
+	return cmp ? cmp : (i < j ? -1 : 1);
+}
+
+/* The current val is vat[0]'s, and nv counts the cursors on it (they lead
+ * vat).  Their time walks start afresh. */
+static inline __attribute__((always_inline)) void take_val(trace_cursor *c)
+{
 	c->tidx = 0;
+	c->nv = 0;
+	c->vvalid = c->nq > 0;
+	if (!c->nq)
+		return;
+	const batch_cursor *f = c->bc[c->vat[0]];
+	c->val = f->val;
+	c->vlen = f->vlen;
+	c->vp = f->vp;
+	for (;;) {
+		bcur_times_reset(c->bc[c->vat[c->nv]]);
+		if (++c->nv == c->nq)
+			return;
+		const batch_cursor *b = c->bc[c->vat[c->nv]];
+		if (field_cmp(b->vp, b->val, b->vlen, c->vp, c->val, c->vlen))
+			return;
+	}
+}
+
+/* Orders the cursors on the current key that are on a val (a spine's few
+ * batches: an insertion sort), and takes the least val. */
+static void find_val(trace_cursor *c)
+{
+	c->vat = c->vbase;
+	c->nq = 0;
 	for (size_t k = 0; k < c->nk; k++) {
 		uint32_t i = c->kat[k];
-		const batch_cursor *b = c->bc[i];
-		if (!bcur_val_valid(b))
+		size_t p = c->nq;
+
+		if (!bcur_val_valid(c->bc[i]))
 			continue;
-		int cmp = c->nv ? field_cmp(b->vp, b->val, b->vlen, c->vp,
-		                            c->val, c->vlen) : -1;
-		if (cmp < 0) {
-			c->nv = 0;
-			c->val = b->val;
-			c->vlen = b->vlen;
-			c->vp = b->vp;
-		}
-		if (cmp <= 0)
-			c->vat[c->nv++] = i;
+		for (; p > 0 && val_order(c, c->vat[p - 1], i) > 0; p--)
+			c->vat[p] = c->vat[p - 1];
+		c->vat[p] = i;
+		c->nq++;
 	}
-	c->vvalid = c->nv > 0;
-	for (size_t k = 0; k < c->nv; k++)
-		bcur_times_reset(c->bc[c->vat[k]]);
+	take_val(c);
+}
+
+/* Puts cursor i, which a step took off the front of vat, back in its
+ * place (the slot before vat is free). */
+static inline void requeue(trace_cursor *c, uint32_t i)
+{
+	uint32_t *q = c->vat - 1;
+	size_t p = 0;
+
+	for (; p < c->nq && val_order(c, c->vat[p], i) < 0; p++)
+		q[p] = c->vat[p];
+	q[p] = i;
+	c->vat = q;
+	c->nq++;
 }
 
 /* Finds the least key among the valid cursors, then its least val. */
@@ -157,9 +199,9 @@ static int open_cursor(heap_txn *t, batch *const *batches, size_t n,
 		return AH_ENOMEM;
 	c->bc = calloc(n + 1, sizeof *c->bc);
 	c->kat = calloc(n + 1, sizeof *c->kat);
-	c->vat = calloc(n + 1, sizeof *c->vat);
+	c->vat = c->vbase = calloc(n + 1, sizeof *c->vbase);
 	c->deferred = calloc(n + 1, sizeof *c->deferred);
-	if (!c->bc || !c->kat || !c->vat || !c->deferred) {
+	if (!c->bc || !c->kat || !c->vbase || !c->deferred) {
 		rc = AH_ENOMEM;
 		goto out;
 	}
@@ -225,7 +267,7 @@ void tcur_close(trace_cursor *c)
 	free(c->at);
 	free(c->bc);
 	free(c->kat);
-	free(c->vat);
+	free(c->vbase);
 	free(c);
 }
 
@@ -299,6 +341,20 @@ int tcur_next_val(trace_cursor *c)
 		return 0;
 	if (c->nk == 1)
 		return tcur_next_val_one(c);
+	if (c->nv == 1) {
+		/* the common step: one cursor on the val; the others keep
+		 * their order */
+		uint32_t i = c->vat[0];
+		int rc = bcur_next_val(c->bc[i]);
+		if (rc)
+			return tcur_fail(c, rc);
+		c->vat++;
+		c->nq--;
+		if (bcur_val_valid(c->bc[i]))
+			requeue(c, i);
+		take_val(c);
+		return c->vvalid;
+	}
 	for (size_t k = 0; k < c->nv; k++) {
 		int rc = bcur_next_val(c->bc[c->vat[k]]);
 		if (rc)

@@ -15,9 +15,15 @@
 struct trace_cursor {
 	size_t n;
 	batch_cursor **bc;
-	uint32_t *kat, *vat; /* indexes of the cursors on the current key,
-	                      * (key, val): nk and nv of them, ascending */
-	size_t nk, nv;
+	uint32_t *kat;       /* the cursors on the current key: nk indexes,
+	                      * ascending */
+	uint32_t *vat;       /* the nq of those on a val, by (val, index):
+	                      * the first nv are on the current val (so in
+	                      * batch order).  vat points into vbase[0..n]:
+	                      * a step moves it past the vals it takes and
+	                      * back by one for each cursor it puts back */
+	uint32_t *vbase;
+	size_t nk, nv, nq;
 	bool kvalid, vvalid;
 	int err;
 	const uint8_t *key, *val;
@@ -52,7 +58,7 @@ static inline int tcur_next_val_one(trace_cursor *c)
 	if (rc)
 		return tcur_fail(c, rc);
 	c->tidx = 0;
-	c->nv = c->vvalid = b->vvalid;
+	c->nq = c->nv = c->vvalid = b->vvalid;
 	c->val = b->val;
 	c->vlen = b->vlen;
 	c->vp = b->vp;
