@@ -401,12 +401,22 @@ static inline int bcur_walk_key(batch_cursor *c, uint32_t ki)
 }
 
 /* bcur_step_val, and bcur_step_key, with the step inside a chunk checked
- * whole inline. */
+ * whole inline, and the step off a key's last val that cannot continue in
+ * the next chunk (the key is not the chunk's last). */
 static inline int bcur_next_val(batch_cursor *c)
 {
-	if (c->cv.hv.all && c->kvalid && c->vvalid && c->vi + 1 < c->vend) {
-		c->vi++;
-		return bcur_walk_val(c);
+	if (c->kvalid && c->vvalid) {
+		if (c->vi + 1 < c->vend && c->cv.hv.all) {
+			c->vi++;
+			return bcur_walk_val(c);
+		}
+		/* the key's last val, and not the chunk's last key: no
+		 * continuation can follow (what bcur_step_val finds) */
+		if (c->vi + 1 >= c->vend && c->ki + 1 < c->cv.nkeys) {
+			c->vi++;
+			c->vvalid = false;
+			return 0;
+		}
 	}
 	return bcur_step_val(c);
 }
@@ -477,21 +487,35 @@ static inline int bcur_accumulate(batch_cursor *c, atime as_of, diff_sum *s)
 	bchunk_range(v->vu, c->vi, &lo, &hi);
 	if (lo >= hi || hi > v->nupds)
 		return CORRUPT("batch chunk val_upds");
-	diff_sum sum = 0;
 	if (v->tm.full)
 		__builtin_prefetch(&v->tm.full[lo] + BCUR_AHEAD / 8);
 	if (v->df.full)
 		__builtin_prefetch(&v->df.full[lo] + BCUR_AHEAD / 8);
+	/* t advanced by since is <= as_of iff both t and since are (the
+	 * advance is a join) */
+	bool none = !time_le(c->since.t, as_of);
+	if (hi - lo == 1) { /* the common case: one update */
+		atime t;
+		int64_t d;
+
+		if (!bchunk_upd(v, lo, &t, &d))
+			return CORRUPT("batch chunk dictionary index");
+		if (!none && time_le(t, as_of))
+			*s += d;
+		return 0;
+	}
+	diff_sum sum = 0;
 	for (uint32_t u = lo; u < hi; u++) {
 		atime t;
 		int64_t d;
 
 		if (!bchunk_upd(v, u, &t, &d))
 			return CORRUPT("batch chunk dictionary index");
-		if (time_le(time_advance_by(t, c->since), as_of))
+		if (time_le(t, as_of))
 			sum += d;
 	}
-	*s += sum;
+	if (!none)
+		*s += sum;
 	return 0;
 }
 

@@ -5,53 +5,32 @@
  * The current key is the least key among the valid batch cursors, the
  * current val the least val among the cursors on that key; the time walk
  * visits every cursor on the current (key, val), batch by batch.  The
- * cursors on the current key (kat) and on the current (key, val) (vat) are
- * kept as lists of batch indexes in batch order, so a step moves exactly
- * those and a key held by one batch steps its vals with no comparison at
- * all.  The minima are found by a linear scan that compares the batch
- * cursors' cached 8-byte prefixes first (order.h): a spine holds O(log n)
- * batches, and at 8 a scan of 8 prefixes cost less than a loser tree's
- * bookkeeping (measured: see the commit).  Movement only moves the batch
- * cursors that sit on the current key (val), as CursorList does, through
- * the walk's inline steps (batch_int.h).  After an error the cursor reports
- * itself invalid; it never touches data other than through the batch
- * cursors.
+ * cursors on the current key (kat) are kept in batch order, so a key step
+ * moves exactly those and a key held by one batch steps its vals with no
+ * comparison at all.  The least key is found by a linear scan that
+ * compares the batch cursors' cached 8-byte prefixes first (order.h): a
+ * spine holds O(log n) batches, and at 8 a scan of 8 prefixes cost less
+ * than a loser tree's bookkeeping (measured: see the commit).  The cursors
+ * on the key that are on a val (vat) are kept sorted by (val, batch
+ * index), built by insertion when the key changes: the ones on the
+ * current val lead, in batch order, and a val step of one cursor puts it
+ * back in its place instead of comparing every cursor on the key again
+ * (a key's vals lie in ~3 batches at 10M updates, one or two in each).
+ * Movement only moves the batch cursors that sit on the current key (val),
+ * as CursorList does, through the walk's inline steps (batch_int.h); the
+ * public cursor inlines the steps of a key or val one batch holds
+ * (cursor_int.h).  After an error the cursor reports itself invalid; it
+ * never touches data other than through the batch cursors.
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include "arrangement/batch_int.h"
-#include "arrangement/cursor.h"
+#include "arrangement/cursor_int.h"
 #include "arrangement/filter.h"
 
-struct trace_cursor {
-	size_t n;
-	batch_cursor **bc;
-	uint32_t *kat, *vat; /* indexes of the cursors on the current key,
-	                      * (key, val): nk and nv of them, ascending */
-	size_t nk, nv;
-	bool kvalid, vvalid;
-	int err;
-	const uint8_t *key, *val;
-	size_t klen, vlen;
-	uint64_t kp, vp;     /* bytes_prefix8 of key and val */
-	size_t tidx;         /* the time walk is on the cursor vat[tidx] */
-	batch **owned;       /* tcur_adopt: freed at close */
-	size_t nowned;
-	/* tcur_open_at's key filters: bc[i] of a deferred batch is NULL (its
-	 * filter says it cannot hold `at`) until bring_in opens it at `at`,
-	 * which happens before the cursor leaves the key `at` (filter.c). */
-	heap_txn *t;
-	batch *const *batches;
-	frontier since;
-	bool *deferred;
-	size_t ndeferred;
-	uint8_t *at;
-	size_t atlen;
-};
 
 /* Records the first error: the cursor is then invalid for good. */
-static int fail(trace_cursor *c, int rc)
+int tcur_fail(trace_cursor *c, int rc)
 {
 	if (rc < 0 && !c->err) {
 		c->err = rc;
@@ -69,31 +48,73 @@ static inline int field_cmp(uint64_t ap, const uint8_t *a, size_t al,
 	return bytes_cmp_rest(a, al, b, bl);
 }
 
-/* Finds the least val among the cursors on the current key.  Inline in
- * every step (the call's register saves were a sixth of its cost). */
-static inline __attribute__((always_inline)) void find_val(trace_cursor *c)
+/* The order of vat: batch cursors i and j, both on vals, by val, then by
+ * index. */
+static inline int val_order(const trace_cursor *c, uint32_t i, uint32_t j)
 {
-	c->nv = 0;
+	const batch_cursor *a = c->bc[i], *b = c->bc[j];
+
+	if (a->vp != b->vp)
+		return a->vp < b->vp ? -1 : 1;
+	int cmp = bytes_cmp_rest(a->val, a->vlen, b->val, b->vlen);
+	return cmp ? cmp : (i < j ? -1 : 1);
+}
+
+/* The current val is vat[0]'s, and nv counts the cursors on it (they lead
+ * vat).  Their time walks start afresh. */
+static inline __attribute__((always_inline)) void take_val(trace_cursor *c)
+{
 	c->tidx = 0;
+	c->nv = 0;
+	c->vvalid = c->nq > 0;
+	if (!c->nq)
+		return;
+	const batch_cursor *f = c->bc[c->vat[0]];
+	c->val = f->val;
+	c->vlen = f->vlen;
+	c->vp = f->vp;
+	for (;;) {
+		bcur_times_reset(c->bc[c->vat[c->nv]]);
+		if (++c->nv == c->nq)
+			return;
+		const batch_cursor *b = c->bc[c->vat[c->nv]];
+		if (field_cmp(b->vp, b->val, b->vlen, c->vp, c->val, c->vlen))
+			return;
+	}
+}
+
+/* Orders the cursors on the current key that are on a val (a spine's few
+ * batches: an insertion sort), and takes the least val. */
+static void find_val(trace_cursor *c)
+{
+	c->vat = c->vbase;
+	c->nq = 0;
 	for (size_t k = 0; k < c->nk; k++) {
 		uint32_t i = c->kat[k];
-		const batch_cursor *b = c->bc[i];
-		if (!bcur_val_valid(b))
+		size_t p = c->nq;
+
+		if (!bcur_val_valid(c->bc[i]))
 			continue;
-		int cmp = c->nv ? field_cmp(b->vp, b->val, b->vlen, c->vp,
-		                            c->val, c->vlen) : -1;
-		if (cmp < 0) {
-			c->nv = 0;
-			c->val = b->val;
-			c->vlen = b->vlen;
-			c->vp = b->vp;
-		}
-		if (cmp <= 0)
-			c->vat[c->nv++] = i;
+		for (; p > 0 && val_order(c, c->vat[p - 1], i) > 0; p--)
+			c->vat[p] = c->vat[p - 1];
+		c->vat[p] = i;
+		c->nq++;
 	}
-	c->vvalid = c->nv > 0;
-	for (size_t k = 0; k < c->nv; k++)
-		bcur_times_reset(c->bc[c->vat[k]]);
+	take_val(c);
+}
+
+/* Puts cursor i, which a step took off the front of vat, back in its
+ * place (the slot before vat is free). */
+static inline void requeue(trace_cursor *c, uint32_t i)
+{
+	uint32_t *q = c->vat - 1;
+	size_t p = 0;
+
+	for (; p < c->nq && val_order(c, c->vat[p], i) < 0; p++)
+		q[p] = c->vat[p];
+	q[p] = i;
+	c->vat = q;
+	c->nq++;
 }
 
 /* Finds the least key among the valid cursors, then its least val. */
@@ -133,7 +154,7 @@ static int bring_in(trace_cursor *c)
 		int rc = bcur_open_at(c->t, c->batches[i], c->since, c->at,
 		                      c->atlen, &c->bc[i]);
 		if (rc)
-			return fail(c, rc);
+			return tcur_fail(c, rc);
 		c->deferred[i] = false;
 		c->ndeferred--;
 	}
@@ -183,9 +204,9 @@ static int open_cursor(heap_txn *t, batch *const *batches, size_t n,
 		return AH_ENOMEM;
 	c->bc = calloc(n + 1, sizeof *c->bc);
 	c->kat = calloc(n + 1, sizeof *c->kat);
-	c->vat = calloc(n + 1, sizeof *c->vat);
+	c->vat = c->vbase = calloc(n + 1, sizeof *c->vbase);
 	c->deferred = calloc(n + 1, sizeof *c->deferred);
-	if (!c->bc || !c->kat || !c->vat || !c->deferred) {
+	if (!c->bc || !c->kat || !c->vbase || !c->deferred) {
 		rc = AH_ENOMEM;
 		goto out;
 	}
@@ -251,7 +272,7 @@ void tcur_close(trace_cursor *c)
 	free(c->at);
 	free(c->bc);
 	free(c->kat);
-	free(c->vat);
+	free(c->vbase);
 	free(c);
 }
 
@@ -290,9 +311,9 @@ int tcur_step_key(trace_cursor *c)
 	for (size_t k = 0; k < c->nk; k++) {
 		int rc = bcur_next_key(c->bc[c->kat[k]]);
 		if (rc)
-			return fail(c, rc);
+			return tcur_fail(c, rc);
 	}
-	return fail(c, find_key(c));
+	return tcur_fail(c, find_key(c));
 }
 
 int tcur_seek_key(trace_cursor *c, const void *key, size_t len)
@@ -306,37 +327,46 @@ int tcur_seek_key(trace_cursor *c, const void *key, size_t len)
 	for (size_t i = 0; i < c->n; i++) {
 		int rc = bcur_seek_key(c->bc[i], key, len);
 		if (rc)
-			return fail(c, rc);
+			return tcur_fail(c, rc);
 	}
-	return fail(c, find_key(c));
+	return tcur_fail(c, find_key(c));
 }
 
 int tcur_step_val(trace_cursor *c)
+{
+	int rc = tcur_next_val(c);
+	return rc < 0 ? rc : 0;
+}
+
+int tcur_next_val(trace_cursor *c)
 {
 	if (c->err)
 		return c->err;
 	if (!c->kvalid || !c->vvalid)
 		return 0;
-	if (c->nk == 1) {
-		/* one batch holds the key: its vals are the key's vals */
-		batch_cursor *b = c->bc[c->kat[0]];
-		int rc = bcur_next_val(b);
+	if (c->nk == 1)
+		return tcur_next_val_one(c);
+	if (c->nv == 1) {
+		/* the common step: one cursor on the val; the others keep
+		 * their order */
+		uint32_t i = c->vat[0];
+		int rc = bcur_next_val(c->bc[i]);
 		if (rc)
-			return fail(c, rc);
-		c->tidx = 0;
-		c->nv = c->vvalid = b->vvalid;
-		c->val = b->val;
-		c->vlen = b->vlen;
-		c->vp = b->vp;
-		return 0; /* b's time walk starts afresh on its new val */
+			return tcur_fail(c, rc);
+		c->vat++;
+		c->nq--;
+		if (bcur_val_valid(c->bc[i]))
+			requeue(c, i);
+		take_val(c);
+		return c->vvalid;
 	}
 	for (size_t k = 0; k < c->nv; k++) {
 		int rc = bcur_next_val(c->bc[c->vat[k]]);
 		if (rc)
-			return fail(c, rc);
+			return tcur_fail(c, rc);
 	}
 	find_val(c);
-	return 0;
+	return c->vvalid;
 }
 
 int tcur_seek_val(trace_cursor *c, const void *val, size_t len)
@@ -350,7 +380,7 @@ int tcur_seek_val(trace_cursor *c, const void *val, size_t len)
 	for (size_t k = 0; k < c->nk; k++) {
 		int rc = bcur_seek_val(c->bc[c->kat[k]], val, len);
 		if (rc)
-			return fail(c, rc);
+			return tcur_fail(c, rc);
 	}
 	find_val(c);
 	return 0;
@@ -365,9 +395,9 @@ int tcur_rewind_keys(trace_cursor *c)
 	for (size_t i = 0; i < c->n; i++) {
 		int rc = bcur_rewind_keys(c->bc[i]);
 		if (rc)
-			return fail(c, rc);
+			return tcur_fail(c, rc);
 	}
-	return fail(c, find_key(c));
+	return tcur_fail(c, find_key(c));
 }
 
 int tcur_rewind_vals(trace_cursor *c)
@@ -379,7 +409,7 @@ int tcur_rewind_vals(trace_cursor *c)
 	for (size_t k = 0; k < c->nk; k++) {
 		int rc = bcur_rewind_vals(c->bc[c->kat[k]]);
 		if (rc)
-			return fail(c, rc);
+			return tcur_fail(c, rc);
 	}
 	find_val(c);
 	return 0;
@@ -396,7 +426,7 @@ int tcur_time_next(trace_cursor *c, uint64_t *time, int64_t *diff)
 	for (; c->tidx < c->nv; c->tidx++) {
 		int rc = bcur_time_next(c->bc[c->vat[c->tidx]], time, diff);
 		if (rc != 0)
-			return rc < 0 ? fail(c, rc) : 1;
+			return rc < 0 ? tcur_fail(c, rc) : 1;
 	}
 	return 0;
 }
@@ -423,7 +453,7 @@ int tcur_accumulate(trace_cursor *c, atime as_of, diff_sum *sum)
 	for (size_t k = 0; k < c->nv; k++) {
 		int rc = bcur_accumulate(c->bc[c->vat[k]], as_of, &s);
 		if (rc)
-			return fail(c, rc);
+			return tcur_fail(c, rc);
 	}
 	c->tidx = c->nv; /* as after walking every pair: time_next says 0 */
 	*sum = s;

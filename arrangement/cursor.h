@@ -36,6 +36,8 @@ void tcur_val(const trace_cursor *c, const void **val, size_t *len);
 int tcur_step_key(trace_cursor *c);
 int tcur_seek_key(trace_cursor *c, const void *key, size_t len);
 int tcur_step_val(trace_cursor *c);
+/* tcur_step_val, returning 1 when the cursor is then on a val, 0 when not. */
+int tcur_next_val(trace_cursor *c);
 int tcur_seek_val(trace_cursor *c, const void *val, size_t len);
 int tcur_rewind_keys(trace_cursor *c);
 int tcur_rewind_vals(trace_cursor *c);

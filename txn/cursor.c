@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arrangement/cursor_int.h"
 #include "txn/txn.h"
 
 /* as_of must lie in [since, upper): beyond since, before upper. */
@@ -291,7 +292,10 @@ int ah_cursor_rewind_keys(ah_cursor *c)
 int ah_cursor_step_val(ah_cursor *c)
 {
 	int rc = live(c);
-	return rc ? rc : val_moved(c, tcur_step_val(c->tc));
+	if (rc)
+		return rc;
+	rc = tcur_next_val_in(c->tc);
+	return rc < 0 ? failed(c, rc) : rc;
 }
 
 int ah_cursor_seek_val(ah_cursor *c, const void *val, size_t len)
@@ -339,7 +343,7 @@ int ah_cursor_accumulate(ah_cursor *c, uint64_t as_of, int64_t *sum)
 	 * sum fits (an update split by a merge, see merge.c, may hold parts
 	 * that do not add up in int64 on their own). */
 	diff_sum s;
-	if ((rc = tcur_accumulate(c->tc, as_of, &s))) /* AH_ESTATE: no val */
+	if ((rc = tcur_accumulate_in(c->tc, as_of, &s))) /* AH_ESTATE: no val */
 		return failed(c, rc);
 	if (!diff_fits(s))
 		return failed(c, AH_ELIMIT);
