@@ -1,5 +1,5 @@
 /*
- * arrangement/batch_int.h - private to batch.c, batch_writer.c and
+ * arrangement/batch_int.h - private to batch*.c, batch_writer*.c and
  * batch_cursor.c (and, for the inline batch cursor accessors, to merge.c and
  * cursor.c, which call them per (key, val)): the byte layouts of batch
  * chunks and batch records, the checked chunk view (bchunk), and the batch
