@@ -141,6 +141,27 @@ bool batch_filter_may_hold(const batch *b, const uint64_t *blocks, uint64_t h);
  * true without a filter, or in a write txn.  Errors: AH_ECORRUPT,
  * heap_chunk_open's. */
 int batch_probe(heap_txn *t, const batch *b, uint64_t h, bool *may);
+/* Adds to pf the page batch_probe(b, h) is going to read (and its filter
+ * chunk's header page), by its place alone: nothing when batch_probe reads
+ * nothing from the map.  Errors: as heap_prefetch_chunk. */
+int batch_probe_want(heap_prefetch *pf, const batch *b, uint64_t h);
+
+/* The read plan of a cold point query (batch_prefetch.c; ARCHITECTURE.md
+ * section 7, "Point reads").  Round 1, before the filters are probed: asks
+ * for each batch's filter block and for the header page of the chunk of
+ * each batch that can hold key.  Round 2, before the batches the filters
+ * let through are searched (skip[i]: a batch that is not): reads those
+ * chunks' headers and asks for the pages the search and the key's
+ * columns are expected to read (bchunk_guess), when cold; with sample,
+ * the first such batch's first key page is sampled first
+ * (heap_prefetch_sample), which sets cold.  Read-only txns only (in a
+ * write txn both do nothing).  Errors: AH_ECORRUPT (a header, the chunks
+ * tree), heap_chunk_open's. */
+int batches_prefetch_heads(heap_txn *t, batch *const *batches, size_t n,
+                           const void *key, size_t len);
+int batches_prefetch_keys(heap_txn *t, batch *const *batches, size_t n,
+                          const bool *skip, bool cold, bool sample,
+                          const void *key, size_t len);
 /* The first of b's filter blocks (8-byte aligned) whose own check fails
  * (hash 2), or b->filter_blocks: all hold (always, for hash 1). */
 uint64_t batch_filter_first_bad(const batch *b, const uint64_t *blocks);

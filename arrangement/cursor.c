@@ -192,8 +192,20 @@ static int open_cursor(heap_txn *t, batch *const *batches, size_t n,
 	c->t = t;
 	c->batches = batches;
 	c->since = since;
-	if (seek && (rc = defer_excluded(c, batches, n, at, atlen)))
+	if (seek && heap_txn_rdonly(t)) {
+		bool sample, cold = heap_prefetch_due(heap_txn_heap(t), &sample);
+
+		if (cold && (rc = batches_prefetch_heads(t, batches, n, at, atlen)))
+			goto out;
+		if ((rc = defer_excluded(c, batches, n, at, atlen)))
+			goto out;
+		if ((cold || sample) &&
+		    (rc = batches_prefetch_keys(t, batches, n, c->deferred, cold,
+		                                sample, at, atlen)))
+			goto out;
+	} else if (seek && (rc = defer_excluded(c, batches, n, at, atlen))) {
 		goto out;
+	}
 	for (size_t i = 0; i < n; i++, c->n++)
 		if (!c->deferred[i] &&
 		    (rc = seek ? bcur_open_at(t, batches[i], since, at, atlen, &c->bc[i])
