@@ -323,7 +323,8 @@ int heap_chunk_prefetch(heap_txn *t, uint64_t id);
  * together.  Advisory only: nothing here reads a chunk byte, checks one
  * or fails a read; a wrong range costs a wasted read, never an answer. */
 #define HEAP_PREFETCH_MAX 64   /* page ranges one request holds */
-#define HEAP_PREFETCH_EVERY 16 /* a residency sample every 16th seek */
+#define HEAP_PREFETCH_EVERY 16 /* a warm handle samples every 16th seek */
+#define HEAP_PREFETCH_WARM_AFTER 8 /* resident samples in a row: warm */
 typedef struct heap_prefetch {
 	heap_txn *t;
 	unsigned n;            /* ranges in lo/hi (more are dropped) */
@@ -353,14 +354,14 @@ void heap_prefetch_view(heap_prefetch *pf, const heap_chunk_view *v,
 void heap_prefetch_issue(heap_prefetch *pf);
 /* The per-handle decision: every call is one seek.  Returns whether the
  * handle is in its cold state (the seek should collect and issue its
- * pages) and sets *sample on every HEAP_PREFETCH_EVERY-th call, starting
- * with the first: the caller then names one page it is about to read to
- * heap_prefetch_sample.  A fresh handle is cold until its first sample. */
+ * pages) and sets *sample when the caller is to name one page it is about
+ * to read to heap_prefetch_sample: on every seek of a cold handle, and on
+ * every HEAP_PREFETCH_EVERY-th of a warm one.  A fresh handle is cold. */
 bool heap_prefetch_due(heap *h, bool *sample);
 /* Samples p's page with mincore(2): not in the page cache makes the
- * handle cold, resident makes it warm, until the next sample.  Returns
- * the new state (true: cold).  A p outside the map, or a mincore error,
- * counts as resident. */
+ * handle cold; HEAP_PREFETCH_WARM_AFTER resident samples in a row make it
+ * warm.  Returns the new state (true: cold).  A p outside the map, or a
+ * mincore error, counts as resident. */
 bool heap_prefetch_sample(heap *h, const void *p);
 /* What the decision did (counters since the open; relaxed atomics). */
 typedef struct heap_prefetch_stat {

@@ -60,6 +60,7 @@ struct heap {
 	struct heap *reg_next; /* process-wide registry of open files */
 	/* prefetch.c: the cold-read decision and its counters (atomics) */
 	uint64_t pf_seeks, pf_samples, pf_cold_samples, pf_issues, pf_pages;
+	uint32_t pf_warm_run;  /* resident samples in a row while cold */
 	bool pf_warm;          /* false: cold (a fresh handle is) */
 };
 

@@ -14,7 +14,11 @@
  * The decision costs a warm process one relaxed atomic add per seek and a
  * mincore(2) per HEAP_PREFETCH_EVERY seeks (a syscall is 0.4-0.6 us here,
  * a warm point query 18 us): every 16th seek samples one page it is about
- * to read, and the answer (resident or not) holds until the next sample.
+ * to read, and a page not in the page cache makes the handle cold.  A cold
+ * handle samples every seek (a cold seek waits for reads of ~100 us, so a
+ * mincore is nothing to it) and turns warm after HEAP_PREFETCH_WARM_AFTER
+ * resident samples in a row: a process whose cache is half warm stays
+ * cold, since a warm seek there would wait for its reads one by one.
  *
  * It must never read a chunk byte (the pages may be cold: reading them is
  * what it exists to avoid), never fail a read, and never hand madvise a
@@ -114,22 +118,47 @@ int heap_prefetch_chunk(heap_prefetch *pf, uint64_t id, const uint64_t *loc,
 	if ((rc = place(pf->t, id, loc, &v, &vbytes)) != 0)
 		return rc == AH_ENOTFOUND ? 0 : rc;
 	body = heap_chunk_body_at(pf->t->h, vbytes);
-	add_clipped(pf, v, vbytes, 0, 1);
+	/* a remembered place: this handle opened the chunk, so read its
+	 * header page, which stays in the page cache while the chunk is used */
+	if (loc == NULL || __atomic_load_n(loc, __ATOMIC_RELAXED) == 0)
+		add_clipped(pf, v, vbytes, 0, 1);
 	if (len != 0 && off <= UINT64_MAX - body - len)
 		add_clipped(pf, v, vbytes, body + off, body + off + len);
 	return 0;
+}
+
+/* Has the view checked every block of value bytes [a, z) (so this handle
+ * read them: a page it read stays cached in all but memory pressure)? */
+static bool seen(const heap_chunk_view *cv, uint64_t a, uint64_t z)
+{
+	for (uint64_t b = (a + VALUE_PAD) >> cv->bshift;
+	     b <= (z - 1 + VALUE_PAD) >> cv->bshift; b++)
+		if (b >= HEAP_CHUNK_MAX_BLOCKS || !((cv->seen[b >> 6] >> (b & 63)) & 1))
+			return false;
+	return true;
 }
 
 void heap_prefetch_view(heap_prefetch *pf, const heap_chunk_view *cv,
                         const void *p, size_t len)
 {
 	const uint8_t *a = p;
+	uint64_t ps = pf->t->h->psize;
 
-	if (!pf->t->rdonly || cv->value == NULL || a < cv->value)
-		return;
-	uint64_t lo = (uint64_t)(a - cv->value);
-	add_clipped(pf, cv->value, cv->value_bytes, lo,
-	            len <= UINT64_MAX - lo ? lo + len : UINT64_MAX);
+	if (!pf->t->rdonly || cv->value == NULL || cv->all || a < cv->value ||
+	    (uint64_t)(a - cv->value) >= cv->value_bytes)
+		return; /* all: checked whole at its open, so just read */
+	uint64_t lo = (uint64_t)(a - cv->value), rest = cv->value_bytes - lo;
+	uint64_t hi = lo + (len < rest ? len : rest);
+	/* page by page, skipping those this handle has read: value byte o
+	 * lies in page (o + 16) / ps of the value */
+	while (lo < hi) {
+		uint64_t pe = ((lo + VALUE_PAD) / ps + 1) * ps - VALUE_PAD;
+		uint64_t z = pe < hi ? pe : hi;
+
+		if (!seen(cv, lo, z))
+			add_clipped(pf, cv->value, cv->value_bytes, lo, z);
+		lo = z;
+	}
 }
 
 /* 1: process_madvise takes the calling process; 0: it does not (an older
@@ -170,9 +199,10 @@ void heap_prefetch_issue(heap_prefetch *pf)
 bool heap_prefetch_due(heap *h, bool *sample)
 {
 	uint64_t n = __atomic_fetch_add(&h->pf_seeks, 1, __ATOMIC_RELAXED);
+	bool cold = !__atomic_load_n(&h->pf_warm, __ATOMIC_RELAXED);
 
-	*sample = n % HEAP_PREFETCH_EVERY == 0;
-	return !__atomic_load_n(&h->pf_warm, __ATOMIC_RELAXED);
+	*sample = cold || n % HEAP_PREFETCH_EVERY == 0;
+	return cold;
 }
 
 bool heap_prefetch_sample(heap *h, const void *p)
@@ -190,8 +220,18 @@ bool heap_prefetch_sample(heap *h, const void *p)
 	__atomic_add_fetch(&h->pf_samples, 1, __ATOMIC_RELAXED);
 	if (cold)
 		__atomic_add_fetch(&h->pf_cold_samples, 1, __ATOMIC_RELAXED);
-	__atomic_store_n(&h->pf_warm, !cold, __ATOMIC_RELAXED);
-	return cold;
+	if (cold) {
+		__atomic_store_n(&h->pf_warm_run, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&h->pf_warm, false, __ATOMIC_RELAXED);
+		return true;
+	}
+	/* warm again after HEAP_PREFETCH_WARM_AFTER resident samples in a
+	 * row: a cold seek waits for a dozen reads, so the costly mistake is
+	 * the warm state in a cold process */
+	if (__atomic_add_fetch(&h->pf_warm_run, 1, __ATOMIC_RELAXED) >=
+	    HEAP_PREFETCH_WARM_AFTER)
+		__atomic_store_n(&h->pf_warm, true, __ATOMIC_RELAXED);
+	return !__atomic_load_n(&h->pf_warm, __ATOMIC_RELAXED);
 }
 
 void heap_prefetch_stat_get(const heap *h, heap_prefetch_stat *st)
