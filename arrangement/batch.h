@@ -154,14 +154,16 @@ int batch_probe_want(heap_prefetch *pf, const batch *b, uint64_t h);
  * chunks' headers and asks for the pages the search and the key's
  * columns are expected to read (bchunk_guess), when cold; with sample,
  * the first such batch's first key page is sampled first
- * (heap_prefetch_sample), which sets cold.  Read-only txns only (in a
- * write txn both do nothing).  Errors: AH_ECORRUPT (a header, the chunks
- * tree), heap_chunk_open's. */
-int batches_prefetch_heads(heap_txn *t, batch *const *batches, size_t n,
+ * (heap_prefetch_sample), which sets cold.  Advisory: they fail nothing
+ * (a chunk they cannot find or whose header fails its checks is left to
+ * the seek's own reads, which report it) and change no answer.  They do
+ * nothing in a write txn or under AH_OPEN_VERIFY_READS (whose opens read
+ * every chunk whole). */
+void batches_prefetch_heads(heap_txn *t, batch *const *batches, size_t n,
+                            const void *key, size_t len);
+void batches_prefetch_keys(heap_txn *t, batch *const *batches, size_t n,
+                           const bool *skip, bool cold, bool sample,
                            const void *key, size_t len);
-int batches_prefetch_keys(heap_txn *t, batch *const *batches, size_t n,
-                          const bool *skip, bool cold, bool sample,
-                          const void *key, size_t len);
 /* The first of b's filter blocks (8-byte aligned) whose own check fails
  * (hash 2), or b->filter_blocks: all hold (always, for hash 1). */
 uint64_t batch_filter_first_bad(const batch *b, const uint64_t *blocks);

@@ -141,27 +141,35 @@ static int want_heads(heap_prefetch *pf, const batch *b, uint64_t h,
 	                           BCHUNK_HDR_COLS);
 }
 
-int batches_prefetch_heads(heap_txn *t, batch *const *batches, size_t n,
-                           const void *key, size_t len)
+/* Under AH_OPEN_VERIFY_READS every chunk is checked whole at its open,
+ * so a seek reads its chunks whole: nothing to plan. */
+static bool planned(heap_txn *t)
+{
+	return heap_txn_rdonly(t) && !heap_verify_reads(heap_txn_heap(t));
+}
+
+void batches_prefetch_heads(heap_txn *t, batch *const *batches, size_t n,
+                            const void *key, size_t len)
 {
 	heap_prefetch pf;
 	uint64_t h = filter_hash(key, len);
-	int rc = 0;
 
+	if (!planned(t))
+		return;
 	heap_prefetch_begin(t, &pf);
-	for (size_t i = 0; i < n && rc == 0; i++)
-		rc = want_heads(&pf, batches[i], h, key, len);
+	for (size_t i = 0; i < n; i++) /* an error is the reads' to report */
+		(void)want_heads(&pf, batches[i], h, key, len);
 	heap_prefetch_issue(&pf);
-	return rc;
 }
 
-int batches_prefetch_keys(heap_txn *t, batch *const *batches, size_t n,
-                          const bool *skip, bool cold, bool sample,
-                          const void *key, size_t len)
+void batches_prefetch_keys(heap_txn *t, batch *const *batches, size_t n,
+                           const bool *skip, bool cold, bool sample,
+                           const void *key, size_t len)
 {
 	heap_prefetch pf;
-	int rc = 0;
 
+	if (!planned(t))
+		return;
 	heap_prefetch_begin(t, &pf);
 	for (size_t i = 0; i < n && (cold || sample); i++) {
 		const batch *b = batches[i];
@@ -171,9 +179,10 @@ int batches_prefetch_keys(heap_txn *t, batch *const *batches, size_t n,
 		if (skip[i] || b->nchunks == 0)
 			continue;
 		uint32_t ci = batch_chunk_for(b, key, len);
-		if ((rc = bchunk_get_head(t, b->chunk_ids[ci],
-		                          b->chunk_loc ? &b->chunk_loc[ci] : NULL,
-		                          &cv)))
+		/* a header that fails its checks: the seek's own open of it
+		 * reports that (this plans no more) */
+		if (bchunk_get_head(t, b->chunk_ids[ci],
+		                    b->chunk_loc ? &b->chunk_loc[ci] : NULL, &cv))
 			break;
 		uint32_t g = bchunk_guess(b, ci, cv.nkeys, key, len);
 		want_chunk(&pf, &cv, g < cv.nkeys ? g : cv.nkeys / 2, &probe);
@@ -184,5 +193,4 @@ int batches_prefetch_keys(heap_txn *t, batch *const *batches, size_t n,
 	}
 	if (cold)
 		heap_prefetch_issue(&pf);
-	return rc;
 }

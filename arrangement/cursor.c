@@ -192,19 +192,20 @@ static int open_cursor(heap_txn *t, batch *const *batches, size_t n,
 	c->t = t;
 	c->batches = batches;
 	c->since = since;
-	if (seek && heap_txn_rdonly(t)) {
-		bool sample, cold = heap_prefetch_due(heap_txn_heap(t), &sample);
+	if (seek) {
+		/* a cold seek asks for its pages in two rounds: the filter
+		 * blocks and chunk headers, then what the search and the key's
+		 * columns will read (batch_prefetch.c) */
+		bool sample = false, cold = heap_txn_rdonly(t) &&
+		                heap_prefetch_due(heap_txn_heap(t), &sample);
 
-		if (cold && (rc = batches_prefetch_heads(t, batches, n, at, atlen)))
-			goto out;
+		if (cold)
+			batches_prefetch_heads(t, batches, n, at, atlen);
 		if ((rc = defer_excluded(c, batches, n, at, atlen)))
 			goto out;
-		if ((cold || sample) &&
-		    (rc = batches_prefetch_keys(t, batches, n, c->deferred, cold,
-		                                sample, at, atlen)))
-			goto out;
-	} else if (seek && (rc = defer_excluded(c, batches, n, at, atlen))) {
-		goto out;
+		if (cold || sample)
+			batches_prefetch_keys(t, batches, n, c->deferred, cold,
+			                      sample, at, atlen);
 	}
 	for (size_t i = 0; i < n; i++, c->n++)
 		if (!c->deferred[i] &&
