@@ -157,8 +157,17 @@ void batches_prefetch_heads(heap_txn *t, batch *const *batches, size_t n,
 	if (!planned(t))
 		return;
 	heap_prefetch_begin(t, &pf);
-	for (size_t i = 0; i < n; i++) /* an error is the reads' to report */
+	for (size_t i = 0; i < n; i++) { /* an error is the reads' to report */
 		(void)want_heads(&pf, batches[i], h, key, len);
+		/* the first page named (the oldest, largest batch's filter
+		 * block: the least likely to be cached) is sampled: resident,
+		 * and the round is not worth its syscall */
+		bool resident;
+		if (i == 0 && pf.n > 0 &&
+		    (heap_prefetch_sample(heap_txn_heap(t), (const void *)pf.lo[0],
+		                          &resident), resident))
+			return;
+	}
 	heap_prefetch_issue(&pf);
 }
 
@@ -187,7 +196,7 @@ void batches_prefetch_keys(heap_txn *t, batch *const *batches, size_t n,
 		uint32_t g = bchunk_guess(b, ci, cv.nkeys, key, len);
 		want_chunk(&pf, &cv, g < cv.nkeys ? g : cv.nkeys / 2, &probe);
 		if (sample) { /* the first batch visited decides */
-			cold = heap_prefetch_sample(heap_txn_heap(t), probe);
+			cold = heap_prefetch_sample(heap_txn_heap(t), probe, NULL);
 			sample = false;
 		}
 	}

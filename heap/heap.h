@@ -360,9 +360,10 @@ void heap_prefetch_issue(heap_prefetch *pf);
 bool heap_prefetch_due(heap *h, bool *sample);
 /* Samples p's page with mincore(2): not in the page cache makes the
  * handle cold; HEAP_PREFETCH_WARM_AFTER resident samples in a row make it
- * warm.  Returns the new state (true: cold).  A p outside the map, or a
+ * warm.  Returns the new state (true: cold) and, when resident is not
+ * NULL, whether p's page was in the cache.  A p outside the map, or a
  * mincore error, counts as resident. */
-bool heap_prefetch_sample(heap *h, const void *p);
+bool heap_prefetch_sample(heap *h, const void *p, bool *resident);
 /* What the decision did (counters since the open; relaxed atomics). */
 typedef struct heap_prefetch_stat {
 	uint64_t seeks;        /* heap_prefetch_due calls */

@@ -141,13 +141,13 @@ static bool seen(const heap_chunk_view *cv, uint64_t a, uint64_t z)
 void heap_prefetch_view(heap_prefetch *pf, const heap_chunk_view *cv,
                         const void *p, size_t len)
 {
-	const uint8_t *a = p;
+	uintptr_t a = (uintptr_t)p, v = (uintptr_t)cv->value;
 	uint64_t ps = pf->t->h->psize;
 
-	if (!pf->t->rdonly || cv->value == NULL || cv->all || a < cv->value ||
-	    (uint64_t)(a - cv->value) >= cv->value_bytes)
+	if (!pf->t->rdonly || cv->value == NULL || cv->all || a < v ||
+	    a - v >= cv->value_bytes)
 		return; /* all: checked whole at its open, so just read */
-	uint64_t lo = (uint64_t)(a - cv->value), rest = cv->value_bytes - lo;
+	uint64_t lo = a - v, rest = cv->value_bytes - lo;
 	uint64_t hi = lo + (len < rest ? len : rest);
 	/* page by page, skipping those this handle has read: value byte o
 	 * lies in page (o + 16) / ps of the value */
@@ -205,7 +205,7 @@ bool heap_prefetch_due(heap *h, bool *sample)
 	return cold;
 }
 
-bool heap_prefetch_sample(heap *h, const void *p)
+bool heap_prefetch_sample(heap *h, const void *p, bool *resident)
 {
 	uintptr_t ps = h->psize, a = (uintptr_t)p / ps * ps;
 	unsigned char vec = 1;
@@ -215,6 +215,8 @@ bool heap_prefetch_sample(heap *h, const void *p)
 	if (mincore((void *)a, ps, &vec) != 0)
 		vec = 1;
 	cold = !(vec & 1);
+	if (resident != NULL)
+		*resident = !cold;
 	__atomic_add_fetch(&h->pf_samples, 1, __ATOMIC_RELAXED);
 	if (cold)
 		__atomic_add_fetch(&h->pf_cold_samples, 1, __ATOMIC_RELAXED);

@@ -120,13 +120,17 @@ Test(heap_prefetch, decision_samples_and_turns)
 		cr_assert(heap_prefetch_due(h, &sample));
 		cr_assert(sample);
 	}
-	cr_assert(heap_prefetch_sample(h, far), "a page out of the cache");
+	bool res = true;
+	cr_assert(heap_prefetch_sample(h, far, &res), "a page out of the cache");
+	cr_assert(!res);
+	for (int i = 1; i < HEAP_PREFETCH_WARM_AFTER; i++) {
+		cr_assert(heap_prefetch_sample(h, head, &res), "still cold after %d", i);
+		cr_assert(res, "the page read is resident");
+	}
+	cr_assert(heap_prefetch_sample(h, far, NULL), "one cold sample starts over");
 	for (int i = 1; i < HEAP_PREFETCH_WARM_AFTER; i++)
-		cr_assert(heap_prefetch_sample(h, head), "still cold after %d", i);
-	cr_assert(heap_prefetch_sample(h, far), "one cold sample starts over");
-	for (int i = 1; i < HEAP_PREFETCH_WARM_AFTER; i++)
-		cr_assert(heap_prefetch_sample(h, head));
-	cr_assert(!heap_prefetch_sample(h, head), "eight in a row: warm");
+		cr_assert(heap_prefetch_sample(h, head, NULL));
+	cr_assert(!heap_prefetch_sample(h, head, NULL), "eight in a row: warm");
 	/* warm: a sample on every 16th seek (seeks counted from the open) */
 	heap_prefetch_stat_get(h, &st);
 	cr_assert_eq(st.seeks, 3);
@@ -140,9 +144,9 @@ Test(heap_prefetch, decision_samples_and_turns)
 	}
 	cr_assert_eq(samples, 4);
 	/* a page outside the map counts as resident */
-	cr_assert(!heap_prefetch_sample(h, (const void *)16));
+	cr_assert(!heap_prefetch_sample(h, (const void *)16, NULL));
 	/* one page out of the cache: cold again */
-	cr_assert(heap_prefetch_sample(h, far));
+	cr_assert(heap_prefetch_sample(h, far, NULL));
 	cr_assert(heap_prefetch_due(h, &sample));
 	cr_assert(sample);
 	heap_prefetch_stat_get(h, &st);
