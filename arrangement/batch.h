@@ -147,7 +147,7 @@ int batch_probe(heap_txn *t, const batch *b, uint64_t h, bool *may);
 int batch_probe_want(heap_prefetch *pf, const batch *b, uint64_t h);
 
 /* The read plan of a cold point query (batch_prefetch.c; ARCHITECTURE.md
- * section 7, "Point reads").  Round 1, before the filters are probed: asks
+ * section 7, "Cold point reads").  Round 1, before the filters are probed: asks
  * for each batch's filter block and for the header page of the chunk of
  * each batch that can hold key.  Round 2, before the batches the filters
  * let through are searched (skip[i]: a batch that is not): reads those

@@ -3,7 +3,7 @@
  * pages of which batches a seek to one key is going to read, named before
  * it reads them, so that heap_prefetch_issue asks for them together
  * (heap/prefetch.c; the pattern and its rounds: ARCHITECTURE.md section 7,
- * "Point reads").
+ * "Cold point reads").
  *
  * A seek reads, per batch, a filter block, then in each batch the filter
  * lets through: the chunk header, the ends of key_vals and val_upds (the

@@ -315,8 +315,8 @@ int heap_chunk_get(heap_txn *t, uint64_t id, const void **body,
 int heap_chunk_prefetch(heap_txn *t, uint64_t id);
 /* ------------------------------------------------ batched read-ahead */
 
-/* Cold point reads (heap/prefetch.c, ARCHITECTURE.md section 7, "Point
- * reads"): the map has no read-around (MDB_NORDAHEAD), so each cold page a
+/* Cold point reads (heap/prefetch.c, ARCHITECTURE.md section 7, "Cold
+ * point reads"): the map has no read-around (MDB_NORDAHEAD), so each cold page a
  * seek touches is one 4 KiB read, waited for before the next is known.  A
  * reader that can name the pages it is about to read collects them here
  * and asks for them all with one call, so that the device serves them
@@ -337,10 +337,11 @@ void heap_prefetch_begin(heap_txn *t, heap_prefetch *pf);
 /* Adds bytes [off, off + len) of chunk id's body (as the chunks this
  * library writes lay out a value of that size: the exact start is in its
  * header, which this does not read), and the chunk's first page (its
+ * header) unless *loc is known (this handle opened the chunk, so read its
  * header), found through the place *loc remembers (heap_chunk_open_at;
  * NULL or 0: one lookup in LMDB's tree, which reads tree pages only).
- * The range is clipped to the chunk's value.  Errors: none but AH_ECORRUPT
- * for a damaged chunks tree; a missing chunk adds nothing. */
+ * The range is clipped to the chunk's value.  Errors: AH_ECORRUPT for a
+ * damaged chunks tree, heap_err's; a missing chunk adds nothing. */
 int heap_prefetch_chunk(heap_prefetch *pf, uint64_t id, const uint64_t *loc,
                         uint64_t off, uint64_t len);
 /* Adds the pages of [p, p + len) of an opened view's chunk, clipped to its
@@ -361,8 +362,8 @@ bool heap_prefetch_due(heap *h, bool *sample);
 /* Samples p's page with mincore(2): not in the page cache makes the
  * handle cold; HEAP_PREFETCH_WARM_AFTER resident samples in a row make it
  * warm.  Returns the new state (true: cold) and, when resident is not
- * NULL, whether p's page was in the cache.  A p outside the map, or a
- * mincore error, counts as resident. */
+ * NULL, whether p's page was in the cache.  A p in no mapping, or any
+ * other mincore error, counts as resident. */
 bool heap_prefetch_sample(heap *h, const void *p, bool *resident);
 /* What the decision did (counters since the open; relaxed atomics). */
 typedef struct heap_prefetch_stat {

@@ -2,7 +2,7 @@
  * heap/prefetch.c - batched read-ahead for cold point reads, and the
  * per-handle decision of when to do it (contract: heap.h, "batched
  * read-ahead"; the read pattern it serves: ARCHITECTURE.md section 7,
- * "Point reads").
+ * "Cold point reads").
  *
  * The map is opened with MDB_NORDAHEAD (MADV_RANDOM), so a touch of a cold
  * page reads that one page, and a seek that touches ten reads ten pages one
