@@ -101,6 +101,9 @@ typedef struct batch {
 	/* batch_cache.c: where each chunk was found (heap_chunk_open_at),
 	 * nchunks + 1 words, the filter chunk's last; NULL elsewhere. */
 	uint64_t *chunk_loc;
+	/* batch_prefetch.c: the whole filter chunk was asked for (a cached
+	 * batch only; atomic) */
+	bool filter_asked;
 } batch;
 
 /* Loads batch id.  Errors: AH_ENOTFOUND, AH_ECORRUPT, AH_ENOMEM. */
@@ -164,6 +167,12 @@ void batches_prefetch_heads(heap_txn *t, batch *const *batches, size_t n,
 void batches_prefetch_keys(heap_txn *t, batch *const *batches, size_t n,
                            const bool *skip, bool cold, bool sample,
                            const void *key, size_t len);
+/* After a cold query's rounds: asks once per cached batch for its whole
+ * filter chunk (up to BATCH_FILTER_AHEAD_MAX bytes), so that later
+ * queries find their filter blocks cached, as a table format that reads
+ * its filters at open does.  Advisory, as above. */
+#define BATCH_FILTER_AHEAD_MAX (4u << 20)
+void batches_prefetch_filters(heap_txn *t, batch *const *batches, size_t n);
 /* The first of b's filter blocks (8-byte aligned) whose own check fails
  * (hash 2), or b->filter_blocks: all hold (always, for hash 1). */
 uint64_t batch_filter_first_bad(const batch *b, const uint64_t *blocks);

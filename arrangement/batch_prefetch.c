@@ -148,6 +148,17 @@ static bool planned(heap_txn *t)
 	return heap_txn_rdonly(t) && !heap_verify_reads(heap_txn_heap(t));
 }
 
+/* Are the pages pf names (one batch's: at most three) all cached? */
+static bool heads_cached(heap_txn *t, const heap_prefetch *pf)
+{
+	bool resident = true;
+
+	for (unsigned j = 0; j < pf->n && resident; j++)
+		(void)heap_prefetch_sample(heap_txn_heap(t),
+		                           (const void *)pf->lo[j], &resident);
+	return pf->n > 0 && resident;
+}
+
 void batches_prefetch_heads(heap_txn *t, batch *const *batches, size_t n,
                             const void *key, size_t len)
 {
@@ -159,13 +170,10 @@ void batches_prefetch_heads(heap_txn *t, batch *const *batches, size_t n,
 	heap_prefetch_begin(t, &pf);
 	for (size_t i = 0; i < n; i++) { /* an error is the reads' to report */
 		(void)want_heads(&pf, batches[i], h, key, len);
-		/* the first page named (the oldest, largest batch's filter
-		 * block: the least likely to be cached) is sampled: resident,
-		 * and the round is not worth its syscall */
-		bool resident;
-		if (i == 0 && pf.n > 0 &&
-		    (heap_prefetch_sample(heap_txn_heap(t), (const void *)pf.lo[0],
-		                          &resident), resident))
+		/* the pages of the oldest, largest batch (the least likely to
+		 * be cached) are sampled: all resident, and the round is not
+		 * worth its syscall */
+		if (i == 0 && heads_cached(t, &pf))
 			return;
 	}
 	heap_prefetch_issue(&pf);
@@ -202,4 +210,27 @@ void batches_prefetch_keys(heap_txn *t, batch *const *batches, size_t n,
 	}
 	if (cold)
 		heap_prefetch_issue(&pf);
+}
+
+void batches_prefetch_filters(heap_txn *t, batch *const *batches, size_t n)
+{
+	heap_prefetch pf;
+
+	if (!planned(t))
+		return;
+	heap_prefetch_begin(t, &pf);
+	for (size_t i = 0; i < n && pf.n == 0; i++) { /* one per query */
+		batch *b = batches[i];
+		uint64_t bytes = BFILT_CHUNK_HDR + FILTER_BLOCK * b->filter_blocks;
+
+		/* only a cached batch remembers that it asked */
+		if (b->filter || !b->filter_chunk || !b->chunk_loc ||
+		    b->filter_blocks > BATCH_FILTER_AHEAD_MAX / FILTER_BLOCK ||
+		    __atomic_load_n(&b->filter_asked, __ATOMIC_RELAXED) ||
+		    __atomic_exchange_n(&b->filter_asked, true, __ATOMIC_RELAXED))
+			continue;
+		(void)heap_prefetch_chunk(&pf, b->filter_chunk,
+		                          &b->chunk_loc[b->nchunks], 0, bytes);
+	}
+	heap_prefetch_issue(&pf);
 }

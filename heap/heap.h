@@ -357,8 +357,9 @@ void heap_prefetch_issue(heap_prefetch *pf);
  * handle is in its cold state (the seek should collect and issue its
  * pages) and sets *sample when the caller is to name one page it is about
  * to read to heap_prefetch_sample: on every seek of a cold handle, and on
- * every HEAP_PREFETCH_EVERY-th of a warm one.  A fresh handle is cold. */
-bool heap_prefetch_due(heap *h, bool *sample);
+ * every HEAP_PREFETCH_EVERY-th of a warm one; *first on the handle's
+ * first seek.  A fresh handle is cold. */
+bool heap_prefetch_due(heap *h, bool *sample, bool *first);
 /* Samples p's page with mincore(2): not in the page cache makes the
  * handle cold; HEAP_PREFETCH_WARM_AFTER resident samples in a row make it
  * warm.  Returns the new state (true: cold) and, when resident is not

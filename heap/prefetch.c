@@ -196,11 +196,12 @@ void heap_prefetch_issue(heap_prefetch *pf)
 		(void)madvise(iov[i].iov_base, iov[i].iov_len, MADV_WILLNEED);
 }
 
-bool heap_prefetch_due(heap *h, bool *sample)
+bool heap_prefetch_due(heap *h, bool *sample, bool *first)
 {
 	uint64_t n = __atomic_fetch_add(&h->pf_seeks, 1, __ATOMIC_RELAXED);
 	bool cold = !__atomic_load_n(&h->pf_warm, __ATOMIC_RELAXED);
 
+	*first = n == 0;
 	*sample = cold || n % HEAP_PREFETCH_EVERY == 0;
 	return cold;
 }

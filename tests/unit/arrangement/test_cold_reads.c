@@ -12,6 +12,7 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "arr_test.h"
 #include "arrangement/cursor.h"
@@ -151,6 +152,69 @@ Test(cold_reads, evicted_then_warm_answers_exactly_and_decides)
 	          st2.samples - st.samples <= NQ / HEAP_PREFETCH_EVERY,
 	          "samples %llu", (unsigned long long)(st2.samples - st.samples));
 	cr_assert(!st2.cold);
+	for (int i = 0; i < 2; i++)
+		batch_free(bs[i]);
+	at_close(&e);
+}
+
+/* Pages of the file at path in [off, off + len) that are cached, polled
+ * for up to 10 s until there are want (a prefetch completes in the
+ * background). */
+static size_t wait_resident(const char *path, uint64_t off, size_t len,
+                            size_t want)
+{
+	size_t n = 0;
+	for (int i = 0; i < 1000 && (n = tl_resident(path, off, len)) < want; i++)
+		usleep(10000);
+	return n;
+}
+
+Test(cold_reads, whole_filters_are_asked_for_after_the_first_query)
+{
+	at_env e;
+	char path[128];
+	uint64_t ids[2], wk;
+	int64_t ws;
+	batch *bs[2];
+	heap_chunk_info fi;
+	uint8_t key[8];
+	trace_cursor *c;
+
+	cold_heap(&e, ids, path, sizeof path);
+	for (int i = 0; i < 2; i++)
+		cr_assert_eq(batch_load_cached(e.t, ids[i], &bs[i]), 0);
+	cr_assert_eq(heap_chunk_next(e.t, bs[0]->filter_chunk - 1, false, &fi), 0);
+	cr_assert_eq(fi.id, bs[0]->filter_chunk);
+	uint64_t off = fi.file_offset - 16, len = (uint64_t)fi.class_pages * 4096;
+	cr_assert_geq(fi.class_pages, 16, "a filter of several pages");
+	/* the handle's first query (a restart's first answer) reads its
+	 * filter blocks only */
+	be64(key, query(0, &wk, &ws));
+	cr_assert_eq(tcur_open_at(e.t, bs, 2, frontier_of(0), key, 8, &c), 0);
+	tcur_close(c);
+	cr_assert(!bs[0]->filter_asked && !bs[1]->filter_asked);
+	cr_assert_lt(tl_resident(path, off, len), 8);
+	/* the next cold query asks for A's whole filter (one a query) */
+	be64(key, query(1, &wk, &ws));
+	cr_assert_eq(tcur_open_at(e.t, bs, 2, frontier_of(0), key, 8, &c), 0);
+	tcur_close(c);
+	cr_assert(bs[0]->filter_asked);
+	cr_assert(!bs[1]->filter_asked);
+	/* the pages holding the blocks: the value from its 16th byte, the
+	 * header, the chunk header (BFILT_CHUNK_HDR) and the blocks */
+	heap_chunk_view fv; /* SELF: its header page only, read already */
+	cr_assert_eq(heap_chunk_open(e.t, fi.id, HEAP_CHUNK_SELF, &fv), 0);
+	size_t used = (size_t)((16 + (uint64_t)(fv.body - fv.value) +
+	                        BFILT_CHUNK_HDR + 64 * bs[0]->filter_blocks +
+	                        4095) / 4096);
+	cr_assert_geq(used, 16);
+	cr_assert_geq(wait_resident(path, off, len, used), used);
+	/* and the one after, B's */
+	be64(key, query(2, &wk, &ws));
+	cr_assert_eq(tcur_open_at(e.t, bs, 2, frontier_of(0), key, 8, &c), 0);
+	tcur_close(c);
+	cr_assert(bs[1]->filter_asked);
+	seek_pass(e.t, bs); /* the answers stay exact */
 	for (int i = 0; i < 2; i++)
 		batch_free(bs[i]);
 	at_close(&e);

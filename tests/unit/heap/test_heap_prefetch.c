@@ -96,7 +96,7 @@ Test(heap_prefetch, decision_samples_and_turns)
 	heap_chunk_view v;
 	heap_prefetch_stat st;
 	uint64_t a;
-	bool sample;
+	bool sample, first;
 
 	cr_assert_eq(heap_open(d.path, &o, &h), 0);
 	cr_assert_eq(heap_txn_begin(h, false, &t), 0);
@@ -117,7 +117,7 @@ Test(heap_prefetch, decision_samples_and_turns)
 
 	/* fresh: cold, and a cold handle samples every seek */
 	for (int i = 0; i < 3; i++) {
-		cr_assert(heap_prefetch_due(h, &sample));
+		cr_assert(heap_prefetch_due(h, &sample, &first));
 		cr_assert(sample);
 	}
 	bool res = true;
@@ -137,7 +137,7 @@ Test(heap_prefetch, decision_samples_and_turns)
 	cr_assert(!st.cold);
 	unsigned samples = 0;
 	for (uint64_t n = 3; n < 3 + 4 * HEAP_PREFETCH_EVERY; n++) {
-		cr_assert(!heap_prefetch_due(h, &sample));
+		cr_assert(!heap_prefetch_due(h, &sample, &first));
 		cr_assert_eq(sample, n % HEAP_PREFETCH_EVERY == 0, "seek %llu",
 		             (unsigned long long)n);
 		samples += sample;
@@ -147,7 +147,7 @@ Test(heap_prefetch, decision_samples_and_turns)
 	cr_assert(!heap_prefetch_sample(h, (const void *)16, NULL));
 	/* one page out of the cache: cold again */
 	cr_assert(heap_prefetch_sample(h, far, NULL));
-	cr_assert(heap_prefetch_due(h, &sample));
+	cr_assert(heap_prefetch_due(h, &sample, &first));
 	cr_assert(sample);
 	heap_prefetch_stat_get(h, &st);
 	cr_assert_eq(st.samples, 2 * HEAP_PREFETCH_WARM_AFTER + 3);
