@@ -157,16 +157,19 @@ int batch_probe_want(heap_prefetch *pf, const batch *b, uint64_t h);
  * chunks' headers and asks for the pages the search and the key's
  * columns are expected to read (bchunk_guess), when cold; with sample,
  * the first such batch's first key page is sampled first
- * (heap_prefetch_sample), which sets cold.  Advisory: they fail nothing
+ * (heap_prefetch_sample), which sets cold; with lazy (the caller's first
+ * query, whose round 1 found its pages cached) a resident sample also
+ * leaves the round unasked.  batches_prefetch_heads returns true when it
+ * found the oldest batch's pages cached and asked for nothing.  Advisory: they fail nothing
  * (a chunk they cannot find or whose header fails its checks is left to
  * the seek's own reads, which report it) and change no answer.  They do
  * nothing in a write txn or under AH_OPEN_VERIFY_READS (whose opens read
  * every chunk whole). */
-void batches_prefetch_heads(heap_txn *t, batch *const *batches, size_t n,
+bool batches_prefetch_heads(heap_txn *t, batch *const *batches, size_t n,
                             const void *key, size_t len);
 void batches_prefetch_keys(heap_txn *t, batch *const *batches, size_t n,
                            const bool *skip, bool cold, bool sample,
-                           const void *key, size_t len);
+                           bool lazy, const void *key, size_t len);
 /* After a cold query's rounds: asks once per cached batch for its whole
  * filter chunk (up to BATCH_FILTER_AHEAD_MAX bytes), so that later
  * queries find their filter blocks cached, as a table format that reads

@@ -159,14 +159,14 @@ static bool heads_cached(heap_txn *t, const heap_prefetch *pf)
 	return pf->n > 0 && resident;
 }
 
-void batches_prefetch_heads(heap_txn *t, batch *const *batches, size_t n,
+bool batches_prefetch_heads(heap_txn *t, batch *const *batches, size_t n,
                             const void *key, size_t len)
 {
 	heap_prefetch pf;
 	uint64_t h = filter_hash(key, len);
 
 	if (!planned(t))
-		return;
+		return false;
 	heap_prefetch_begin(t, &pf);
 	for (size_t i = 0; i < n; i++) { /* an error is the reads' to report */
 		(void)want_heads(&pf, batches[i], h, key, len);
@@ -174,16 +174,18 @@ void batches_prefetch_heads(heap_txn *t, batch *const *batches, size_t n,
 		 * be cached) are sampled: all resident, and the round is not
 		 * worth its syscall */
 		if (i == 0 && heads_cached(t, &pf))
-			return;
+			return true;
 	}
 	heap_prefetch_issue(&pf);
+	return false;
 }
 
 void batches_prefetch_keys(heap_txn *t, batch *const *batches, size_t n,
                            const bool *skip, bool cold, bool sample,
-                           const void *key, size_t len)
+                           bool lazy, const void *key, size_t len)
 {
 	heap_prefetch pf;
+	bool resident = false;
 
 	if (!planned(t))
 		return;
@@ -204,11 +206,12 @@ void batches_prefetch_keys(heap_txn *t, batch *const *batches, size_t n,
 		uint32_t g = bchunk_guess(b, ci, cv.nkeys, key, len);
 		want_chunk(&pf, &cv, g < cv.nkeys ? g : cv.nkeys / 2, &probe);
 		if (sample) { /* the first batch visited decides */
-			cold = heap_prefetch_sample(heap_txn_heap(t), probe, NULL);
+			cold = heap_prefetch_sample(heap_txn_heap(t), probe,
+			                            &resident);
 			sample = false;
 		}
 	}
-	if (cold)
+	if (cold && !(lazy && resident))
 		heap_prefetch_issue(&pf);
 }
 

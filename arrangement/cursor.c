@@ -199,13 +199,13 @@ static int open_cursor(heap_txn *t, batch *const *batches, size_t n,
 		bool sample = false, first = false, cold = heap_txn_rdonly(t) &&
 		                heap_prefetch_due(heap_txn_heap(t), &sample, &first);
 
-		if (cold)
-			batches_prefetch_heads(t, batches, n, at, atlen);
+		bool cached = cold && batches_prefetch_heads(t, batches, n, at,
+		                                             atlen);
 		if ((rc = defer_excluded(c, batches, n, at, atlen)))
 			goto out;
 		if (cold || sample)
 			batches_prefetch_keys(t, batches, n, c->deferred, cold,
-			                      sample, at, atlen);
+			                      sample, first && cached, at, atlen);
 		/* after this query's own reads, and not in a handle's first
 		 * query (its answer is the restart's first) */
 		if (cold && !first)
