@@ -220,6 +220,41 @@ Test(cold_reads, whole_filters_are_asked_for_after_the_first_query)
 	at_close(&e);
 }
 
+Test(cold_reads, warm_first_query_asks_for_nothing)
+{
+	at_env e;
+	char path[128];
+	uint64_t ids[2], wk, size;
+	int64_t ws;
+	batch *bs[2];
+	uint8_t key[8];
+	trace_cursor *c;
+	heap_prefetch_stat st;
+	ah_open_opts o = { .size = sizeof o };
+
+	cold_heap(&e, ids, path, sizeof path);
+	heap_txn_abort(e.t);
+	e.t = NULL;
+	cr_assert_eq(heap_close(e.h), 0);
+	(void)tl_file_hash(path, &size); /* every page read: cached */
+	cr_assert_eq(heap_open(path, &o, &e.h), 0);
+	cr_assert_eq(heap_txn_begin(e.h, true, &e.t), 0);
+	for (int i = 0; i < 2; i++)
+		cr_assert_eq(batch_load_cached(e.t, ids[i], &bs[i]), 0);
+	/* a restart's first answer on a warm file: samples, no request */
+	be64(key, query(0, &wk, &ws));
+	cr_assert_eq(tcur_open_at(e.t, bs, 2, frontier_of(0), key, 8, &c), 0);
+	tcur_close(c);
+	heap_prefetch_stat_get(e.h, &st);
+	cr_assert_geq(st.samples, 2);
+	cr_assert_eq(st.cold_samples, 0);
+	cr_assert_eq(st.issues, 0);
+	cr_assert(!bs[0]->filter_asked && !bs[1]->filter_asked);
+	for (int i = 0; i < 2; i++)
+		batch_free(bs[i]);
+	at_close(&e);
+}
+
 Test(cold_reads, write_txn_and_verify_reads_plan_nothing)
 {
 	at_env e;
