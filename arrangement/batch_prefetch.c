@@ -23,7 +23,6 @@
 #include <string.h>
 
 #include "arrangement/batch_int.h"
-#include "arrangement/cursor.h"
 #include "arrangement/filter.h"
 
 uint32_t bchunk_guess(const batch *b, uint32_t ci, uint32_t nkeys,
