@@ -122,8 +122,10 @@ int heap_prefetch_chunk(heap_prefetch *pf, uint64_t id, const uint64_t *loc,
 	 * header page, which stays in the page cache while the chunk is used */
 	if (loc == NULL || __atomic_load_n(loc, __ATOMIC_RELAXED) == 0)
 		add_clipped(pf, v, vbytes, 0, 1);
-	if (len != 0 && off <= UINT64_MAX - body - len)
-		add_clipped(pf, v, vbytes, body + off, body + off + len);
+	if (len != 0 && body < vbytes && off < vbytes - body) {
+		uint64_t lo = body + off;
+		add_clipped(pf, v, vbytes, lo, len < vbytes - lo ? lo + len : vbytes);
+	}
 	return 0;
 }
 

@@ -59,6 +59,7 @@ Test(heap_prefetch, requests_are_clipped_and_harmless)
 	/* far past the body: clipped to the value */
 	cr_assert_eq(heap_prefetch_chunk(&pf, a, &la, 0, UINT64_MAX / 2), 0);
 	cr_assert_eq(heap_prefetch_chunk(&pf, a, &la, UINT64_MAX - 8, 4096), 0);
+	cr_assert_eq(heap_prefetch_chunk(&pf, a, &la, 8, UINT64_MAX), 0);
 	cr_assert_eq(heap_chunk_open(t, a, HEAP_CHUNK_PAGES, &v), 0);
 	heap_prefetch_view(&pf, &v, v.value + v.value_bytes, 4096);
 	heap_prefetch_view(&pf, &v, v.value + v.value_bytes - 1, 1u << 30);
