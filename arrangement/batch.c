@@ -45,8 +45,10 @@ static bool col_open(bcol *k, const uint8_t *b, uint32_t off, uint32_t room,
 	return true;
 }
 
-/* The header checks on a view whose page 0 (the header) is checked. */
-static int open_view(bchunk *c, const uint8_t *b, size_t body_used)
+/* The header checks on a view whose page 0 (the header) is checked; with
+ * ends, also the first and last entries of key_vals and val_upds (pages
+ * of their own: bchunk_get_head leaves them for the reader's open). */
+static int open_view(bchunk *c, const uint8_t *b, size_t body_used, bool ends)
 {
 	int rc;
 	uint32_t off[9], hdr = BCHUNK_HDR, ok = BCHUNK_KEY_CONT | BCHUNK_VAL_CONT;
@@ -126,6 +128,8 @@ static int open_view(bchunk *c, const uint8_t *b, size_t body_used)
 	c->vb_lo = off[4];
 	c->vb_hi = off[5];
 	c->vu = vucol ? (const uint32_t *)(b + off[5]) : NULL;
+	if (!ends)
+		return 0;
 	if (c->kv && ((rc = heap_chunk_touch(&c->hv, &c->kv[0], 4)) ||
 	              (rc = heap_chunk_touch(&c->hv, &c->kv[nk], 4))))
 		return rc;
@@ -142,7 +146,7 @@ int bchunk_open(const void *body, size_t body_used, bchunk *c)
 {
 	memset(&c->hv, 0, sizeof c->hv);
 	c->hv.all = true; /* the caller's own, checked bytes */
-	return open_view(c, body, body_used);
+	return open_view(c, body, body_used, true);
 }
 
 /* Field i (< n) of a byte column whose offsets are o (NULL: fixed, w
@@ -243,7 +247,17 @@ int bchunk_get_at(heap_txn *t, uint64_t id, uint64_t *loc,
 		return CORRUPT("a batch record names a chunk that is not there"); /* a record names a chunk that is not there */
 	if (rc)
 		return rc;
-	return open_view(out, out->hv.body, out->hv.body_used);
+	return open_view(out, out->hv.body, out->hv.body_used, true);
+}
+
+int bchunk_get_head(heap_txn *t, uint64_t id, uint64_t *loc, bchunk *out)
+{
+	int rc = heap_chunk_open_at(t, id, loc, HEAP_CHUNK_PAGES, &out->hv);
+	if (rc == AH_ENOTFOUND)
+		return CORRUPT("a batch record names a chunk that is not there");
+	if (rc)
+		return rc;
+	return open_view(out, out->hv.body, out->hv.body_used, false);
 }
 
 /* ---------------------------------------------------------- batch record */
@@ -658,7 +672,7 @@ static int check_chunk(check_state *s, heap_txn *t, uint32_t ci,
 	if (rc || (checksums && heap_chunk_verify(t, b->chunk_ids[ci])))
 		return check_fail(s, ci, heap_chunk_verify(t, b->chunk_ids[ci]) ?
 		                  "checksum mismatch" : "bad chunk header");
-	if (open_view(&c, c.hv.body, c.hv.body_used) || c.used != c.hv.body_used)
+	if (open_view(&c, c.hv.body, c.hv.body_used, true) || c.used != c.hv.body_used)
 		return check_fail(s, ci, "bad batch chunk header (B4)");
 	if ((b->rec_flags & BREC_COLS) && c.version != BCHUNK_VERSION_COLS)
 		return check_fail(s, ci, "version-1 chunk in a batch of version-2 chunks");

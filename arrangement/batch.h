@@ -101,6 +101,9 @@ typedef struct batch {
 	/* batch_cache.c: where each chunk was found (heap_chunk_open_at),
 	 * nchunks + 1 words, the filter chunk's last; NULL elsewhere. */
 	uint64_t *chunk_loc;
+	/* batch_prefetch.c: the whole filter chunk was asked for (a cached
+	 * batch only; atomic) */
+	bool filter_asked;
 } batch;
 
 /* Loads batch id.  Errors: AH_ENOTFOUND, AH_ECORRUPT, AH_ENOMEM. */
@@ -141,6 +144,38 @@ bool batch_filter_may_hold(const batch *b, const uint64_t *blocks, uint64_t h);
  * true without a filter, or in a write txn.  Errors: AH_ECORRUPT,
  * heap_chunk_open's. */
 int batch_probe(heap_txn *t, const batch *b, uint64_t h, bool *may);
+/* Adds to pf the page batch_probe(b, h) is going to read (and its filter
+ * chunk's header page), by its place alone: nothing when batch_probe reads
+ * nothing from the map.  Errors: as heap_prefetch_chunk. */
+int batch_probe_want(heap_prefetch *pf, const batch *b, uint64_t h);
+
+/* The read plan of a cold point query (batch_prefetch.c; ARCHITECTURE.md
+ * section 7, "Cold point reads").  Round 1, before the filters are probed: asks
+ * for each batch's filter block and for the header page of the chunk of
+ * each batch that can hold key.  Round 2, before the batches the filters
+ * let through are searched (skip[i]: a batch that is not): reads those
+ * chunks' headers and asks for the pages the search and the key's
+ * columns are expected to read (bchunk_guess), when cold; with sample,
+ * the first such batch's first key page is sampled first
+ * (heap_prefetch_sample), which sets cold; with lazy (the caller's first
+ * query, whose round 1 found its pages cached) a resident sample also
+ * leaves the round unasked.  batches_prefetch_heads returns true when it
+ * found the oldest batch's pages cached and asked for nothing.  Advisory: they fail nothing
+ * (a chunk they cannot find or whose header fails its checks is left to
+ * the seek's own reads, which report it) and change no answer.  They do
+ * nothing in a write txn or under AH_OPEN_VERIFY_READS (whose opens read
+ * every chunk whole). */
+bool batches_prefetch_heads(heap_txn *t, batch *const *batches, size_t n,
+                            const void *key, size_t len);
+void batches_prefetch_keys(heap_txn *t, batch *const *batches, size_t n,
+                           const bool *skip, bool cold, bool sample,
+                           bool lazy, const void *key, size_t len);
+/* After a cold query's rounds: asks once per cached batch for its whole
+ * filter chunk (up to BATCH_FILTER_AHEAD_MAX bytes), so that later
+ * queries find their filter blocks cached, as a table format that reads
+ * its filters at open does.  Advisory, as above. */
+#define BATCH_FILTER_AHEAD_MAX (4u << 20)
+void batches_prefetch_filters(heap_txn *t, batch *const *batches, size_t n);
 /* The first of b's filter blocks (8-byte aligned) whose own check fails
  * (hash 2), or b->filter_blocks: all hold (always, for hash 1). */
 uint64_t batch_filter_first_bad(const batch *b, const uint64_t *blocks);

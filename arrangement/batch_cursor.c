@@ -216,6 +216,66 @@ static int search(bchunk *cv, bool keys, uint32_t lo, uint32_t hi,
 	return 0;
 }
 
+/* key i of the chunk < target?  (bchunk_key's checks and touch.) */
+static int key_below(bchunk *cv, uint32_t i, const void *target, size_t tlen,
+                     bool *below)
+{
+	const uint8_t *p;
+	size_t len;
+	int rc = bchunk_key(cv, i, &p, &len);
+
+	if (rc)
+		return rc;
+	*below = bytes_cmp(p, len, target, tlen) < 0;
+	return 0;
+}
+
+/* search() over the keys of [lo, hi) from a guess g in it (bchunk_guess):
+ * out from g by steps of w, 2w, 4w, ... to the first key on the far side
+ * of target, then a binary search between.  A good guess reads the keys
+ * near it only: a cold seek's key pages are the one or two around g
+ * (batch_prefetch.c asks for them first), not the log2(nkeys) pages a
+ * bisection visits; a bad one costs at most twice the bisection's
+ * comparisons. */
+static int search_from(bchunk *cv, uint32_t lo, uint32_t hi, uint32_t g,
+                       uint32_t w, const void *target, size_t tlen,
+                       uint32_t *at)
+{
+	bool below;
+	int rc;
+
+	if ((rc = key_below(cv, g, target, tlen, &below)))
+		return rc;
+	for (uint64_t s = w; ; s *= 2) {
+		if (below) {
+			lo = g + 1;
+			if (s >= hi - g)
+				break;
+			uint32_t j = g + (uint32_t)s;
+			if ((rc = key_below(cv, j, target, tlen, &below)))
+				return rc;
+			if (!below) {
+				hi = j;
+				break;
+			}
+			g = j;
+		} else {
+			hi = g;
+			if (s > g - lo)
+				break;
+			uint32_t j = g - (uint32_t)s;
+			if ((rc = key_below(cv, j, target, tlen, &below)))
+				return rc;
+			if (below) {
+				lo = j + 1;
+				break;
+			}
+			g = j;
+		}
+	}
+	return search(cv, true, lo, hi, target, tlen, at);
+}
+
 /* The first chunk in [lo, nchunks) whose fence is >= key. */
 static uint32_t fence_search(const batch *b, uint32_t lo, const void *key,
                              size_t len)
@@ -231,15 +291,26 @@ static uint32_t fence_search(const batch *b, uint32_t lo, const void *key,
 	return lo;
 }
 
+uint32_t batch_chunk_for(const batch *b, const void *key, size_t len)
+{
+	uint32_t lo = fence_search(b, 0, key, len);
+
+	return lo ? lo - 1 : 0;
+}
+
 /* Lands on the first key >= key at or after key index start of the loaded
- * chunk c->c, moving to the next chunk if this one has none. */
+ * chunk c->c, moving to the next chunk if this one has none.  In a chunk
+ * just entered (start 0) the search starts from the fences' guess. */
 static int land(batch_cursor *c, uint32_t start, const void *key, size_t len)
 {
 	const batch *b = c->b;
-	uint32_t at;
+	uint32_t at, n = c->cv.nkeys;
+	uint32_t g = start ? UINT32_MAX : bchunk_guess(b, c->c, n, key, len);
 	int rc;
 
-	if ((rc = search(&c->cv, true, start, c->cv.nkeys, key, len, &at)))
+	if ((rc = g < n ? search_from(&c->cv, 0, n, g, bchunk_guess_span(n),
+	                              key, len, &at)
+	                : search(&c->cv, true, start, n, key, len, &at)))
 		return rc;
 	if (at < c->cv.nkeys) {
 		if (at == 0 && (c->cv.flags & BCHUNK_KEY_CONT))
@@ -292,8 +363,7 @@ int bcur_open_at(heap_txn *t, const batch *b, frontier since, const void *key,
 	if (b->nchunks > 0) {
 		/* Only the chunk that can hold key is read: a point query
 		 * touches one chunk per batch, not also each batch's first. */
-		uint32_t lo = fence_search(b, 0, key, len);
-		c->c = lo ? lo - 1 : 0;
+		c->c = batch_chunk_for(b, key, len);
 		rc = load_at(c, c->c, false, &c->cv);
 		if (!rc)
 			rc = land(c, 0, key, len);

@@ -150,6 +150,23 @@ int batch_probe(heap_txn *t, const batch *b, uint64_t h, bool *may)
 	return 0;
 }
 
+int batch_probe_want(heap_prefetch *pf, const batch *b, uint64_t h)
+{
+	uint64_t blk;
+
+	if (b->filter || !b->filter_chunk || !b->filter_blocks)
+		return 0;
+	if (b->filter_hash != BFILT_HASH_CHECKED &&
+	    BFILT_CHUNK_HDR + FILTER_BLOCK * b->filter_blocks >
+	    heap_chunk_max_body(heap_txn_heap(pf->t)))
+		return 0; /* not probed (batch_probe) */
+	blk = filter_block_of(b->filter_blocks, h);
+	return heap_prefetch_chunk(pf, b->filter_chunk,
+	                           b->chunk_loc ? &b->chunk_loc[b->nchunks] : NULL,
+	                           BFILT_CHUNK_HDR + FILTER_BLOCK * blk,
+	                           FILTER_BLOCK);
+}
+
 /* B6 for checked blocks: each block's own check (batch_check, after the
  * whole filter's XXH3): the index of the first that fails, or nblocks. */
 uint64_t batch_filter_first_bad(const batch *b, const uint64_t *blocks)

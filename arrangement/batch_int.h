@@ -240,6 +240,27 @@ int bchunk_get(heap_txn *t, uint64_t id, enum heap_chunk_how how, bchunk *out);
  * none). */
 int bchunk_get_at(heap_txn *t, uint64_t id, uint64_t *loc,
                   enum heap_chunk_how how, bchunk *out);
+/* bchunk_get_at(HEAP_CHUNK_PAGES) that reads and checks the header only,
+ * not the ends of key_vals and val_upds (pages of their own): for a reader
+ * that plans its reads (batch_prefetch.c) and reads no column through
+ * this view.  Errors: as bchunk_get_at. */
+int bchunk_get_head(heap_txn *t, uint64_t id, uint64_t *loc, bchunk *out);
+/* The chunk of b that can hold key (the last whose fence is <= key, or
+ * chunk 0); b has chunks. */
+uint32_t batch_chunk_for(const batch *b, const void *key, size_t len);
+/* Where key is likely to be among the nkeys keys of chunk ci of b, by
+ * interpolation between its fence and the next (the last chunk: the mean
+ * span of the chunks before it) on the keys' 8-byte prefixes; UINT32_MAX
+ * when the fences do not tell (one chunk, equal prefixes).  A guess only:
+ * the search from it (batch_cursor.c) is exact whatever it says. */
+uint32_t bchunk_guess(const batch *b, uint32_t ci, uint32_t nkeys,
+                      const void *key, size_t len);
+/* How far (keys) a guess is expected to be off: about sqrt(nkeys), the
+ * spread of uniform keys around their interpolated place, a power of 2. */
+static inline uint32_t bchunk_guess_span(uint32_t nkeys)
+{
+	return nkeys < 4 ? 1 : 1u << ((32 - __builtin_clz(nkeys)) / 2);
+}
 
 /* Encodes b (id, desc, counts, chunk ids, fences, rec_flags) as its record
  * and puts it.  Errors: AH_ENOMEM, AH_ELIMIT, heap_put's. */

@@ -213,8 +213,25 @@ static int open_cursor(heap_txn *t, batch *const *batches, size_t n,
 	c->t = t;
 	c->batches = batches;
 	c->since = since;
-	if (seek && (rc = defer_excluded(c, batches, n, at, atlen)))
-		goto out;
+	if (seek) {
+		/* a cold seek asks for its pages in two rounds: the filter
+		 * blocks and chunk headers, then what the search and the key's
+		 * columns will read (batch_prefetch.c) */
+		bool sample = false, first = false, cold = heap_txn_rdonly(t) &&
+		                heap_prefetch_due(heap_txn_heap(t), &sample, &first);
+
+		bool cached = cold && batches_prefetch_heads(t, batches, n, at,
+		                                             atlen);
+		if ((rc = defer_excluded(c, batches, n, at, atlen)))
+			goto out;
+		if (cold || sample)
+			batches_prefetch_keys(t, batches, n, c->deferred, cold,
+			                      sample, first && cached, at, atlen);
+		/* after this query's own reads, and not in a handle's first
+		 * query (its answer is the restart's first) */
+		if (cold && !first)
+			batches_prefetch_filters(t, batches, n);
+	}
 	for (size_t i = 0; i < n; i++, c->n++)
 		if (!c->deferred[i] &&
 		    (rc = seek ? bcur_open_at(t, batches[i], since, at, atlen, &c->bc[i])

@@ -129,6 +129,11 @@ static uint64_t body_off(uint32_t n)
 	return (end + 15) / 16 * 16;
 }
 
+uint64_t heap_chunk_body_at(const heap *h, uint64_t value_bytes)
+{
+	return body_off(nblocks_of(h, (value_bytes + VALUE_PAD) / h->psize));
+}
+
 static uint64_t cap_of(const heap *h, uint64_t pages)
 {
 	return pages * h->psize - VALUE_PAD - body_off(nblocks_of(h, pages));
@@ -818,9 +823,7 @@ static void vc_remember(heap_chunk_view *cv)
 	pthread_mutex_unlock(&vc->mu);
 }
 
-/* A location word (heap_chunk_open_at): the chunk's first page number
- * above LOC_BITS bits of its page count; 0 = not known. */
-#define LOC_BITS 24u
+#define LOC_BITS HEAP_LOC_BITS /* the location word: heap_int.h */
 
 /* lookup() through *loc: where a read txn found the chunk before, read
  * without LMDB's get; else the get, remembered in *loc (and the map's

@@ -313,6 +313,70 @@ int heap_chunk_get(heap_txn *t, uint64_t id, const void **body,
  * returns 0 whether or not the kernel acts.  Errors: AH_ENOTFOUND,
  * AH_ECORRUPT (a value too small to be a chunk). */
 int heap_chunk_prefetch(heap_txn *t, uint64_t id);
+/* ------------------------------------------------ batched read-ahead */
+
+/* Cold point reads (heap/prefetch.c, ARCHITECTURE.md section 7, "Cold
+ * point reads"): the map has no read-around (MDB_NORDAHEAD), so each cold page a
+ * seek touches is one 4 KiB read, waited for before the next is known.  A
+ * reader that can name the pages it is about to read collects them here
+ * and asks for them all with one call, so that the device serves them
+ * together.  Advisory only: nothing here reads a chunk byte, checks one
+ * or fails a read; a wrong range costs a wasted read, never an answer. */
+#define HEAP_PREFETCH_MAX 64   /* page ranges one request holds */
+#define HEAP_PREFETCH_EVERY 16 /* a warm handle samples every 16th seek */
+#define HEAP_PREFETCH_WARM_AFTER 8 /* resident samples in a row: warm */
+typedef struct heap_prefetch {
+	heap_txn *t;
+	unsigned n;            /* ranges in lo/hi (more are dropped) */
+	uintptr_t lo[HEAP_PREFETCH_MAX], hi[HEAP_PREFETCH_MAX]; /* pages */
+} heap_prefetch;
+
+/* Starts an empty request for read-only txn t (a write txn's requests
+ * are ignored: its chunks may be in the write buffer, not the map). */
+void heap_prefetch_begin(heap_txn *t, heap_prefetch *pf);
+/* Adds bytes [off, off + len) of chunk id's body (as the chunks this
+ * library writes lay out a value of that size: the exact start is in its
+ * header, which this does not read), and the chunk's first page (its
+ * header) unless *loc is known (this handle opened the chunk, so read its
+ * header), found through the place *loc remembers (heap_chunk_open_at;
+ * NULL or 0: one lookup in LMDB's tree, which reads tree pages only).
+ * The range is clipped to the chunk's value.  Errors: AH_ECORRUPT for a
+ * damaged chunks tree, heap_err's; a missing chunk adds nothing. */
+int heap_prefetch_chunk(heap_prefetch *pf, uint64_t id, const uint64_t *loc,
+                        uint64_t off, uint64_t len);
+/* Adds the pages of [p, p + len) of an opened view's chunk, clipped to its
+ * value (a range outside it adds nothing). */
+void heap_prefetch_view(heap_prefetch *pf, const heap_chunk_view *v,
+                        const void *p, size_t len);
+/* Asks the kernel for every collected page (MADV_WILLNEED, one vectored
+ * process_madvise where the kernel has it, else one madvise per range) and
+ * empties the request.  Returns at once: the reads go on in the
+ * background, and a touch of a page in flight waits only for it. */
+void heap_prefetch_issue(heap_prefetch *pf);
+/* The per-handle decision: every call is one seek.  Returns whether the
+ * handle is in its cold state (the seek should collect and issue its
+ * pages) and sets *sample when the caller is to name one page it is about
+ * to read to heap_prefetch_sample: on every seek of a cold handle, and on
+ * every HEAP_PREFETCH_EVERY-th of a warm one; *first on the handle's
+ * first seek.  A fresh handle is cold. */
+bool heap_prefetch_due(heap *h, bool *sample, bool *first);
+/* Samples p's page with mincore(2): not in the page cache makes the
+ * handle cold; HEAP_PREFETCH_WARM_AFTER resident samples in a row make it
+ * warm.  Returns the new state (true: cold) and, when resident is not
+ * NULL, whether p's page was in the cache.  A p in no mapping, or any
+ * other mincore error, counts as resident. */
+bool heap_prefetch_sample(heap *h, const void *p, bool *resident);
+/* What the decision did (counters since the open; relaxed atomics). */
+typedef struct heap_prefetch_stat {
+	uint64_t seeks;        /* heap_prefetch_due calls */
+	uint64_t samples;      /* heap_prefetch_sample calls */
+	uint64_t cold_samples; /* of them, pages not resident */
+	uint64_t issues;       /* heap_prefetch_issue calls with pages */
+	uint64_t pages;        /* pages those asked for */
+	bool cold;             /* the state now */
+} heap_prefetch_stat;
+void heap_prefetch_stat_get(const heap *h, heap_prefetch_stat *st);
+
 /* Recomputes every checksum of the chunk: the whole chunk's XXH3 (header
  * and tail included) and, in version 2, each page's.
  * Errors: AH_ECORRUPT, AH_ENOTFOUND. */

@@ -58,6 +58,10 @@ struct heap {
 	                        * (HEAP_TREE_BIT); atomic */
 	pthread_t writer;      /* thread of the open write txn */
 	struct heap *reg_next; /* process-wide registry of open files */
+	/* prefetch.c: the cold-read decision and its counters (atomics) */
+	uint64_t pf_seeks, pf_samples, pf_cold_samples, pf_issues, pf_pages;
+	uint32_t pf_warm_run;  /* resident samples in a row while cold */
+	bool pf_warm;          /* false: cold (a fresh handle is) */
 };
 
 struct heap_txn {
@@ -196,6 +200,13 @@ extern const uint32_t heap_class_pages[HEAP_NCLASSES];
  * NULL; fills *ci (may be NULL) from the header as stored. */
 const char *heap_chunk_problem(const heap *h, uint64_t id, const MDB_val *v,
                                bool checksums, heap_chunk_info *ci);
+/* A location word (heap_chunk_open_at): the chunk's first page number
+ * above HEAP_LOC_BITS bits of its page count; 0 = not known. */
+#define HEAP_LOC_BITS 24u
+/* Where the body of a chunk this library writes with a value of
+ * value_bytes starts in the value (the header of one it read may say
+ * otherwise: format 1, or blocks of a page). */
+uint64_t heap_chunk_body_at(const heap *h, uint64_t value_bytes);
 /* Frees the verified cache (heap_close). */
 void heap_vcache_free(heap *h);
 
