@@ -198,6 +198,18 @@ static inline size_t tl_resident(const char *path, uint64_t off, size_t len)
 	return n;
 }
 
+/* tl_resident, polled every 10 ms for up to 10 s until there are want
+ * pages (a prefetch completes in the background); the last count. */
+static inline size_t tl_wait_resident(const char *path, uint64_t off,
+                                      size_t len, size_t want)
+{
+	size_t n = 0;
+
+	for (int i = 0; i < 1000 && (n = tl_resident(path, off, len)) < want; i++)
+		usleep(10000);
+	return n;
+}
+
 /* Drops the file from the page cache (it must not be mapped). */
 static inline void tl_evict(const char *path)
 {

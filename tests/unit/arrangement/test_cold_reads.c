@@ -157,18 +157,6 @@ Test(cold_reads, evicted_then_warm_answers_exactly_and_decides)
 	at_close(&e);
 }
 
-/* Pages of the file at path in [off, off + len) that are cached, polled
- * for up to 10 s until there are want (a prefetch completes in the
- * background). */
-static size_t wait_resident(const char *path, uint64_t off, size_t len,
-                            size_t want)
-{
-	size_t n = 0;
-	for (int i = 0; i < 1000 && (n = tl_resident(path, off, len)) < want; i++)
-		usleep(10000);
-	return n;
-}
-
 Test(cold_reads, whole_filters_are_asked_for_after_the_first_query)
 {
 	at_env e;
@@ -208,7 +196,7 @@ Test(cold_reads, whole_filters_are_asked_for_after_the_first_query)
 	                        BFILT_CHUNK_HDR + 64 * bs[0]->filter_blocks +
 	                        4095) / 4096);
 	cr_assert_geq(used, 16);
-	cr_assert_geq(wait_resident(path, off, len, used), used);
+	cr_assert_geq(tl_wait_resident(path, off, len, used), used);
 	/* and the one after, B's */
 	be64(key, query(2, &wk, &ws));
 	cr_assert_eq(tcur_open_at(e.t, bs, 2, frontier_of(0), key, 8, &c), 0);

@@ -36,15 +36,6 @@ static void chunk_span(heap_txn *t, const batch *b, uint32_t ci, uint64_t *off,
 	*len = (size_t)info.class_pages * 4096;
 }
 
-static size_t wait_resident(const char *path, uint64_t off, size_t len,
-                            size_t want)
-{
-	size_t n = 0;
-	for (int i = 0; i < 1000 && (n = tl_resident(path, off, len)) < want; i++)
-		usleep(10000);
-	return n;
-}
-
 Test(cursor_prefetch, seek_reads_one_chunk_scan_prefetches_two)
 {
 	at_env e;
@@ -94,8 +85,8 @@ Test(cursor_prefetch, seek_reads_one_chunk_scan_prefetches_two)
 	/* a walk from the start: chunks 0 and 1 whole, chunk 2 untouched */
 	cr_assert_eq(bcur_open(e.t, b, frontier_of(0), &c), 0);
 	bcur_close(c);
-	cr_assert_eq(wait_resident(path, off[0], len[0], 256), 256);
-	cr_assert_eq(wait_resident(path, off[1], len[1], 256), 256);
+	cr_assert_eq(tl_wait_resident(path, off[0], len[0], 256), 256);
+	cr_assert_eq(tl_wait_resident(path, off[1], len[1], 256), 256);
 	cr_assert_eq(tl_resident(path, off[2], len[2]), 0);
 	batch_free(b);
 	at_close(&e);
