@@ -124,7 +124,7 @@ int heap_stat(heap *h, ah_heap_stat *st)
 	if ((rc = heap_check_pid(h)) != 0)
 		return rc;
 	memset(st, 0, sizeof *st);
-	st->format_version = h->format;
+	st->format_version = heap_format_of(h);
 	st->page_size = h->psize;
 	memcpy(st->uuid, h->uuid, sizeof st->uuid);
 	TRY(heap_err(HEAP_MDB(mdb_reader_check(h->env, NULL))));

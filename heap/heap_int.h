@@ -43,7 +43,9 @@ struct heap {
 	const uint8_t *map_base;
 	uint64_t reserved_to;  /* bytes [0, reserved_to) fallocated (space.c) */
 	uint8_t uuid[16];
-	uint32_t format;       /* format version of the file (1, 2 or 3) */
+	uint32_t format;       /* format version of the file: set at open, then
+	                        * only raised, by a commit (heap_format_raise);
+	                        * read it with heap_format_of (threads) */
 	pool *pool;
 	struct heap_vcache *vcache; /* pages checked by seeks (chunk.c) */
 	void *aux;             /* the layer above's per-handle cache (heap_aux) */
@@ -209,5 +211,25 @@ const char *heap_chunk_problem(const heap *h, uint64_t id, const MDB_val *v,
 uint64_t heap_chunk_body_at(const heap *h, uint64_t value_bytes);
 /* Frees the verified cache (heap_close). */
 void heap_vcache_free(heap *h);
+
+/* The handle's file format, read by any thread while a writer's commit
+ * may raise it. */
+static inline uint32_t heap_format_of(const heap *h)
+{
+	return __atomic_load_n(&h->format, __ATOMIC_ACQUIRE);
+}
+
+/* Raises the handle's format to ver if it is lower (writer threads of one
+ * handle commit one after another, but readers and stat read it
+ * meanwhile). */
+static inline void heap_format_raise(heap *h, uint32_t ver)
+{
+	uint32_t cur = heap_format_of(h);
+
+	while (cur < ver && !__atomic_compare_exchange_n(&h->format, &cur, ver,
+	                                                 false, __ATOMIC_ACQ_REL,
+	                                                 __ATOMIC_ACQUIRE))
+		;
+}
 
 #endif /* HEAP_HEAP_INT_H */

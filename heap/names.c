@@ -79,7 +79,7 @@ static int load(heap_txn *t)
 	if (t->names_loaded)
 		return 0;
 	rc = HEAP_MDB(mdb_get(t->txn, t->h->dbi[HEAP_DBI_META], &k, &v));
-	if (rc == MDB_NOTFOUND && t->h->format < 2) {
+	if (rc == MDB_NOTFOUND && heap_format_of(t->h) < 2) {
 		t->names_loaded = true;
 		return 0;
 	}

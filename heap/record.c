@@ -61,7 +61,7 @@ int heap_record_unframe(const heap *h, int tb, const void *key, size_t klen,
 		*vlen -= HEAP_RECORD_FRAME;
 		return 0;
 	}
-	if (h->format < 2 && tb != HEAP_T_HOLD)
+	if (heap_format_of(h) < 2 && tb != HEAP_T_HOLD)
 		return 0; /* a raw version-1 value (holds are never raw) */
 	return CORRUPT("record checksum (value or key damaged)");
 }

@@ -179,8 +179,8 @@ int heap_txn_commit(heap_txn *t)
 		mdb_txn_abort(t->txn);
 	} else {
 		rc = heap_err(heap_fault_commit(t->txn));
-		if (rc == 0 && t->format_mark > t->h->format)
-			t->h->format = t->format_mark; /* heap_format_mark */
+		if (rc == 0)
+			heap_format_raise(t->h, t->format_mark); /* heap_format_mark */
 	}
 	release(t);
 	return rc;
