@@ -126,6 +126,33 @@ out:
 	return hash;
 }
 
+/* Reads every data segment of the file at path (SEEK_DATA / SEEK_HOLE, a
+ * 1 MiB buffer), so its written pages are in the page cache; a heap file
+ * is as long as its map (sparse), so reading it whole is not an option. */
+static inline void tl_file_warm(const char *path)
+{
+	int fd = open(path, O_RDONLY);
+	size_t cap = 1u << 20;
+	uint8_t *buf = malloc(cap);
+	off_t off = 0, d, h;
+
+	cr_assert(fd >= 0 && buf != NULL, "open %s", path);
+	while ((d = lseek(fd, off, SEEK_DATA)) >= 0) {
+		h = lseek(fd, d, SEEK_HOLE);
+		cr_assert_geq(h, d);
+		for (off_t p = d; p < h;) {
+			size_t n = (size_t)(h - p) < cap ? (size_t)(h - p) : cap;
+			ssize_t got = pread(fd, buf, n, p);
+
+			cr_assert_gt(got, 0);
+			p += got;
+		}
+		off = h;
+	}
+	free(buf);
+	close(fd);
+}
+
 typedef struct tl_print {
 	uint64_t size;
 	uint64_t hash;
