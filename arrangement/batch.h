@@ -244,6 +244,17 @@ int batch_writer_push(batch_writer *w, const void *key, size_t klen,
 int batch_writer_push_run(batch_writer *w, const void *key, size_t klen,
                           const void *val, size_t vlen, bool same_key,
                           const time_diff *td, size_t n);
+/* batch_writer_push_run of one pair (time, diff), for a caller that
+ * holds the key's and val's bytes_prefix8 (kp, vp: order.h; a merge's
+ * cursors keep them): the order check settles on them, and the common
+ * case (the pair fits the staged chunk and no column changes form) stages
+ * without the run's loops.  Same result and errors as
+ * batch_writer_push_run(w, key, klen, val, vlen, same_key, {time, diff},
+ * 1); kp and vp must be the prefixes of key and val (not checked). */
+int batch_writer_push_one(batch_writer *w, const void *key, size_t klen,
+                          uint64_t kp, const void *val, size_t vlen,
+                          uint64_t vp, bool same_key, uint64_t time,
+                          int64_t diff);
 /* Flushes, writes the batch record with Description d and frees the
  * writer.  *id = 0 and nothing written when no update was pushed (any
  * chunks of an adopted partial batch are freed).  */

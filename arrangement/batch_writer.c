@@ -256,8 +256,8 @@ static inline int upd_room(batch_writer *w, size_t n)
 
 /* Appends one update to the update columns (room made by upd_room); ti,
  * di: the dictionary entries of its time and diff when known, else -1. */
-static inline void upd_put_ix(batch_writer *w, uint64_t time, int64_t diff,
-                              int ti, int di)
+static inline __attribute__((always_inline)) void
+upd_put_ix(batch_writer *w, uint64_t time, int64_t diff, int ti, int di)
 {
 	put_u64(w->tm.p + w->tm.len, time);
 	put_u64(w->df.p + w->df.len, (uint64_t)diff);
@@ -551,5 +551,134 @@ int batch_writer_push_run(batch_writer *w, const void *key, size_t klen,
 	w->keys += newkey;
 	w->vals++;
 	w->have_last = true;
+	return 0;
+}
+
+/* Grows the per-item staging columns to room for 256 more updates past
+ * nu and records the bound in ulim (ulim's invariant: batch_writer_int.h). */
+static int item_room(batch_writer *w)
+{
+	size_t n = (size_t)w->nu + 256;
+	buf *u32s[] = { &w->ko, &w->kv, &w->vo, &w->vu };
+	buf *u64s[] = { &w->tm, &w->df };
+	buf *u8s[] = { &w->ti, &w->di };
+	size_t lim = SIZE_MAX;
+	int rc;
+
+	if (n > UINT32_MAX)
+		return AH_ELIMIT;
+	for (size_t i = 0; i < 4; i++) {
+		if ((rc = bw_grow(w->pool, u32s[i], 4 * (n + 1) - u32s[i]->len)))
+			return rc;
+		if (u32s[i]->cap / 4 - 1 < lim)
+			lim = u32s[i]->cap / 4 - 1;
+	}
+	for (size_t i = 0; i < 2; i++) {
+		if ((rc = bw_grow(w->pool, u64s[i], 8 * n - u64s[i]->len)) ||
+		    (rc = bw_grow(w->pool, u8s[i], n - u8s[i]->len)))
+			return rc;
+		if (u64s[i]->cap / 8 < lim)
+			lim = u64s[i]->cap / 8;
+		if (u8s[i]->cap < lim)
+			lim = u8s[i]->cap;
+	}
+	w->ulim = lim > UINT32_MAX ? UINT32_MAX : (uint32_t)lim;
+	return 0;
+}
+
+/* put of a key or val: 8 bytes (a fixed-width u64 field, the common
+ * case) as one move, not a memcpy call. */
+static inline int put_field(pool *p, buf *b, const void *src, size_t n)
+{
+	int rc;
+
+	if (n != 8)
+		return put(p, b, src, n);
+	if (b->len + 8 > b->cap && (rc = bw_grow(p, b, 8)))
+		return rc;
+	memcpy(b->p + b->len, src, 8);
+	b->len += 8;
+	return 0;
+}
+
+/* The order of (key, val) after the last one staged, from the prefixes
+ * first (run_order with the caller's prefixes); *kc as there. */
+static inline int one_order(const batch_writer *w, const void *key,
+                            size_t klen, uint64_t kp, const void *val,
+                            size_t vlen, uint64_t vp, bool same_key, int *kc)
+{
+	const void *lk, *lv;
+	size_t lkl, lvl;
+
+	*kc = 0;
+	if (!same_key) {
+		if (kp != w->lkp)
+			return *kc = kp > w->lkp ? 1 : -1;
+		(void)batch_writer_last(w, &lk, &lkl, &lv, &lvl);
+		if ((*kc = bytes_cmp_rest(key, klen, lk, lkl)) != 0)
+			return *kc;
+	}
+	if (vp != w->lvp)
+		return vp > w->lvp ? 1 : -1;
+	(void)batch_writer_last(w, &lk, &lkl, &lv, &lvl);
+	return bytes_cmp_rest(val, vlen, lv, lvl);
+}
+
+int batch_writer_push_one(batch_writer *w, const void *key, size_t klen,
+                          uint64_t kp, const void *val, size_t vlen,
+                          uint64_t vp, bool same_key, uint64_t time,
+                          int64_t diff)
+{
+	time_diff td = { time, diff };
+	int rc, kc;
+
+	if (!w || diff == 0 || (klen && !key) || (vlen && !val) ||
+	    !w->have_last || w->nu == 0)
+		return batch_writer_push_run(w, key, klen, val, vlen, same_key,
+		                             &td, 1);
+	if (one_order(w, key, klen, kp, val, vlen, vp, same_key, &kc) <= 0)
+		return AH_EINVAL;
+	bool newkey = kc != 0;
+	int ti = w->td.over ? 0 : dict_find(&w->td, time);
+	int di = w->dd.over ? 0 : dict_find(&w->dd, (uint64_t)diff);
+	uint64_t g;
+
+	/* Anything else (a new dictionary entry, a column changing form, the
+	 * chunk full): the run's path, which is exact there. */
+	if (ti < 0 || di < 0 ||
+	    !grow_bound(w, newkey, klen, vlen, 1, true, true, &g) ||
+	    w->size_ub + g > w->max_body)
+		return batch_writer_push_run(w, key, klen, val, vlen, !newkey,
+		                             &td, 1);
+	if (w->nu >= w->ulim && (rc = item_room(w)))
+		return rc;
+	if (newkey) {
+		if ((rc = put_field(w->pool, &w->kb, key, klen)))
+			return rc;
+		put_u32(w->ko.p + w->ko.len, (uint32_t)w->kb.len);
+		w->ko.len += 4;
+		put_u32(w->kv.p + w->kv.len, w->nv);
+		w->kv.len += 4;
+		w->nk++;
+		w->lkp = kp;
+		if ((rc = hash_key(w, key, klen)))
+			return rc;
+	}
+	if ((rc = put_field(w->pool, &w->vb, val, vlen)))
+		return rc;
+	put_u32(w->vo.p + w->vo.len, (uint32_t)w->vb.len);
+	w->vo.len += 4;
+	put_u32(w->vu.p + w->vu.len, w->nu);
+	w->vu.len += 4;
+	w->nv++;
+	w->lvp = vp;
+	put_u32(w->kv.p + 4 * w->nk, w->nv);
+	upd_put_ix(w, time, diff, w->td.over ? -1 : ti, w->dd.over ? -1 : di);
+	w->nu++;
+	put_u32(w->vu.p + 4 * w->nv, w->nu);
+	w->size_ub += g;
+	w->updates++;
+	w->keys += newkey;
+	w->vals++;
 	return 0;
 }

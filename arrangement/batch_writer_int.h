@@ -108,6 +108,11 @@ struct batch_writer {
 	bool format_marked;
 	bool have_last;
 	uint64_t lkp, lvp;    /* bytes_prefix8 of the last key and val staged */
+	/* The per-item staging columns (ko kv vo vu tm df ti di) have room
+	 * for the staged chunk to reach ulim updates (and so ulim keys and
+	 * vals: nk <= nv <= nu); buffers only grow, so a stale ulim is still
+	 * a safe bound (batch_writer_push_one; 0: not computed). */
+	uint32_t ulim;
 	/* batch so far */
 	buf ids, fences, fence_offs; /* u64, bytes, u32 (nchunks + 1) */
 	uint64_t updates, keys, vals, bytes, chunk_bytes;

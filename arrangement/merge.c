@@ -94,7 +94,7 @@ static void pq_sift_down(hent *h, size_t n, size_t i)
 }
 
 /* Input i's current (key, val) with the prefixes its cursor keeps. */
-static void load_ent(batch_cursor *c, size_t i, hent *x)
+static inline void load_ent(batch_cursor *c, size_t i, hent *x)
 {
 	x->r.k = c->key;
 	x->r.kl = c->klen;
@@ -105,15 +105,9 @@ static void load_ent(batch_cursor *c, size_t i, hent *x)
 	x->idx = i;
 }
 
-/* Adds input i (on a valid val) to the heap (two inputs: to two[]). */
-static void pq_push(merger *m, size_t i)
+/* Adds input i (on a valid val) to the heap (n > 2). */
+static void pq_push_heap(merger *m, size_t i)
 {
-	if (m->n == 2) {
-		load_ent(m->cur[i], i, &m->two[i]);
-		m->live[i] = true;
-		m->hn += 1;
-		return;
-	}
 	hent x;
 	size_t j = m->hn++;
 
@@ -123,6 +117,19 @@ static void pq_push(merger *m, size_t i)
 		j = (j - 1) / 2;
 	}
 	m->hp[j] = x;
+}
+
+/* Adds input i (on a valid val) to the heap (two inputs: to two[],
+ * inline: a merge does it once per (key, val) read). */
+static inline void pq_push(merger *m, size_t i)
+{
+	if (m->n == 2) {
+		load_ent(m->cur[i], i, &m->two[i]);
+		m->live[i] = true;
+		m->hn += 1;
+		return;
+	}
+	pq_push_heap(m, i);
 }
 
 static hent pq_pop(merger *m)
@@ -289,7 +296,8 @@ uint64_t merger_image_bytes(const merger *m)
 /* Takes the smallest current (key, val) off the heap with every input on
  * it: fills m->hits, returns their count (0 when all are exhausted). */
 static size_t next_group(merger *m, const void **k, size_t *kl,
-                         const void **v, size_t *vl)
+                         const void **v, size_t *vl, uint64_t *kp,
+                         uint64_t *vp)
 {
 	hent min;
 	size_t nh = 0;
@@ -310,6 +318,7 @@ static size_t next_group(merger *m, const void **k, size_t *kl,
 		}
 		m->hn -= nh;
 		*k = e->r.k, *kl = e->r.kl, *v = e->r.v, *vl = e->r.vl;
+		*kp = e->r.kp, *vp = e->r.vp;
 		return nh;
 	}
 	min = pq_pop(m);
@@ -317,6 +326,7 @@ static size_t next_group(merger *m, const void **k, size_t *kl,
 	while (m->hn && hent_cmp(&m->hp[0], &min) == 0)
 		m->hits[nh++] = pq_pop(m).idx;
 	*k = min.r.k, *kl = min.r.kl, *v = min.r.v, *vl = min.r.vl;
+	*kp = min.r.kp, *vp = min.r.vp;
 	return nh;
 }
 
@@ -521,21 +531,66 @@ static int group_pairs(merger *m, size_t nh, size_t *np, uint64_t *units)
 	return consolidate(m, np);
 }
 
+/* The one pair of input c's current val, advanced by since, into
+ * m->pairs[0], when it lies inline (a chunk checked whole, not its last
+ * val, one update: most vals of a merge): 1; 0 when not (group_pairs
+ * reads it); AH_ECORRUPT.  The same checks as bcur_times_next's. */
+static inline int one_pair(merger *m, const batch_cursor *c)
+{
+	const bchunk *v = &c->cv;
+	uint32_t lo, hi;
+	atime t;
+	int64_t d;
+
+	if (!v->hv.all || !bcur_val_valid(c) || c->vi + 1 >= v->nvals ||
+	    m->pairs_cap == 0)
+		return 0;
+	bchunk_range(v->vu, c->vi, &lo, &hi);
+	if (lo >= hi || hi > v->nupds)
+		return CORRUPT("batch chunk val_upds");
+	if (hi - lo != 1)
+		return 0;
+	if (!bchunk_upd(v, lo, &t, &d))
+		return CORRUPT("batch chunk dictionary index");
+	m->pairs[0].time = time_advance_by(t, m->since);
+	m->pairs[0].diff = d;
+	return 1;
+}
+
 /* Consumes one (key, val) group; *units = pairs read. */
 static int merge_group(merger *m, uint64_t *units)
 {
 	const void *k = NULL, *v = NULL;
 	size_t kl = 0, vl = 0, np = 0;
+	uint64_t kp = 0, vp = 0;
 	int rc = 0;
-	size_t nh = next_group(m, &k, &kl, &v, &vl);
+	size_t nh = next_group(m, &k, &kl, &v, &vl, &kp, &vp);
 
 	if (nh == 0) {
 		m->done = true;
 		return 0;
 	}
-	if ((rc = group_pairs(m, nh, &np, units)))
+	if (nh == 1 && (rc = one_pair(m, m->cur[m->hits[0]])) != 0) {
+		if (rc < 0)
+			return rc;
+		*units = 1;
+		np = m->pairs[0].diff != 0;
+	} else if ((rc = group_pairs(m, nh, &np, units))) {
 		return rc;
-	if (np != 0) {
+	}
+	if (np == 1) {
+		/* The key of the last run written when it is the same pointer
+		 * (vals of one key in one chunk); else the writer compares, on
+		 * the prefixes first. */
+		bool same = m->wkey == k && m->wklen == kl && k != NULL;
+
+		if ((rc = batch_writer_push_one(m->w, k, kl, kp, v, vl, vp, same,
+		                                m->pairs[0].time,
+		                                m->pairs[0].diff)))
+			return rc;
+		m->wkey = k;
+		m->wklen = kl;
+	} else if (np != 0) {
 		/* The key of the last run written: the same pointer (vals of one
 		 * key in one chunk) or the same bytes. */
 		bool same = m->wkey != NULL && m->wklen == kl &&
