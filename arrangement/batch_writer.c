@@ -586,18 +586,19 @@ static int item_room(batch_writer *w)
 	return 0;
 }
 
-/* put of a key or val: 8 bytes (a fixed-width u64 field, the common
- * case) as one move, not a memcpy call. */
+/* put of a key or val: 8 to 16 bytes (the common fields: a u64, two)
+ * as two 8-byte moves that may overlap, not a memcpy call. */
 static inline int put_field(pool *p, buf *b, const void *src, size_t n)
 {
 	int rc;
 
-	if (n != 8)
+	if (n < 8 || n > 16)
 		return put(p, b, src, n);
-	if (b->len + 8 > b->cap && (rc = bw_grow(p, b, 8)))
+	if (b->len + n > b->cap && (rc = bw_grow(p, b, n)))
 		return rc;
 	memcpy(b->p + b->len, src, 8);
-	b->len += 8;
+	memcpy(b->p + b->len + n - 8, (const uint8_t *)src + n - 8, 8);
+	b->len += n;
 	return 0;
 }
 
