@@ -47,6 +47,7 @@ struct merger {
 	size_t *hits;          /* n: inputs holding the current group */
 	hent *hp;              /* n: min-heap of the inputs not exhausted */
 	size_t hn;
+	bool held;             /* the group's one input is still hp[0] */
 	hent two[2];           /* n == 2: the inputs' current (key, val), no heap */
 	bool live[2];
 	batch_writer *w;       /* NULL once suspended or finished */
@@ -139,6 +140,21 @@ static hent pq_pop(merger *m)
 	if (m->hn)
 		pq_sift_down(m->hp, m->hn, 0);
 	return top;
+}
+
+/* The held top (next_group) after its input i moved: its next (key, val)
+ * in its place, or off the heap when the input is exhausted. */
+static void requeue_top(merger *m, size_t i)
+{
+	batch_cursor *c = m->cur[i];
+
+	m->held = false;
+	if (bcur_key_valid(c)) {
+		load_ent(c, i, &m->hp[0]);
+		pq_sift_down(m->hp, m->hn, 0);
+	} else {
+		(void)pq_pop(m);
+	}
 }
 
 /* M1: a key with no val left (end of its vals) moves to the next key. */
@@ -320,6 +336,19 @@ static size_t next_group(merger *m, const void **k, size_t *kl,
 		*k = e->r.k, *kl = e->r.kl, *v = e->r.v, *vl = e->r.vl;
 		*kp = e->r.kp, *vp = e->r.vp;
 		return nh;
+	}
+	/* The top alone holds the smallest (key, val) unless a child of the
+	 * root equals it (an equal entry's parents are all equal): then it
+	 * stays on the heap, and its input's next (key, val) replaces it
+	 * (one sift down, not a pop and a push: requeue_top). */
+	if ((m->hn < 2 || hent_cmp(&m->hp[1], &m->hp[0]) != 0) &&
+	    (m->hn < 3 || hent_cmp(&m->hp[2], &m->hp[0]) != 0)) {
+		min = m->hp[0];
+		m->held = true;
+		m->hits[0] = min.idx;
+		*k = min.r.k, *kl = min.r.kl, *v = min.r.v, *vl = min.r.vl;
+		*kp = min.r.kp, *vp = min.r.vp;
+		return 1;
 	}
 	min = pq_pop(m);
 	m->hits[nh++] = min.idx;
@@ -610,7 +639,9 @@ static int merge_group(merger *m, uint64_t *units)
 		rc = bcur_next_val(c);
 		if (rc == 0 && !c->vvalid)
 			rc = settle(c);
-		if (rc == 0 && bcur_key_valid(c))
+		if (rc == 0 && m->held)
+			requeue_top(m, m->hits[h]);
+		else if (rc == 0 && bcur_key_valid(c))
 			pq_push(m, m->hits[h]);
 	}
 	return rc;
