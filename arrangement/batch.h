@@ -1,6 +1,6 @@
 /*
  * arrangement/batch.h - immutable batches: record, chunk format, writer and
- * single-batch cursor.  Contract of batch.c / batch_writer*.c /
+ * single-batch cursor.  Contract of batch*.c / batch_writer*.c /
  * batch_cursor.c to the rest of arrangement/ and to txn/.
  *
  * A batch is a sorted, consolidated run of updates (key, val, time, diff)

@@ -233,7 +233,7 @@ int heap_set_uuid(heap_txn *t, const uint8_t uuid[16]);
  * this view has checked.  Plain data: it may be copied (a copy keeps what
  * the original had checked).  Valid until the txn ends. */
 typedef struct heap_chunk_view {
-	heap *h;               /* for the verified cache (chunk.c) */
+	heap *h;               /* for the verified cache (chunk_read.c) */
 	uint64_t id, xxh3;
 	const uint8_t *value;  /* the LMDB value (its first byte) */
 	const uint8_t *body;   /* 16-byte aligned */

@@ -38,8 +38,8 @@ struct heap {
 	uint64_t max_bytes;    /* configured limit, 0 = the filesystem's size */
 	uint64_t map_bytes;    /* current LMDB map size */
 	/* The map's first byte, learnt from the first chunk lookup after the
-	 * map was made (chunk.c, heap_chunk_open_at); NULL again whenever it
-	 * is remapped (always with no txn of this handle open). */
+	 * map was made (chunk_read.c, heap_chunk_open_at); NULL again
+	 * whenever it is remapped (always with no txn of this handle open). */
 	const uint8_t *map_base;
 	uint64_t reserved_to;  /* bytes [0, reserved_to) fallocated (space.c) */
 	uint8_t uuid[16];
@@ -47,12 +47,13 @@ struct heap {
 	                        * only raised, by a commit (heap_format_raise);
 	                        * read it with heap_format_of (threads) */
 	pool *pool;
-	struct heap_vcache *vcache; /* pages checked by seeks (chunk.c) */
+	struct heap_vcache *vcache; /* pages checked by seeks (chunk_read.c) */
 	void *aux;             /* the layer above's per-handle cache (heap_aux) */
 	void (*aux_free)(void *);
-	uint8_t *wbuf;         /* chunk.c: a regular chunk's value assembled
-	                        * before one pwrite (writer only; page-aligned,
-	                        * the value at +16 as in the map), or NULL */
+	uint8_t *wbuf;         /* chunk_write.c: a regular chunk's value
+	                        * assembled before one pwrite (writer only;
+	                        * page-aligned, the value at +16 as in the
+	                        * map), or NULL */
 	pthread_mutex_t mu;    /* guards ntxn and the writer fields */
 	unsigned ntxn;         /* open txns (heap_close refuses while > 0) */
 	bool writer_active;
@@ -78,8 +79,8 @@ struct heap_txn {
 	uint64_t names[4];
 	uint32_t format_mark;  /* format.c: the file format t made (or saw) */
 	uint64_t bound_pages;  /* pages this write txn may touch (space.c) */
-	/* chunk.c: the reserved chunk being assembled in h->wbuf (0: none),
-	 * its value's size and its offset in the file. */
+	/* chunk_write.c: the reserved chunk being assembled in h->wbuf (0:
+	 * none), its value's size and its offset in the file. */
 	uint64_t wb_id;
 	size_t wb_size;
 	uint64_t wb_off;

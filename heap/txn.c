@@ -83,7 +83,7 @@ static int adopt_map(heap *h)
 	pthread_mutex_lock(&h->mu);
 	if (h->ntxn == 1) {
 		rc = heap_err(mdb_env_set_mapsize(h->env, 0));
-		/* remapped: chunk.c learns the new base again */
+		/* remapped: chunk_read.c learns the new base again */
 		__atomic_store_n(&h->map_base, NULL, __ATOMIC_RELEASE);
 		if (rc == 0)
 			rc = heap_err(mdb_env_info(h->env, &info));

@@ -402,7 +402,8 @@ Test(heap_basic, verified_cache_follows_id_reuse)
 	cr_assert_eq(id, 1, "the newest id is handed out again");
 	ht_fill(body, 60000, SEED + 1, id);
 	cr_assert_eq(heap_chunk_seal(t, id, body, 60000), 0);
-	/* body may be a write buffer (chunk.c): damage the stored chunk */
+	/* body may be a write buffer (chunk_write.c): damage the stored
+	 * chunk */
 	cr_assert_eq(heap_chunk_open(t, id, HEAP_CHUNK_PAGES, &v), 0);
 	((uint8_t *)v.body)[9000] ^= 0x20; /* test-only write through the map */
 	cr_assert_eq(heap_txn_commit(t), 0);
