@@ -2,7 +2,7 @@
  * arrangement/batch_cursor.c - a cursor over one batch, in place in the map.
  *
  * The position is (chunk c, key ki, val vi) inside checked chunk views
- * (bchunk, batch.c): keys and vals are pointers straight into the map, no
+ * (bchunk, batch_chunk.c): keys and vals are pointers straight into the map, no
  * decode, no copy.  A key continued over several chunks (KEY_CONT) appears
  * once: stepping vals walks into the continuation chunks, skipping the
  * repeated first val of a VAL_CONT chunk; stepping keys skips them.  The
