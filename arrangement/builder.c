@@ -200,9 +200,12 @@ static int push_kv(batch_writer *w, const entry *g, size_t m, bool same_key,
 	bool single = false;
 	int rc;
 
-	if (m == 1) { /* the common case: nothing to sum */
-		td[0] = (time_diff){ g->time, g->diff };
-		nt = g->diff != 0;
+	if (m == 1) { /* the common case: nothing to sum, one pair */
+		*pushed = g->diff != 0;
+		return *pushed ? batch_writer_push_one(w, g->key, g->klen, g->pfx,
+		                                       g->key + g->klen, g->vlen,
+		                                       g->vpfx, same_key, g->time,
+		                                       g->diff) : 0;
 	}
 	for (size_t a = 0, c; m > 1 && a < m; a = c) {
 		diff_sum s = 0;
