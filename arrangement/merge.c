@@ -309,6 +309,14 @@ uint64_t merger_image_bytes(const merger *m)
 	return m ? batch_writer_image_bytes(m->w) : 0;
 }
 
+/* Whether heap entry i (a child of the root) exists and equals the top:
+ * on the key prefixes first. */
+static inline bool ties_top(const merger *m, size_t i)
+{
+	return i < m->hn && m->hp[i].r.kp == m->hp[0].r.kp &&
+	       hent_cmp(&m->hp[i], &m->hp[0]) == 0;
+}
+
 /* Takes the smallest current (key, val) off the heap with every input on
  * it: fills m->hits, returns their count (0 when all are exhausted). */
 static size_t next_group(merger *m, const void **k, size_t *kl,
@@ -341,8 +349,7 @@ static size_t next_group(merger *m, const void **k, size_t *kl,
 	 * root equals it (an equal entry's parents are all equal): then it
 	 * stays on the heap, and its input's next (key, val) replaces it
 	 * (one sift down, not a pop and a push: requeue_top). */
-	if ((m->hn < 2 || hent_cmp(&m->hp[1], &m->hp[0]) != 0) &&
-	    (m->hn < 3 || hent_cmp(&m->hp[2], &m->hp[0]) != 0)) {
+	if (!ties_top(m, 1) && !ties_top(m, 2)) {
 		min = m->hp[0];
 		m->held = true;
 		m->hits[0] = min.idx;
