@@ -66,9 +66,17 @@ static inline int bytes_cmp_rest(const uint8_t *a, size_t al,
 
 /* A (key, val) with its cached prefixes, as sorts and merges hold it. */
 typedef struct kv_ref {
-	uint64_t kp, vp;       /* bytes_prefix8 of key and val */
-	const uint8_t *k, *v;
-	size_t kl, vl;
+	/* Each field beside its own, not in the order of a batch cursor's
+	 * (key, val, klen, vlen): copied from one, gcc paired the loads into
+	 * 16-byte moves that read two 8-byte fields the cursor had just
+	 * stored apart, and the store-to-load forwarding failed (31% of the
+	 * merge loop's cycles in perf at 10M). */
+	uint64_t kp;           /* bytes_prefix8 of key */
+	const uint8_t *k;
+	size_t kl;
+	uint64_t vp;           /* and of val */
+	const uint8_t *v;
+	size_t vl;
 } kv_ref;
 
 /* The (key, val) order: by key, then val.  Inline in every caller (a
