@@ -108,6 +108,22 @@ out:
 	return rc;
 }
 
+/* What a new chunk of pages needs before its put (reserve, image_put):
+ * the trees usable, the next id known, room in the map, and the heap's
+ * format marked when the chunk has several blocks per page. */
+static int claim(heap_txn *t, uint64_t pages)
+{
+	int rc;
+
+	TRY(heap_trees_usable(t->h, CHUNKS | FREE));
+	if (t->next_id == 0)
+		TRY(next_id(t));
+	TRY(heap_space_need(t, pages));
+	TRY(mark_blocks(t, pages));
+out:
+	return rc;
+}
+
 int heap_chunk_reserve(heap_txn *t, size_t body_bytes, uint64_t *id,
                        void **body, size_t *body_cap)
 {
@@ -123,11 +139,7 @@ int heap_chunk_reserve(heap_txn *t, size_t body_bytes, uint64_t *id,
 		return AH_EINVAL;
 	if ((pages = chunk_pages_for(t->h, body_bytes)) == 0)
 		return AH_ELIMIT;
-	TRY(heap_trees_usable(t->h, CHUNKS | FREE));
-	if (t->next_id == 0)
-		TRY(next_id(t));
-	TRY(heap_space_need(t, pages));
-	TRY(mark_blocks(t, pages));
+	TRY(claim(t, pages));
 	nid = t->next_id;
 	k.mv_size = sizeof nid;
 	k.mv_data = &nid;
@@ -320,11 +332,7 @@ int heap_chunk_image_put(heap_txn *t, void *img, size_t img_bytes,
 	    (img_bytes + VALUE_PAD) % t->h->psize != 0)
 		return AH_EINVAL;
 	pages = (img_bytes + VALUE_PAD) / t->h->psize;
-	TRY(heap_trees_usable(t->h, CHUNKS | FREE));
-	if (t->next_id == 0)
-		TRY(next_id(t));
-	TRY(heap_space_need(t, pages));
-	TRY(mark_blocks(t, pages));
+	TRY(claim(t, pages));
 	nid = t->next_id;
 	k.mv_size = sizeof nid;
 	k.mv_data = &nid;

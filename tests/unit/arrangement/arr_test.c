@@ -158,3 +158,24 @@ void at_open_dict_chunk(at_chunk *c)
 	at_open(&c->e);
 	c->id = at_write_dict_chunk(&c->e, &c->cid, &c->body, &c->used);
 }
+
+/* The order check's cases (arr_test.h). */
+const at_order_case at_order_cases[] = {
+	{ "keyprefx0001", "valprefx0001", false, 0 },
+	{ "keyprefx0001", "valprefx0001", true, AH_EINVAL },  /* equal */
+	{ "keyprefx0001", "valprefx0000", true, AH_EINVAL },  /* tie, less */
+	{ "keyprefx0001", "valprefx", true, AH_EINVAL },      /* prefix of it */
+	{ "keyprefx0001", "valprefx0002", true, 0 },          /* tie, more */
+	{ "keyprefx0001", "valprefw9999", false, AH_EINVAL }, /* prefix less */
+	{ "keyprefx0000", "zzz", false, AH_EINVAL },          /* key tie, less */
+	{ "keyprefx", "zzz", false, AH_EINVAL },              /* key prefix */
+	{ "keyprefw", "zzz", false, AH_EINVAL },              /* key less */
+	{ "keyprefx0001", "valprefy", false, 0 },             /* same key, told not */
+	{ "keyprefx0002", "a", false, 0 },                    /* key tie, more */
+	{ "keyprefy", "a", false, 0 },                        /* key prefix more */
+	{ "keyprefy", "a", true, AH_EINVAL },                 /* equal val */
+	{ "kz", "", false, 0 },                               /* short, empty val */
+	{ "kz", "", true, AH_EINVAL },
+	{ "kz", "\x01", true, 0 },
+};
+const size_t at_order_ncases = sizeof at_order_cases / sizeof at_order_cases[0];

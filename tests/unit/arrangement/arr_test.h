@@ -79,6 +79,23 @@ void at_open_dict_chunk(at_chunk *c);
 void at_check_ok(at_env *e, uint64_t id);
 batch *at_load(at_env *e, uint64_t id);
 
+/* ------------------------------------------------ the writer's order */
+
+/* One (key, val) pushed after the ones before it, with the caller's
+ * same_key word, and what the writer must say (0 accepted, else the
+ * error): B1's order check against the last staged (key, val), settled
+ * on the cached prefixes when they differ and on the bytes when they tie
+ * (fields longer than 8 bytes that differ later, a field that is a
+ * prefix of the other).  at_order_cases[0 .. at_order_ncases); 7 are
+ * accepted, over 4 keys. */
+typedef struct at_order_case {
+	const char *k, *v;
+	bool same_key;
+	int want;
+} at_order_case;
+extern const at_order_case at_order_cases[];
+extern const size_t at_order_ncases;
+
 /* ---------------------------------------------------- reference model */
 
 /* One update with inline key/val bytes (the reference model's element). */

@@ -44,29 +44,8 @@ static int one(batch_writer *w, const char *k, const char *v, bool same,
 
 Test(batch_one, order_refusals_leave_the_staging_alone)
 {
-	static const struct {
-		const char *k, *v;
-		bool same;
-		int want;
-	} runs[] = {
-		{ "keyprefx0001", "valprefx0001", false, 0 },
-		{ "keyprefx0001", "valprefx0001", true, AH_EINVAL },  /* equal */
-		{ "keyprefx0001", "valprefx0000", true, AH_EINVAL },  /* tie, less */
-		{ "keyprefx0001", "valprefx", true, AH_EINVAL },      /* prefix of it */
-		{ "keyprefx0001", "valprefx0002", true, 0 },          /* tie, more */
-		{ "keyprefx0001", "valprefw9999", false, AH_EINVAL }, /* prefix less */
-		{ "keyprefx0000", "zzz", false, AH_EINVAL },          /* key tie, less */
-		{ "keyprefx", "zzz", false, AH_EINVAL },              /* key prefix */
-		{ "keyprefw", "zzz", false, AH_EINVAL },              /* key less */
-		{ "keyprefx0001", "valprefy", false, 0 },             /* same key, told not */
-		{ "keyprefx0002", "a", false, 0 },                    /* key tie, more */
-		{ "keyprefy", "a", false, 0 },                        /* key prefix more */
-		{ "keyprefy", "a", true, AH_EINVAL },                 /* equal val */
-		{ "kz", "", false, 0 },                               /* short, empty val */
-		{ "kz", "", true, AH_EINVAL },
-		{ "kz", "\x01", true, 0 },
-	};
-	const size_t n = sizeof runs / sizeof runs[0];
+	const at_order_case *runs = at_order_cases;
+	const size_t n = at_order_ncases;
 	const batch_desc d = { { 0 }, { 100 }, { 0 } };
 	batch_writer *w = NULL, *ref = NULL;
 	uint64_t id = 0, rid = 0;
@@ -76,7 +55,7 @@ Test(batch_one, order_refusals_leave_the_staging_alone)
 	cr_assert_eq(batch_writer_new(e.t, e.p, &w), 0);
 	cr_assert_eq(batch_writer_new(e.t, e.p, &ref), 0);
 	for (size_t i = 0; i < n; i++) {
-		int rc = one(w, runs[i].k, runs[i].v, runs[i].same, 10 + i, 1);
+		int rc = one(w, runs[i].k, runs[i].v, runs[i].same_key, 10 + i, 1);
 		cr_assert_eq(rc, runs[i].want, "update %zu (%s, %s): got %d", i,
 		             runs[i].k, runs[i].v, rc);
 		if (rc == 0)

@@ -14,13 +14,8 @@
 #include "arrangement/batch.h"
 #include "arr_test.h"
 
-typedef struct run {
-	const char *k, *v;
-	bool same_key;
-	int want; /* 0 accepted, else the error */
-} run;
 
-static int push(batch_writer *w, const run *r, uint64_t time)
+static int push(batch_writer *w, const at_order_case *r, uint64_t time)
 {
 	time_diff td[2] = { { time, 1 }, { time + 1, -1 } };
 	return batch_writer_push_run(w, r->k, strlen(r->k), r->v, strlen(r->v),
@@ -30,25 +25,8 @@ static int push(batch_writer *w, const run *r, uint64_t time)
 Test(batch_run, order_settled_on_prefixes_and_bytes)
 {
 	/* 12-byte keys sharing 8 bytes ("keyprefx"), vals likewise. */
-	static const run runs[] = {
-		{ "keyprefx0001", "valprefx0001", false, 0 },
-		{ "keyprefx0001", "valprefx0001", true, AH_EINVAL },  /* equal */
-		{ "keyprefx0001", "valprefx0000", true, AH_EINVAL },  /* tie, less */
-		{ "keyprefx0001", "valprefx", true, AH_EINVAL },      /* prefix of it */
-		{ "keyprefx0001", "valprefx0002", true, 0 },          /* tie, more */
-		{ "keyprefx0001", "valprefw9999", false, AH_EINVAL }, /* prefix less */
-		{ "keyprefx0000", "zzz", false, AH_EINVAL },          /* key tie, less */
-		{ "keyprefx", "zzz", false, AH_EINVAL },              /* key prefix */
-		{ "keyprefw", "zzz", false, AH_EINVAL },              /* key less */
-		{ "keyprefx0001", "valprefy", false, 0 },             /* same key, told not */
-		{ "keyprefx0002", "a", false, 0 },                    /* key tie, more */
-		{ "keyprefy", "a", false, 0 },                        /* key prefix more */
-		{ "keyprefy", "a", true, AH_EINVAL },                 /* equal val */
-		{ "kz", "", false, 0 },                               /* short, empty val */
-		{ "kz", "", true, AH_EINVAL },
-		{ "kz", "\x01", true, 0 },
-	};
-	const size_t n = sizeof runs / sizeof runs[0];
+	const at_order_case *runs = at_order_cases;
+	const size_t n = at_order_ncases;
 	const batch_desc d = { { 0 }, { 100 }, { 0 } };
 	batch_writer *w = NULL;
 	batch_cursor *c = NULL;
