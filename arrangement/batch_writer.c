@@ -453,29 +453,29 @@ int batch_writer_push(batch_writer *w, const void *key, size_t klen,
 	return 0;
 }
 
-/* Order of (key, val) against the last one staged, as bytes_cmp of the
- * key then of the val: settled on the cached prefixes when they differ
- * (the common case in a merge), else on the bytes.  kc: the key compare,
- * or 0 when the caller knows the key is the last one's. */
-static int run_order(const batch_writer *w, const void *key, size_t klen,
-                     const void *val, size_t vlen, bool same_key, int *kc)
+/* Order of (key, val) (prefixes kp, vp: bytes_prefix8) against the last
+ * one staged, as bytes_cmp of the key then of the val: settled on the
+ * prefixes when they differ (the common case in a merge), else on the
+ * bytes.  kc: the key compare, or 0 when the caller knows the key is the
+ * last one's (same_key). */
+static inline __attribute__((always_inline)) int
+order_after_last(const batch_writer *w, const void *key, size_t klen,
+                 uint64_t kp, const void *val, size_t vlen, uint64_t vp,
+                 bool same_key, int *kc)
 {
 	const void *lk, *lv;
 	size_t lkl, lvl;
-	uint64_t p;
 
 	*kc = 0;
 	if (!same_key) {
-		p = bytes_prefix8(key, klen);
-		if (p != w->lkp)
-			return *kc = p > w->lkp ? 1 : -1;
+		if (kp != w->lkp)
+			return *kc = kp > w->lkp ? 1 : -1;
 		(void)batch_writer_last(w, &lk, &lkl, &lv, &lvl);
 		if ((*kc = bytes_cmp_rest(key, klen, lk, lkl)) != 0)
 			return *kc;
 	}
-	p = bytes_prefix8(val, vlen);
-	if (p != w->lvp)
-		return p > w->lvp ? 1 : -1;
+	if (vp != w->lvp)
+		return vp > w->lvp ? 1 : -1;
 	(void)batch_writer_last(w, &lk, &lkl, &lv, &lvl);
 	return bytes_cmp_rest(val, vlen, lv, lvl);
 }
@@ -494,7 +494,9 @@ int batch_writer_push_run(batch_writer *w, const void *key, size_t klen,
 	/* One order check for the run (B1): the run's (key, val) follows
 	 * the last one; its times increase and its diffs are not zero.  A
 	 * false same_key is only "not known": the key is compared. */
-	if (have && run_order(w, key, klen, val, vlen, same_key, &kc) <= 0)
+	if (have && order_after_last(w, key, klen, same_key ? 0 : bytes_prefix8(key, klen),
+	                      val, vlen, bytes_prefix8(val, vlen), same_key,
+	                      &kc) <= 0)
 		return AH_EINVAL;
 	bool newkey = kc != 0;
 	for (size_t i = 0; i < n; i++)
@@ -602,29 +604,6 @@ static inline int put_field(pool *p, buf *b, const void *src, size_t n)
 	return 0;
 }
 
-/* The order of (key, val) after the last one staged, from the prefixes
- * first (run_order with the caller's prefixes); *kc as there. */
-static inline int one_order(const batch_writer *w, const void *key,
-                            size_t klen, uint64_t kp, const void *val,
-                            size_t vlen, uint64_t vp, bool same_key, int *kc)
-{
-	const void *lk, *lv;
-	size_t lkl, lvl;
-
-	*kc = 0;
-	if (!same_key) {
-		if (kp != w->lkp)
-			return *kc = kp > w->lkp ? 1 : -1;
-		(void)batch_writer_last(w, &lk, &lkl, &lv, &lvl);
-		if ((*kc = bytes_cmp_rest(key, klen, lk, lkl)) != 0)
-			return *kc;
-	}
-	if (vp != w->lvp)
-		return vp > w->lvp ? 1 : -1;
-	(void)batch_writer_last(w, &lk, &lkl, &lv, &lvl);
-	return bytes_cmp_rest(val, vlen, lv, lvl);
-}
-
 int batch_writer_push_one(batch_writer *w, const void *key, size_t klen,
                           uint64_t kp, const void *val, size_t vlen,
                           uint64_t vp, bool same_key, uint64_t time,
@@ -637,7 +616,7 @@ int batch_writer_push_one(batch_writer *w, const void *key, size_t klen,
 	    !w->have_last || w->nu == 0)
 		return batch_writer_push_run(w, key, klen, val, vlen, same_key,
 		                             &td, 1);
-	if (one_order(w, key, klen, kp, val, vlen, vp, same_key, &kc) <= 0)
+	if (order_after_last(w, key, klen, kp, val, vlen, vp, same_key, &kc) <= 0)
 		return AH_EINVAL;
 	bool newkey = kc != 0;
 	int ti = w->td.over ? 0 : dict_find(&w->td, time);
