@@ -17,10 +17,13 @@
  *              u64 done, u64 partial_id, u32 has_boundary, u32 klen,
  *              u32 vlen, u32 0, key bytes, val bytes, 0-padding to 8
  *
- * Policy (differential dataflow's spine_fueled, simplified): after a push,
- * two adjacent idle batches merge when the newer is at least half the size
- * of the older, so sizes fall by more than 2x from oldest to newest and the
- * spine holds O(log n) batches.  A merge is paid for with fuel: every
+ * Policy (differential dataflow's spine_fueled, with the fan-in of a
+ * tiered LSM): after a push, SPINE_FANIN adjacent idle batches merge when
+ * the newest holds more than half the oldest's updates.  Among idle
+ * batches sizes then fall by more than 2x every SPINE_FANIN - 1 places, so
+ * the spine holds O(log n) batches, and an update is rewritten about
+ * log_FANIN(n / append) times instead of log_2 (at 10M updates in appends
+ * of 100k: 3.4 merge reads per update appended against 5.1 pairwise).  A merge is paid for with fuel: every
  * appended update grants SPINE_FUEL_PER_UPDATE units to every merge in
  * progress; a merge runs once its credit reaches a quantum (or what it has
  * left), and otherwise stays suspended at a (key, val) boundary in the
@@ -345,17 +348,22 @@ static int start_merge(heap_txn *t, pool *p, spine *sp, uint32_t first,
 }
 
 /* Starts the merges the size policy asks for, newest first, until stable
- * (bg: left to the merge thread, none run here). */
+ * (bg: left to the merge thread, none run here): SPINE_FANIN adjacent
+ * idle batches merge when the newest is more than half the oldest. */
 int spine_tidy(heap_txn *t, pool *p, spine *sp, uint64_t quantum, bool bg)
 {
 	for (bool again = true; again;) {
 		again = false;
-		for (uint32_t i = sp->nbatches; i-- > 1;) {
-			if (in_merge(sp, i) >= 0 || in_merge(sp, i - 1) >= 0)
+		for (uint32_t i = sp->nbatches; i-- >= SPINE_FANIN;) {
+			uint32_t first = i + 1 - SPINE_FANIN, j;
+			for (j = first; j <= i && in_merge(sp, j) < 0; j++)
+				;
+			if (j <= i)
 				continue;
-			if (sp->batches[i].updates * 2 < sp->batches[i - 1].updates)
+			if (sp->batches[i].updates * 2 <= sp->batches[first].updates)
 				continue;
-			int rc = start_merge(t, p, sp, i - 1, 2, quantum, bg);
+			int rc = start_merge(t, p, sp, first, SPINE_FANIN, quantum,
+			                     bg);
 			if (rc)
 				return rc;
 			again = true;

@@ -156,6 +156,13 @@ int heap_format_precheck(int fd, uint32_t psize, const struct stat *st0,
 		return AH_EIO;
 	if (rc == 0 || m1.psize != psize)
 		return CORRUPT("LMDB meta page 1 missing or damaged");
+	/* LMDB never writes one txnid on both pages (both are 0 only before
+	 * the first commit, which heap_format_unborn handles): a flip made
+	 * the older equal to the newer, and LMDB would then read page
+	 * txnid & 1 but build the next commit on page 0's older tree,
+	 * silently undoing the newest commit. */
+	if (m0.txnid == m1.txnid && m0.txnid != 0)
+		return CORRUPT("LMDB meta pages 0 and 1 hold the same txnid");
 	if (m1.txnid > m0.txnid)
 		m0 = m1;
 	if (m0.last_pg >= UINT64_MAX / psize ||

@@ -154,13 +154,14 @@ Test(bgmerge, same_answers_default_quantum, .timeout = 300)
 }
 
 /* Two appends of n updates at times 0 and 1 (a merge of 2n starts). */
-static void two_appends(ah_heap *h, uint64_t seed, size_t n)
+/* TL_FANIN appends of n: the size policy's first merge. */
+static void fanin_appends(ah_heap *h, uint64_t seed, size_t n)
 {
 	ah_update *u = calloc(n, sizeof *u);
 	uint64_t *keys = calloc(n, sizeof *keys), s = seed;
 
 	cr_assert(u && keys);
-	for (uint64_t c = 0; c < 2; c++) {
+	for (uint64_t c = 0; c < TL_FANIN; c++) {
 		ah_txn *t;
 
 		fill(&s, u, keys, n, 4 * n, c);
@@ -183,7 +184,7 @@ Test(bgmerge, close_while_computing, .timeout = 300)
 	ah_heap *h = tl_open(d.dir, "model", AH_OPEN_NOSYNC, 0);
 
 	tl_seed("bgmerge/close_while_computing", 1303);
-	two_appends(h, 1303, 200000);
+	fanin_appends(h, 1303, 140000);
 	tl_content(h, "a", &want, &n, &m);
 	OK(ah_close(h));
 	for (uint64_t r = 0; r < 8; r++) {
@@ -193,7 +194,7 @@ Test(bgmerge, close_while_computing, .timeout = 300)
 		tl_rmdir(&d);
 		d = tl_tmpdir("bgclose");
 		h = tl_open_path(d.path, AH_OPEN_NOSYNC | AH_OPEN_BGMERGE, 0);
-		two_appends(h, 1303, 200000);
+		fanin_appends(h, 1303, 140000);
 		usleep((useconds_t)(r * r * 2000));
 		OK(ah_close(h)); /* the thread is stopped mid-slice */
 		h = tl_open_path(d.path, AH_OPEN_NOSYNC, 0);
@@ -208,7 +209,7 @@ Test(bgmerge, close_while_computing, .timeout = 300)
 		/* the next commit of a merge thread resumes it to the end */
 		h = tl_open_path(d.path, AH_OPEN_NOSYNC | AH_OPEN_BGMERGE, 0);
 		OK(ah_txn_begin(h, 0, &t));
-		OK(ah_advance(t, "a", 2, 3));
+		OK(ah_advance(t, "a", TL_FANIN, TL_FANIN + 1));
 		OK(ah_maintain(t, "a", 1, NULL));
 		OK(ah_txn_commit(t));
 		OK(ah_merge_wait(h, &st));
@@ -267,7 +268,7 @@ Test(bgmerge, fork_child_gets_efork, .timeout = 120)
 	int status;
 	pid_t pid;
 
-	two_appends(h, 1304, 100000); /* the thread is merging */
+	fanin_appends(h, 1304, 70000); /* the thread is merging */
 	pid = fork();
 	cr_assert_geq(pid, 0);
 	if (pid == 0) {

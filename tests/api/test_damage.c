@@ -457,3 +457,49 @@ Test(api_damage, meta_txnid_flip_is_a_problem, .timeout = 60)
 	cr_assert_eq(ah_close(h), 0);
 	tl_rmdir(&d);
 }
+
+/* The older meta's txnid raised to the newer's (bit 0 of an even T - 1):
+ * LMDB would serve reads from page T & 1 but start the next write txn
+ * from page 0, the older tree, and the commit after it would silently undo
+ * commit T.  ah_open refuses it; with the bit restored all is as before. */
+Test(api_damage, meta_txnids_equal_refuse_open, .timeout = 60)
+{
+	tl_dir d = tl_tmpdir("damage");
+	ah_open_opts o = { .size = sizeof o, .flags = AH_OPEN_CREATE,
+	                   .max_bytes = 16u << 20 };
+	ah_heap *h;
+	ah_txn *t;
+	ah_heap_stat hs;
+	ah_arrangement_info in;
+	uint64_t upper = 0;
+
+	cr_assert_eq(ah_open(d.path, &o, &h), 0);
+	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
+	cr_assert_eq(ah_arrangement_create(t, "a"), 0);
+	cr_assert_eq(ah_txn_commit(t), 0);
+	/* Commits until the last one has an odd txnid (meta page 1), so
+	 * page 0 holds the even T - 1. */
+	do {
+		ah_update u = { "k", 1, "v", 1, upper, 1 };
+
+		cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
+		cr_assert_eq(ah_append(t, "a", upper, upper + 1, &u, 1), 0);
+		cr_assert_eq(ah_txn_commit(t), 0);
+		upper++;
+		cr_assert_eq(ah_heap_stat_get(h, &hs), 0);
+	} while (upper < 4 || hs.last_txn_id % 2 != 1);
+	cr_assert_eq(ah_close(h), 0);
+
+	tl_flip(d.path, 144, 0x01); /* page 0's mm_txnid: T - 1 -> T */
+	for (int i = 0; i < 2; i++) /* refused, and refused again */
+		cr_assert_eq(ah_open(d.path, &o, &h), AH_ECORRUPT);
+	tl_flip(d.path, 144, 0x01);
+	cr_assert_eq(ah_open(d.path, &o, &h), 0);
+	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
+	cr_assert_eq(ah_arrangement_info_get(t, "a", &in), 0);
+	cr_assert_eq(in.upper, upper);
+	cr_assert_eq(in.updates, upper);
+	ah_txn_abort(t);
+	cr_assert_eq(ah_close(h), 0);
+	tl_rmdir(&d);
+}

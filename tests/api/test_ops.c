@@ -235,10 +235,11 @@ Test(api_ops, drop_with_merges_in_progress, .init = setup, .fini = teardown)
 	OK(ah_arrangement_create(t, "a"));
 	append_n(t, "a", 0, 3000, 3000);
 	append_n(t, "a", 1, 3000, 3000);
-	append_n(t, "a", 2, 100, 100); /* fuel: the merge writes a partial */
+	append_n(t, "a", 2, 3000, 3000); /* SPINE_FANIN: a merge of three */
+	append_n(t, "a", 3, 100, 100); /* fuel: the merge writes a partial */
 	OK(ah_arrangement_info_get(t, "a", &in));
 	cr_assert_eq(in.merging, 1, "a merge is suspended");
-	cr_assert_eq(in.batches, 3);
+	cr_assert_eq(in.batches, 4);
 	cr_assert_gt(in.chunks, 3, "its output so far has chunks");
 	OK(ah_txn_commit(t));
 	cr_assert_eq(problems(h), 0);
@@ -429,15 +430,16 @@ Test(api_ops, batch_cursor_other_and_partial, .init = setup, .fini = teardown)
 	OK(ah_arrangement_create(t, "b"));
 	append_n(t, "a", 0, 3000, 3000);
 	append_n(t, "a", 1, 3000, 3000);
-	append_n(t, "a", 2, 100, 100);
+	append_n(t, "a", 2, 3000, 3000); /* SPINE_FANIN: a merge of three */
+	append_n(t, "a", 3, 100, 100);
 	append_n(t, "b", 0, 5, 5);
 	OK(ah_txn_commit(t));
 	OK(ah_txn_begin(h, AH_TXN_RDONLY, &t));
 	OK(ah_batch_foreach(t, "b", collect_ids, bids));
 	cr_assert_eq(ah_cursor_open_batch(t, "a", bids[1], &c), AH_ENOTFOUND);
 	OK(ah_batch_foreach(t, "a", collect_ids, ids));
-	cr_assert_eq(ids[0], 4, "three batches and the partial output");
-	OK(ah_cursor_open_batch(t, "a", ids[4], &c));
+	cr_assert_eq(ids[0], 5, "four batches and the partial output");
+	OK(ah_cursor_open_batch(t, "a", ids[5], &c));
 	for (int rc = ah_cursor_key_valid(c); rc == 1; rc = ah_cursor_step_key(c))
 		n++;
 	cr_assert_gt(n, 0);

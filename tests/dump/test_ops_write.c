@@ -318,17 +318,18 @@ static void sized_heap(const char *path, uint64_t quantum, const int *sizes,
 }
 
 /* batches counts the merges in progress as the summary's merging does:
- * a merge that has not run yet (its inputs 60 + 45 exceed the quantum of
+ * a merge that has not run yet (its inputs 60 + 45 + 40 exceed the quantum of
  * 100) has no * row, and the last line says so.  --fuel N spends exactly N
  * units (one update per (key, val) here) on a merge larger than the
  * quantum, as the man page says; --fuel 0 does the whole merge at once. */
 Test(ops_write, merging_counts_and_fuel, .init = du_setup, .fini = du_teardown)
 {
-	static const int waiting[] = { 60, 45 }, big[] = { 70000, 40000 };
+	static const int waiting[] = { 60, 45, 40 },
+	                 big[] = { 50000, 30000, 30000 };
 	char p[300];
 
 	snprintf(p, sizeof p, "%s/waiting", du_tmp.dir);
-	sized_heap(p, 100, waiting, 2);
+	sized_heap(p, 100, waiting, 3); /* SPINE_FANIN batches */
 	ops_expect(p, "batches m", 0,
 	           "      id      lower      upper      since       updates        "
 	           "keys        vals  chunks      bytes\n"
@@ -336,24 +337,26 @@ Test(ops_write, merging_counts_and_fuel, .init = du_setup, .fini = du_teardown)
 	           "60          60       1      576 B\n"
 	           "       2          1          2          0            45          "
 	           "45          45       1      456 B\n"
+	           "       3          2          3          0            40          "
+	           "40          40       1      408 B\n"
 	           "merges in progress: 1, 0 with output so far (marked *)\n", "");
 	du_json_eq(p, "", "d['arrangements'][0]['merging']", "1");
 	snprintf(p, sizeof p, "%s/big", du_tmp.dir);
-	sized_heap(p, 0, big, 2);
+	sized_heap(p, 0, big, 3);
 	du_json_eq(p, "batches m", "[b['updates'] for b in d['batches'] if "
 	           "b['partial']]", "[]");
-	ops_expect(p, "maintain m --fuel 1000", 0, "m: batches 2 -> 2, merges in "
-	           "progress 1 -> 1, updates 110,000 -> 110,000, chunks 2 -> 3; more "
+	ops_expect(p, "maintain m --fuel 1000", 0, "m: batches 3 -> 3, merges in "
+	           "progress 1 -> 1, updates 110,000 -> 110,000, chunks 3 -> 4; more "
 	           "merge\n    work left (maintain again)\n", "");
 	du_json_eq(p, "batches m", "[b['updates'] for b in d['batches'] if "
 	           "b['partial']]", "[1000]");
-	ops_expect(p, "maintain m --fuel 1", 0, "m: batches 2 -> 2, merges in "
-	           "progress 1 -> 1, updates 110,000 -> 110,000, chunks 3 -> 3; more "
+	ops_expect(p, "maintain m --fuel 1", 0, "m: batches 3 -> 3, merges in "
+	           "progress 1 -> 1, updates 110,000 -> 110,000, chunks 4 -> 4; more "
 	           "merge\n    work left (maintain again)\n", "");
 	du_json_eq(p, "batches m", "[b['updates'] for b in d['batches'] if "
 	           "b['partial']]", "[1001]");
-	ops_expect(p, "maintain m --fuel 0", 0, "m: batches 2 -> 1, merges in "
-	           "progress 1 -> 0, updates 110,000 -> 110,000, chunks 3 -> 1; idle\n",
+	ops_expect(p, "maintain m --fuel 0", 0, "m: batches 3 -> 1, merges in "
+	           "progress 1 -> 0, updates 110,000 -> 110,000, chunks 4 -> 1; idle\n",
 	           "");
 	du_json_eq(p, "batches m", "[(b['updates'], b['partial']) for b in "
 	           "d['batches']]", "[(110000, False)]");

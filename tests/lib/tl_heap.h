@@ -31,6 +31,10 @@
 #include <xxhash.h>
 
 #define TL_MiB ((uint64_t)1 << 20)
+/* Batches the size policy merges at once: SPINE_FANIN of
+ * arrangement/spine.h, which public tests cannot include (the unit test
+ * arrangement/test_spine.c asserts the two agree). */
+#define TL_FANIN 3
 
 /* ------------------------------------------------------------- opening */
 
