@@ -12,8 +12,9 @@
  * load once (ingest),
  * one discarded warm-up start, R warm starts, a warm scan, R cold starts
  * (each after evicting the system's files from the page cache, confirmed
- * with mincore), a cold scan; then rocksdb's reopen after kill -9 and
- * arrheap's full merge.  Start-up figures are medians of R runs with min
+ * with mincore), a cold scan; then rocksdb's reopen after kill -9, and
+ * arrheap's full merge and its load again with the merge thread
+ * (ingest_bg_ups).  Start-up figures are medians of R runs with min
  * and max (--max-rebuild-s S: the rebuild stops after 3 runs once its runs
  * took S seconds, for the largest sizes on a slow machine; the row's "runs"
  * says how many).  The answers of all systems are compared run by run.
@@ -282,6 +283,44 @@ static void scan(const sysdef *s, const char *dir, uint64_t n, int cold, row *w,
 	         figs_get(&f, "scan_ms"));
 }
 
+static void rm_rf(const char *path);
+
+/* arrheap's load again with the merge thread (AH_OPEN_BGMERGE), into a
+ * directory of its own after the first heap was removed (unless --keep):
+ * ingest_bg_ups, the same workload with the second core merging. */
+static void ingest_bg(const sysdef *s, const char *dir, const char *log,
+                      uint64_t n, row *warm, row *cold)
+{
+	char bg[4096], heap[4096], ns[32];
+	figs f;
+
+	snprintf(ns, sizeof ns, "%llu", (unsigned long long)n);
+	if (snprintf(bg, sizeof bg, "%s/bgmerge", dir) >= (int)sizeof bg)
+		bench_die("data directory name too long: %s", dir);
+	if (!O.keep) {
+		for (int lock = 0; lock < 2; lock++) {
+			if (snprintf(heap, sizeof heap, "%s/%s%s", dir, s->files,
+			             lock ? "-lock" : "") >= (int)sizeof heap)
+				bench_die("data directory name too long: %s", dir);
+			rm_rf(heap);
+		}
+	}
+	rm_rf(bg);
+	if (mkdir(bg, 0755) != 0)
+		bench_die("mkdir %s: %s", bg, strerror(errno));
+	figs_clear(&f);
+	setenv("AH_BENCH_BGMERGE", "1", 1);
+	const char *a[] = { "load", bg, log, ns, NULL };
+	must(run_child(s->bin, &f, a), s->bin);
+	unsetenv("AH_BENCH_BGMERGE");
+	if (!O.keep)
+		rm_rf(bg);
+	progress("  ingest with the merge thread %.0f updates/s\n",
+	         figs_get(&f, "ingest_ups"));
+	row_set(warm, "ingest_bg_ups", figs_get(&f, "ingest_ups"));
+	row_set(cold, "ingest_bg_ups", figs_get(&f, "ingest_ups"));
+}
+
 static void measure_system(const sysdef *s, const char *dir, const char *log,
                            uint64_t n, figs *answers)
 {
@@ -339,6 +378,7 @@ static void measure_system(const sysdef *s, const char *dir, const char *log,
 			row_set(w, "bytes_after_merge", figs_get(&f, "after_chunk_bytes"));
 			row_set(w, "live_bytes_after_merge", figs_get(&f, "after_live_bytes"));
 		}
+		ingest_bg(s, dir, log, n, warm, cold);
 	}
 }
 
