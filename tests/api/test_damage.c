@@ -394,6 +394,36 @@ static int keep_message(const ah_problem *p, void *user)
 	return 0;
 }
 
+/* Creates arrangement "a" in a new heap at path and appends one update a
+ * commit (at least 4) until the last commit's txnid has the given parity
+ * (its meta page); closes the heap.  Returns that txnid; *upper = the
+ * arrangement's upper (= its updates). */
+static uint64_t commits_to_parity(const char *path, const ah_open_opts *o,
+                                  uint64_t parity, uint64_t *upper)
+{
+	ah_heap *h;
+	ah_txn *t;
+	ah_heap_stat hs;
+
+	*upper = 0;
+	cr_assert_eq(ah_open(path, o, &h), 0);
+	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
+	cr_assert_eq(ah_arrangement_create(t, "a"), 0);
+	cr_assert_eq(ah_txn_commit(t), 0);
+	do {
+		ah_update u = { "k", 1, "v", 1, *upper, 1 };
+
+		cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
+		cr_assert_eq(ah_append(t, "a", *upper, *upper + 1, &u, 1), 0);
+		cr_assert_eq(ah_txn_commit(t), 0);
+		++*upper;
+		cr_assert_eq(ah_heap_stat_get(h, &hs), 0);
+	} while (*upper < 4 || hs.last_txn_id % 2 != parity);
+	cr_assert_eq(hs.page_size, 4096);
+	cr_assert_eq(ah_close(h), 0);
+	return hs.last_txn_id;
+}
+
 Test(api_damage, meta_txnid_flip_is_a_problem, .timeout = 60)
 {
 	tl_dir d = tl_tmpdir("damage");
@@ -403,26 +433,11 @@ Test(api_damage, meta_txnid_flip_is_a_problem, .timeout = 60)
 	ah_txn *t;
 	ah_heap_stat hs;
 	ah_arrangement_info in;
-	uint64_t T, upper = 0;
+	uint64_t T, upper;
 	char want[400];
 
-	cr_assert_eq(ah_open(d.path, &o, &h), 0);
-	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
-	cr_assert_eq(ah_arrangement_create(t, "a"), 0);
-	cr_assert_eq(ah_txn_commit(t), 0);
-	/* Commits until the last one has an even txnid (meta page 0). */
-	do {
-		ah_update u = { "k", 1, "v", 1, upper, 1 };
-
-		cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
-		cr_assert_eq(ah_append(t, "a", upper, upper + 1, &u, 1), 0);
-		cr_assert_eq(ah_txn_commit(t), 0);
-		upper++;
-		cr_assert_eq(ah_heap_stat_get(h, &hs), 0);
-	} while (upper < 4 || hs.last_txn_id % 2 != 0);
-	T = hs.last_txn_id;
-	cr_assert_eq(hs.page_size, 4096);
-	cr_assert_eq(ah_close(h), 0);
+	/* The last commit on meta page 0 (an even txnid). */
+	T = commits_to_parity(d.path, &o, 0, &upper);
 
 	tl_flip(d.path, 144, 0x01); /* page 0's mm_txnid: T -> T + 1 */
 
@@ -469,26 +484,12 @@ Test(api_damage, meta_txnids_equal_refuse_open, .timeout = 60)
 	                   .max_bytes = 16u << 20 };
 	ah_heap *h;
 	ah_txn *t;
-	ah_heap_stat hs;
 	ah_arrangement_info in;
-	uint64_t upper = 0;
+	uint64_t upper;
 
-	cr_assert_eq(ah_open(d.path, &o, &h), 0);
-	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
-	cr_assert_eq(ah_arrangement_create(t, "a"), 0);
-	cr_assert_eq(ah_txn_commit(t), 0);
-	/* Commits until the last one has an odd txnid (meta page 1), so
-	 * page 0 holds the even T - 1. */
-	do {
-		ah_update u = { "k", 1, "v", 1, upper, 1 };
-
-		cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
-		cr_assert_eq(ah_append(t, "a", upper, upper + 1, &u, 1), 0);
-		cr_assert_eq(ah_txn_commit(t), 0);
-		upper++;
-		cr_assert_eq(ah_heap_stat_get(h, &hs), 0);
-	} while (upper < 4 || hs.last_txn_id % 2 != 1);
-	cr_assert_eq(ah_close(h), 0);
+	/* The last commit on meta page 1 (odd), so page 0 holds the even
+	 * T - 1. */
+	(void)commits_to_parity(d.path, &o, 1, &upper);
 
 	tl_flip(d.path, 144, 0x01); /* page 0's mm_txnid: T - 1 -> T */
 	for (int i = 0; i < 2; i++) /* refused, and refused again */
