@@ -127,6 +127,35 @@ static bool catalog_proven(uint32_t psize, const uint8_t rec[HEAP_META_BYTES])
 	return heap_meta_check(rec, HEAP_META_BYTES, psize, uuid, &ver) == 0;
 }
 
+/* A transaction no heap reaches (2^48 commits: 9 years at a million a
+ * second); past it a damaged txnid could run LMDB's counter to the wrap. */
+#define TXNID_MAX (1ull << 48)
+
+/* What LMDB's two meta pages can hold (ARCHITECTURE.md §4): commit T
+ * writes its meta to page T & 1, so page 0 holds even txnids and page 1
+ * odd ones, except 0 on both before the first commit, when neither names
+ * a page past the metas.  Anything else is damage LMDB would act on: with
+ * equal txnids its readers use page T & 1 but its next write starts from
+ * page 0's tree (silently undoing commit T); with a txnid on the wrong
+ * page, or both zeroed on a used heap, reads serve an older commit and the
+ * next writes build on it; a txnid near 2^64 wraps to 0 a few commits
+ * later and the heap stops opening. */
+static int metas_plausible(const struct lmdb_meta *m0,
+                           const struct lmdb_meta *m1)
+{
+	if (m0->txnid == 0 && m1->txnid == 0)
+		return m0->last_pg > 1 || m1->last_pg > 1
+		       ? CORRUPT("LMDB meta pages hold txnid 0 but name pages")
+		       : 0;
+	if (m0->txnid == m1->txnid)
+		return CORRUPT("LMDB meta pages 0 and 1 hold the same txnid");
+	if ((m0->txnid & 1) != 0 || (m1->txnid & 1) != 1)
+		return CORRUPT("LMDB meta page holds a txnid of the other page");
+	if (m0->txnid >= TXNID_MAX || m1->txnid >= TXNID_MAX)
+		return CORRUPT("LMDB meta txnid beyond 2^48");
+	return 0;
+}
+
 int heap_format_precheck(int fd, uint32_t psize, const struct stat *st0,
                          bool *catalog)
 {
@@ -156,13 +185,8 @@ int heap_format_precheck(int fd, uint32_t psize, const struct stat *st0,
 		return AH_EIO;
 	if (rc == 0 || m1.psize != psize)
 		return CORRUPT("LMDB meta page 1 missing or damaged");
-	/* LMDB never writes one txnid on both pages (both are 0 only before
-	 * the first commit, which heap_format_unborn handles): a flip made
-	 * the older equal to the newer, and LMDB would then read page
-	 * txnid & 1 but build the next commit on page 0's older tree,
-	 * silently undoing the newest commit. */
-	if (m0.txnid == m1.txnid && m0.txnid != 0)
-		return CORRUPT("LMDB meta pages 0 and 1 hold the same txnid");
+	if ((rc = metas_plausible(&m0, &m1)))
+		return rc;
 	if (m1.txnid > m0.txnid)
 		m0 = m1;
 	if (m0.last_pg >= UINT64_MAX / psize ||
@@ -189,7 +213,8 @@ bool heap_format_unborn(int fd, uint32_t psize, const struct stat *st)
 		return false;
 	return read_meta(fd, 0, &m0, &swapped, raw) == 1 && m0.psize == psize &&
 	       read_meta(fd, (off_t)psize, &m1, &swapped, raw) == 1 &&
-	       m1.psize == psize && m0.txnid == 0 && m1.txnid == 0;
+	       m1.psize == psize && m0.txnid == 0 && m1.txnid == 0 &&
+	       m0.last_pg <= 1 && m1.last_pg <= 1;
 }
 
 static uint32_t meta_check(const uint8_t *p)

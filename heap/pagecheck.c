@@ -146,20 +146,18 @@ static int run(walker *w, int fd, uint64_t mp)
 		/* A live writer's later commit rewrote the meta page: it holds
 		 * a larger txnid of the same parity (commits alternate pages
 		 * and never go back).  Anything else, read twice alike, is
-		 * damage: a txnid flipped on a meta page makes LMDB pick the
-		 * wrong page for the snapshot (the larger txnid wins, the read
-		 * uses page txnid & 1), so reads silently serve the tree of an
-		 * older commit.  Report it and walk the tree LMDB reads: a
-		 * retry would meet the same bytes forever.  Open only walks
-		 * (heap_open refuses no heap for it: ah_verify reports it). */
+		 * damage done after the open (heap_open refuses a txnid on the
+		 * wrong page, heap/format.c): the reads use page txnid & 1
+		 * whatever it holds.  Report it and walk the tree LMDB reads:
+		 * a retry would meet the same bytes forever.  Open only walks. */
 		if (!w->open_mode && !w->writer && got > w->txnid &&
 		    !((got ^ w->txnid) & 1))
 			return AH_EBUSY;
 		if (!w->open_mode)
 			problem(w, HEAP_TREE__COUNT, mp, "txnid %llu, not the "
 			        "snapshot's %llu (a damaged txnid on this or the other "
-			        "meta page): the snapshot reads this page's tree, of an "
-			        "older commit", (unsigned long long)got,
+			        "meta page): the snapshot reads the tree this page "
+			        "names", (unsigned long long)got,
 			        (unsigned long long)w->txnid);
 	}
 	w->npages = get_u64(m + 136) + 1;

@@ -178,8 +178,9 @@ typedef struct ah_open_opts {
  * AH_ENOTFOUND (no file and no AH_OPEN_CREATE, or no such directory), AH_EFORMAT (empty file, not
  * LMDB, LMDB but not arrheap, other format version, page size or byte
  * order, a "meta" DB of other flags), AH_ECORRUPT (truncated file, damaged
- * meta, a damaged page of the main or "meta" tree, a named DB missing or of
- * other flags), AH_EBUSY (already open
+ * meta, LMDB meta pages whose txnids LMDB never writes (equal, on the
+ * wrong page, both 0 on a used heap, >= 2^48), a damaged page of the main
+ * or "meta" tree, a named DB missing or of other flags), AH_EBUSY (already open
  * in this process, or open in another process through a lock file of
  * another name: see Caveats), AH_EREADONLY (AH_OPEN_CREATE with AH_OPEN_RDONLY on a
  * missing file), AH_EIO, AH_ENOMEM, AH_EFULL (no space to create).
@@ -827,8 +828,8 @@ typedef struct ah_page_stats {
  * AH_EIO, AH_EBADTXN, AH_EFORK, AH_EBUSY (the snapshot's meta page was
  * overwritten by two later commits: check in a fresh read transaction), or
  * fn's value.  A meta page that stably holds another txnid than the
- * snapshot's and is no later commit's (a damaged txnid: LMDB then reads an
- * older commit's tree) is not AH_EBUSY but a problem naming the meta page
+ * snapshot's and is no later commit's (a txnid damaged after the open:
+ * LMDB reads whatever tree that page names) is not AH_EBUSY but a problem naming the meta page
  * and both txnids; the check goes on over the tree LMDB reads
  * (ARCHITECTURE.md §4 says which txnid flips stay invisible).  Source:
  * LMDB mdb_audit, mdb_page_search, mdb_node_search. */

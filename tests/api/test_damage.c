@@ -378,13 +378,13 @@ Test(api_damage, merge_does_not_launder, .timeout = 120)
 
 /* ---- a flipped txnid on an LMDB meta page (ARCHITECTURE.md section 4) ----
  * Page 0 holds the newest commit T (even), page 1 the one before (T - 1).
- * Bit 0 of page 0's txnid raises it to T + 1: LMDB takes it as the newest
- * and its read txns use page (T + 1) & 1 = 1, the tree of commit T - 1.
- * Before, ah_verify said AH_EBUSY in every fresh read txn forever (its copy
- * of the meta never held the snapshot's txnid) while reads silently served
- * commit T - 1.  Now the damage is one problem naming the meta page and
- * both txnids, the same in every txn, and the walk of the tree LMDB reads
- * goes on (it is sound: nothing is quarantined). */
+ * Bit 0 of page 0's txnid raises it to T + 1, a txnid of page 1's parity.
+ * Flipped while a handle is open, its read txns still use page T & 1 = 0
+ * (the snapshot txnid is the lock file's): ah_verify reports one problem
+ * naming the page and both txnids, the same in every txn, and the walk
+ * goes on (the tree is sound: nothing is quarantined).  Before, ah_verify
+ * said AH_EBUSY in every fresh read txn forever.  The next ah_open refuses
+ * the heap: LMDB would read commit T - 1 and build on it. */
 
 static int keep_message(const ah_problem *p, void *user)
 {
@@ -431,23 +431,18 @@ Test(api_damage, meta_txnid_flip_is_a_problem, .timeout = 60)
 	                   .max_bytes = 16u << 20 };
 	ah_heap *h;
 	ah_txn *t;
-	ah_heap_stat hs;
 	ah_arrangement_info in;
 	uint64_t T, upper;
 	char want[400];
 
 	/* The last commit on meta page 0 (an even txnid). */
 	T = commits_to_parity(d.path, &o, 0, &upper);
-
-	tl_flip(d.path, 144, 0x01); /* page 0's mm_txnid: T -> T + 1 */
-
 	cr_assert_eq(ah_open(d.path, &o, &h), 0);
-	cr_assert_eq(ah_heap_stat_get(h, &hs), 0);
-	cr_assert_eq(hs.last_txn_id, T + 1);
-	snprintf(want, sizeof want, "[] LMDB meta page 1: txnid %" PRIu64 ", not "
+	tl_flip(d.path, 144, 0x01); /* page 0's mm_txnid: T -> T + 1 */
+	snprintf(want, sizeof want, "[] LMDB meta page 0: txnid %" PRIu64 ", not "
 	         "the snapshot's %" PRIu64 " (a damaged txnid on this or the "
-	         "other meta page): the snapshot reads this page's tree, of an "
-	         "older commit\n", T - 1, T + 1);
+	         "other meta page): the snapshot reads the tree this page "
+	         "names\n", T + 1, T);
 	for (int i = 0; i < 3; i++) { /* the same in every fresh read txn */
 		tl_buf msgs = { 0 };
 		ah_verify_stats vs;
@@ -460,16 +455,20 @@ Test(api_damage, meta_txnid_flip_is_a_problem, .timeout = 60)
 		cr_assert_str_eq(msgs.p, want);
 		cr_assert_eq(ah_verify_pages(t, NULL, NULL, &ps), 0);
 		cr_assert_eq(ps.problems, 1);
-		cr_assert_eq(ps.txn_id, T + 1);
+		cr_assert_eq(ps.txn_id, T);
 		for (int j = 0; j < AH_PAGE_TREES; j++)
 			cr_assert_eq(ps.trees[j].damaged, 0, "%s", ps.trees[j].name);
-		/* What the reads serve: commit T - 1, one append short. */
+		/* What the reads serve: page 0's tree, commit T. */
 		cr_assert_eq(ah_arrangement_info_get(t, "a", &in), 0);
-		cr_assert_eq(in.upper, upper - 1);
+		cr_assert_eq(in.upper, upper);
 		ah_txn_abort(t);
 		free(msgs.p);
 	}
 	cr_assert_eq(ah_close(h), 0);
+	o.flags = 0;
+	cr_assert_eq(ah_open(d.path, &o, &h), AH_ECORRUPT);
+	o.flags = AH_OPEN_RDONLY;
+	cr_assert_eq(ah_open(d.path, &o, &h), AH_ECORRUPT);
 	tl_rmdir(&d);
 }
 
@@ -500,6 +499,59 @@ Test(api_damage, meta_txnids_equal_refuse_open, .timeout = 60)
 	cr_assert_eq(ah_arrangement_info_get(t, "a", &in), 0);
 	cr_assert_eq(in.upper, upper);
 	cr_assert_eq(in.updates, upper);
+	ah_txn_abort(t);
+	cr_assert_eq(ah_close(h), 0);
+	tl_rmdir(&d);
+}
+
+static void put_txnid(const char *path, int page, uint64_t txnid)
+{
+	int fd = open(path, O_RDWR);
+
+	cr_assert_geq(fd, 0, "open %s", path);
+	cr_assert_eq(pwrite(fd, &txnid, 8, (off_t)page * 4096 + 144), 8);
+	cr_assert_eq(close(fd), 0);
+}
+
+/* Txnids LMDB never writes, each refused by every open (plain, read-only,
+ * create) and harmless once restored: both zeroed on a used heap (reads
+ * would serve the older page's commit and the next writer build on it),
+ * and the newest raised to 2^48 or near 2^64 keeping its parity (LMDB's
+ * counter would wrap to 0 a few commits later and the heap stop
+ * opening). */
+Test(api_damage, meta_txnids_implausible_refuse_open, .timeout = 60)
+{
+	tl_dir d = tl_tmpdir("damage");
+	ah_open_opts o = { .size = sizeof o, .flags = AH_OPEN_CREATE,
+	                   .max_bytes = 16u << 20 };
+	static const unsigned flags[] = { 0, AH_OPEN_RDONLY, AH_OPEN_CREATE };
+	ah_heap *h;
+	ah_txn *t;
+	ah_arrangement_info in;
+	uint64_t upper, T = commits_to_parity(d.path, &o, 1, &upper);
+	const struct { uint64_t t0, t1; } bad[] = {
+		{ 0, 0 },
+		{ T - 1, (1ull << 48) + 1 },
+		{ T - 1, UINT64_MAX },
+		{ UINT64_MAX - 1, T },
+	};
+
+	for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+		put_txnid(d.path, 0, bad[b].t0);
+		put_txnid(d.path, 1, bad[b].t1);
+		for (size_t f = 0; f < 3; f++) {
+			o.flags = flags[f];
+			cr_assert_eq(ah_open(d.path, &o, &h), AH_ECORRUPT,
+			             "case %zu, flags %u", b, flags[f]);
+		}
+	}
+	put_txnid(d.path, 0, T - 1);
+	put_txnid(d.path, 1, T);
+	o.flags = 0;
+	cr_assert_eq(ah_open(d.path, &o, &h), 0);
+	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
+	cr_assert_eq(ah_arrangement_info_get(t, "a", &in), 0);
+	cr_assert_eq(in.upper, upper);
 	ah_txn_abort(t);
 	cr_assert_eq(ah_close(h), 0);
 	tl_rmdir(&d);
