@@ -3,7 +3,8 @@
  * it stays true: its block (from "#include <arrheap.h>" to the closing
  * fence) becomes the body of a function, built against the public header
  * and build/libarrheap.a with -Werror, and run in a fresh directory; it
- * must return 0 and leave a heap whose "orders" holds k1/v1 at time 0.
+ * must return 0 and leave a heap whose "orders" holds k1/v1 at time 0;
+ * run again it fails (AH_EEXIST, as its comment says) and changes nothing.
  * Skipped when AH_SRC or AH_BUILD is not set (the Makefile sets both).
  */
 #include <sys/wait.h>
@@ -63,6 +64,20 @@ Test(api_readme, example_compiles_and_runs, .timeout = 120)
 	ah_heap *h;
 	ah_txn *t;
 	tl_buf b = { 0 };
+	cr_assert_eq(ah_open(path, NULL, &h), 0);
+	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
+	tl_dump_as_of(t, "orders", 0, &b);
+	ah_txn_abort(t);
+	cr_assert_eq(ah_close(h), 0);
+	cr_assert_str_eq(b.p, "6b31 7631 1\n");
+	free(b.p);
+	/* Run again, as its comment says: create finds "orders" (AH_EEXIST,
+	 * the example returns it), and the heap is as it was. */
+	snprintf(cmd, sizeof cmd, "cd '%s' && ./example 2>&1", d.dir);
+	st = system(cmd);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "second run: status %d",
+	          st);
+	b = (tl_buf){ 0 };
 	cr_assert_eq(ah_open(path, NULL, &h), 0);
 	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
 	tl_dump_as_of(t, "orders", 0, &b);
