@@ -13,6 +13,22 @@
 #include "tl_dir.h"
 #include "tl_heap.h"
 
+/* The heap at path holds what the example commits: k1/v1 at time 0. */
+static void orders_hold_k1(const char *path)
+{
+	ah_heap *h;
+	ah_txn *t;
+	tl_buf b = { 0 };
+
+	cr_assert_eq(ah_open(path, NULL, &h), 0);
+	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
+	tl_dump_as_of(t, "orders", 0, &b);
+	ah_txn_abort(t);
+	cr_assert_eq(ah_close(h), 0);
+	cr_assert_str_eq(b.p, "6b31 7631 1\n");
+	free(b.p);
+}
+
 Test(api_readme, example_compiles_and_runs, .timeout = 120)
 {
 	const char *src = getenv("AH_SRC"), *build = getenv("AH_BUILD");
@@ -61,29 +77,13 @@ Test(api_readme, example_compiles_and_runs, .timeout = 120)
 
 	/* What the example committed. */
 	snprintf(path, sizeof path, "%s/state.heap", d.dir);
-	ah_heap *h;
-	ah_txn *t;
-	tl_buf b = { 0 };
-	cr_assert_eq(ah_open(path, NULL, &h), 0);
-	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
-	tl_dump_as_of(t, "orders", 0, &b);
-	ah_txn_abort(t);
-	cr_assert_eq(ah_close(h), 0);
-	cr_assert_str_eq(b.p, "6b31 7631 1\n");
-	free(b.p);
+	orders_hold_k1(path);
 	/* Run again, as its comment says: create finds "orders" (AH_EEXIST,
 	 * the example returns it), and the heap is as it was. */
 	snprintf(cmd, sizeof cmd, "cd '%s' && ./example 2>&1", d.dir);
 	st = system(cmd);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "second run: status %d",
 	          st);
-	b = (tl_buf){ 0 };
-	cr_assert_eq(ah_open(path, NULL, &h), 0);
-	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
-	tl_dump_as_of(t, "orders", 0, &b);
-	ah_txn_abort(t);
-	cr_assert_eq(ah_close(h), 0);
-	cr_assert_str_eq(b.p, "6b31 7631 1\n");
-	free(b.p);
+	orders_hold_k1(path);
 	tl_rmdir(&d);
 }
