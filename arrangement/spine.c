@@ -23,11 +23,12 @@
  * batches sizes then fall by more than 2x every SPINE_FANIN - 1 places, so
  * the spine holds O(log n) batches, and an update is rewritten about
  * log_FANIN(n / append) times instead of log_2 (at 10M updates in appends
- * of 100k: 3.4 merge reads per update appended against 5.1 pairwise).  A merge is paid for with fuel: every
- * appended update grants SPINE_FUEL_PER_UPDATE units to every merge in
- * progress; a merge runs once its credit reaches a quantum (or what it has
- * left), and otherwise stays suspended at a (key, val) boundary in the
- * record.  Merges of at most a quantum run to completion at once.  So no
+ * of 100k: 3.4 merge reads per update appended against 5.1 pairwise).
+ * A merge is paid for with fuel: every appended update grants
+ * SPINE_FUEL_PER_UPDATE units to every merge in progress; a merge runs
+ * once its credit reaches a quantum (or what it has left), and otherwise
+ * stays suspended at a (key, val) boundary in the record.  Merges of at
+ * most a quantum run to completion at once.  So no
  * append pays for one huge merge, and a crash mid-merge loses at most the
  * work of the transaction in flight: inputs stay in the chain until the
  * output replaces them in the same commit.

@@ -96,9 +96,7 @@ int spine_drop_all(heap_txn *t, spine *sp);
 #define SPINE_FUEL_PER_UPDATE 2
 /* Batches per merge the size policy starts (spine.c; 3 measured against
  * 2 and 4: BENCHMARKS.md, issue 13 seventh round). */
-#ifndef SPINE_FANIN
 #define SPINE_FANIN 3
-#endif
 #define SPINE_MERGE_QUANTUM 65536
 /* Backpressure of the merge thread, in quanta of credit: a merge the
  * thread has not kept up with runs inline once its credit passes its
