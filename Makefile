@@ -3,6 +3,11 @@
 # sanitizer in build-<san>/.  Every target installs missing Debian packages
 # first (`make deps`).  See README.md.
 
+# Builds run a job per core unless -j is given (CI's `make test` included).
+ifeq ($(filter -j% --jobs%,$(MAKEFLAGS)),)
+MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
+endif
+
 PREFIX ?= /usr/local
 BUILD ?= build
 CC ?= cc
