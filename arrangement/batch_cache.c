@@ -41,7 +41,12 @@
 
 #define BC_MAX_BYTES ((size_t)64 << 20)
 #define BC_MAX_ENTRY (BC_MAX_BYTES / 2)
-#define BC_BUCKETS 1024u
+/* 128 chains (1 KiB): a few entries each for a thousand batches, and a
+ * table made at a restart's first query that stays in one jemalloc size
+ * class with many regions a slab (8 KiB of chains cost it five new slabs
+ * and three page faults). */
+#define BC_BITS 7
+#define BC_BUCKETS (1u << BC_BITS)
 
 typedef struct bc_ent {
 	struct bc_ent *hnext;      /* bucket chain */
@@ -85,7 +90,7 @@ static void bc_destroy(void *p)
 
 static bc_ent **slot(bcache *bc, uint64_t id)
 {
-	bc_ent **p = &bc->bucket[(id * 0x9E3779B97F4A7C15ull) >> 54];
+	bc_ent **p = &bc->bucket[(id * 0x9E3779B97F4A7C15ull) >> (64 - BC_BITS)];
 
 	while (*p && (*p)->b->id != id)
 		p = &(*p)->hnext;

@@ -26,10 +26,12 @@
  * any thread).  An entry for an id with another xxh3 is a chunk whose id
  * was reused: it is replaced. */
 #define VC_MAX (1u << 20)
-/* The first table: 64 entries (9 KiB), so a fresh handle's first queries
- * touch two or three fresh pages, not a 144 KiB calloc's (each a read
- * fault, then a write fault, on this VM ~3 us apiece); it doubles at 70%. */
-#define VC_FIRST 64u
+/* The first table: 16 entries (2.3 KiB), so a fresh handle's first
+ * queries touch one fresh page, not a 144 KiB calloc's (each a read fault,
+ * then a write fault, on this VM ~3 us apiece), nor a 9 KiB one's (a
+ * jemalloc size class of one region a slab: a fresh process filling its
+ * thread cache made five slabs); it doubles at 70%. */
+#define VC_FIRST 16u
 
 typedef struct vc_entry {
 	uint64_t id, xxh3; /* id 0: empty (chunk ids start at 1) */
