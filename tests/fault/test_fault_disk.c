@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tl_dir.h"
@@ -143,4 +144,111 @@ Test(fault, full_tmpfs_durable, .timeout = 120)
 Test(fault, full_tmpfs_relaxed, .timeout = 120)
 {
 	full_disk(AH_OPEN_NOSYNC);
+}
+
+/* Writes 4 KiB blocks to path until the filesystem refuses one. */
+static void fill_up(const char *path)
+{
+	static char buf[4096];
+	int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+
+	cr_assert_geq(fd, 0);
+	memset(buf, 0x5a, sizeof buf);
+	while (write(fd, buf, sizeof buf) == (ssize_t)sizeof buf)
+		;
+	close(fd);
+}
+
+static struct stat lock_stat(const char *lock)
+{
+	struct stat st;
+
+	cr_assert_eq(stat(lock, &st), 0);
+	return st;
+}
+
+/* The lock file LMDB maps (ARCHITECTURE.md: space, item 5): a reopen skips
+ * fallocating it only when it has a block for every byte LMDB will map.
+ * Each damaged lock file below, on a disk filled to the last block, must
+ * be AH_EFULL (fallocate's ENOSPC), not an open that maps a hole (SIGBUS at
+ * LMDB's first store into it, or later); once space is freed the open
+ * allocates the blocks.  Cases: the whole file a hole; a hole in the
+ * middle with fewer blocks than bytes; a hole in the middle with blocks
+ * past the end making up the count (only SEEK_HOLE sees it); a
+ * max_readers larger than the file's reader table (LMDB grows it). */
+Test(fault, lock_file_holes_on_a_full_disk, .timeout = 60)
+{
+	static const char *const cases[] = { "sparse", "hole", "hole+tail",
+		                             "more readers" };
+	static const char zero[64];
+	tl_dir d;
+	char filler[160], lock[300];
+	ah_open_opts o = tl_opts(AH_OPEN_CREATE, 0, 4096);
+	ah_heap *h;
+	uint64_t k = 1;
+	int stage, fd;
+	ah_txn *left;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to mount a tmpfs");
+	d = tl_tmpdir("fault");
+	if (mount("tmpfs", d.dir, "tmpfs", 0, "size=24m") != 0) {
+		int e = errno;
+
+		tl_rmdir(&d);
+		cr_skip_test("cannot mount a tmpfs: %s", strerror(e));
+	}
+	snprintf(filler, sizeof filler, "%s/filler", d.dir);
+	snprintf(lock, sizeof lock, "%s-lock", d.path);
+	cr_assert_eq(ah_open(d.path, &o, &h), 0);
+	cr_assert_eq(commit_step(h, k, &stage, &left), 0);
+	cr_assert_eq(ah_close(h), 0);
+	/* An intact lock file: 126 readers' table, every byte a block. */
+	cr_assert_eq(lock_stat(lock).st_size, 126 * 64 + 128);
+	for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+		ah_open_opts oc = o;
+		struct stat before, after;
+
+		if (c < 3) { /* a new lock file of the same size */
+			cr_assert_eq(unlink(lock), 0);
+			fd = open(lock, O_RDWR | O_CREAT, 0644);
+			cr_assert_geq(fd, 0);
+			cr_assert_eq(ftruncate(fd, 126 * 64 + 128), 0);
+			if (c >= 1) /* block 0 written, block 1 a hole */
+				cr_assert_eq(pwrite(fd, zero, sizeof zero, 0),
+				             (ssize_t)sizeof zero);
+			if (c == 2) /* blocks past the end: 3 blocks for 2 */
+				cr_assert_eq(fallocate(fd, FALLOC_FL_KEEP_SIZE,
+				                       8192, 8192), 0);
+			close(fd);
+		} else {
+			oc.max_readers = 1000;
+		}
+		before = lock_stat(lock);
+		if (c == 2)
+			cr_assert_geq((uint64_t)before.st_blocks * 512,
+			              (uint64_t)before.st_size,
+			              "the block count alone covers the size");
+		fill_up(filler);
+		int rc = ah_open(d.path, &oc, &h);
+		cr_assert_eq(rc, AH_EFULL, "%s lock file on a full disk: %s",
+		             cases[c], ah_err_name(rc));
+		cr_assert_eq(unlink(filler), 0);
+		cr_assert_eq(ah_open(d.path, &oc, &h), 0, "%s", cases[c]);
+		after = lock_stat(lock);
+		cr_assert_gt(after.st_blocks, before.st_blocks,
+		             "%s: open allocated nothing", cases[c]);
+		cr_assert_geq((uint64_t)after.st_blocks * 512,
+		              (uint64_t)after.st_size, "%s", cases[c]);
+		k++;
+		cr_assert_eq(commit_step(h, k, &stage, &left), 0, "%s",
+		             cases[c]);
+		cr_assert_eq(ah_close(h), 0);
+	}
+	/* Intact again: a reopen on the full disk opens. */
+	fill_up(filler);
+	cr_assert_eq(ah_open(d.path, &o, &h), 0, "intact lock file, full disk");
+	cr_assert_eq(ah_close(h), 0);
+	cr_assert_eq(umount2(d.dir, MNT_DETACH), 0);
+	tl_rmdir(&d);
 }
