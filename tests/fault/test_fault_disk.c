@@ -80,15 +80,7 @@ static void full_disk(unsigned flags)
 	uint64_t k;
 	int rc = 0, stage = 0;
 
-	if (geteuid() != 0)
-		cr_skip_test("needs root to mount a tmpfs");
-	d = tl_tmpdir("fault");
-	if (mount("tmpfs", d.dir, "tmpfs", 0, "size=24m") != 0) {
-		int e = errno;
-
-		tl_rmdir(&d);
-		cr_skip_test("cannot mount a tmpfs: %s", strerror(e));
-	}
+	d = tl_tmpfs_dir("fault", "24m");
 	snprintf(filler, sizeof filler, "%s/filler", d.dir);
 	cr_assert_eq(write_filler(filler, 6 * TL_MiB), 0);
 	cr_assert_eq(ah_open(d.path, &o, &h), 0);
@@ -189,15 +181,7 @@ Test(fault, lock_file_holes_on_a_full_disk, .timeout = 60)
 	int stage, fd;
 	ah_txn *left;
 
-	if (geteuid() != 0)
-		cr_skip_test("needs root to mount a tmpfs");
-	d = tl_tmpdir("fault");
-	if (mount("tmpfs", d.dir, "tmpfs", 0, "size=24m") != 0) {
-		int e = errno;
-
-		tl_rmdir(&d);
-		cr_skip_test("cannot mount a tmpfs: %s", strerror(e));
-	}
+	d = tl_tmpfs_dir("fault", "24m");
 	snprintf(filler, sizeof filler, "%s/filler", d.dir);
 	snprintf(lock, sizeof lock, "%s-lock", d.path);
 	cr_assert_eq(ah_open(d.path, &o, &h), 0);

@@ -14,9 +14,12 @@
 #define TESTS_LIB_TL_DIR_H
 
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
+#include <unistd.h>
 
 typedef struct tl_dir {
 	char dir[64];   /* /tmp/ah-TAG-XXXXXX */
@@ -59,6 +62,28 @@ static inline void tl_rmdir(tl_dir *d)
 {
 	cr_assert_eq(tl_dir_try_remove(d), 0, "rm -rf %s", d->dir);
 	d->dir[0] = '\0';
+}
+
+/* tl_tmpdir with a tmpfs of SIZE (mount's "size=" form, e.g. "24m")
+ * mounted on it, for a really full disk; skips the test (Criterion) when
+ * not root or when the mount fails.  umount2(d.dir, MNT_DETACH) before
+ * tl_rmdir. */
+static inline tl_dir tl_tmpfs_dir(const char *tag, const char *size)
+{
+	char opt[32];
+	tl_dir d;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to mount a tmpfs");
+	d = tl_tmpdir(tag);
+	snprintf(opt, sizeof opt, "size=%s", size);
+	if (mount("tmpfs", d.dir, "tmpfs", 0, opt) != 0) {
+		int e = errno;
+
+		tl_rmdir(&d);
+		cr_skip_test("cannot mount a tmpfs: %s", strerror(e));
+	}
+	return d;
 }
 
 /* For a .fini: removes the directory if one was made, warns (never

@@ -169,15 +169,7 @@ Test(heap_space, full_disk_tmpfs, .timeout = 60)
 	uint64_t n_ok = 0, id;
 	int rc = 0;
 
-	if (geteuid() != 0)
-		cr_skip_test("needs root to mount a tmpfs");
-	d = tl_tmpdir("heap");
-	if (mount("tmpfs", d.dir, "tmpfs", 0, "size=32m") != 0) {
-		int e = errno;
-
-		tl_rmdir(&d);
-		cr_skip_test("cannot mount a tmpfs: %s", strerror(e));
-	}
+	d = tl_tmpfs_dir("heap", "32m");
 	snprintf(path, sizeof path, "%s/heap", d.dir);
 	snprintf(filler, sizeof filler, "%s/filler", d.dir);
 	cr_assert_eq(heap_open(path, &o, &h), 0);
