@@ -163,14 +163,6 @@ int heap_space_need(heap_txn *t, uint64_t pages)
 	return heap_space_ensure(t->h, t->bound_pages * t->h->psize);
 }
 
-/* The reader table in PATH-lock is written through a mapping as well.
- * Called before LMDB opens the environment (see env.c on fcntl locks): it
- * allocates blocks for the whole table with FALLOC_FL_KEEP_SIZE, so the
- * size LMDB finds (and from which it derives the reader count) is not
- * changed, and LMDB's later ftruncate extends over allocated blocks.
- * LMDB 0.9: 64 bytes per reader slot plus two 64-byte header lines.
- * keep (may be NULL) gets the descriptor, left open, or -1 when the lock
- * file could not be opened to write. */
 /* The reader table LMDB maps from the lock file for this many readers:
  * its header (two 64-byte lines) and a 64-byte slot per reader.  LMDB
  * grows a smaller file to it (as its first opener) and maps a larger one
@@ -198,6 +190,15 @@ static bool lock_allocated(int fd, unsigned readers)
 	return lseek(fd, 0, SEEK_HOLE) >= st.st_size;
 }
 
+/* The reader table in PATH-lock is written through a mapping as well.
+ * Called before LMDB opens the environment (see env.c on fcntl locks): it
+ * allocates blocks for the whole table with FALLOC_FL_KEEP_SIZE, so the
+ * size LMDB finds (and from which it derives the reader count) is not
+ * changed, and LMDB's later ftruncate extends over allocated blocks;
+ * unless lock_allocated finds them all there already (a reopen).
+ * LMDB 0.9: 64 bytes per reader slot plus two 64-byte header lines.
+ * keep (may be NULL) gets the descriptor, left open, or -1 when the lock
+ * file could not be opened to write. */
 int heap_space_lockfile(const char *path, unsigned readers, int *keep)
 {
 	char lock[PATH_MAX];

@@ -159,7 +159,7 @@ static struct stat lock_stat(const char *lock)
 	return st;
 }
 
-/* The lock file LMDB maps (ARCHITECTURE.md: space, item 5): a reopen skips
+/* The lock file LMDB maps (ARCHITECTURE.md §3, item 4): a reopen skips
  * fallocating it only when it has a block for every byte LMDB will map.
  * Each damaged lock file below, on a disk filled to the last block, must
  * be AH_EFULL (fallocate's ENOSPC), not an open that maps a hole (SIGBUS at
