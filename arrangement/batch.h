@@ -255,6 +255,17 @@ int batch_writer_push_one(batch_writer *w, const void *key, size_t klen,
                           uint64_t kp, const void *val, size_t vlen,
                           uint64_t vp, bool same_key, uint64_t time,
                           int64_t diff);
+/* batch_writer_push_one for a caller that has checked the order itself
+ * (a merge's run loop, merge_run.c): (key, val) is strictly after the last
+ * (key, val) pushed, and newkey says whether key differs from the last
+ * pushed key; neither is checked again.  The same staged bytes as
+ * batch_writer_push_one; its checks (and its run's path) where the common
+ * case does not apply (a new chunk, a dictionary entry, a column changing
+ * form).  Errors: as batch_writer_push. */
+int batch_writer_push_next(batch_writer *w, const void *key, size_t klen,
+                           uint64_t kp, const void *val, size_t vlen,
+                           uint64_t vp, bool newkey, uint64_t time,
+                           int64_t diff);
 /* Flushes, writes the batch record with Description d and frees the
  * writer.  *id = 0 and nothing written when no update was pushed (any
  * chunks of an adopted partial batch are freed).  */

@@ -604,32 +604,24 @@ static inline int put_field(pool *p, buf *b, const void *src, size_t n)
 	return 0;
 }
 
-int batch_writer_push_one(batch_writer *w, const void *key, size_t klen,
-                          uint64_t kp, const void *val, size_t vlen,
-                          uint64_t vp, bool same_key, uint64_t time,
-                          int64_t diff)
+/* The common case of one pair after the last staged (key, val), newkey
+ * told: the dictionaries hold its time and diff, no column changes form
+ * and the bound leaves room.  1 when it is not that case (nothing staged:
+ * the run's path is exact there), else 0 or an error. */
+static inline __attribute__((always_inline)) int
+push_staged(batch_writer *w, const void *key, size_t klen, uint64_t kp,
+            const void *val, size_t vlen, uint64_t vp, bool newkey,
+            uint64_t time, int64_t diff)
 {
-	time_diff td = { time, diff };
-	int rc, kc;
-
-	if (!w || diff == 0 || (klen && !key) || (vlen && !val) ||
-	    !w->have_last || w->nu == 0)
-		return batch_writer_push_run(w, key, klen, val, vlen, same_key,
-		                             &td, 1);
-	if (order_after_last(w, key, klen, kp, val, vlen, vp, same_key, &kc) <= 0)
-		return AH_EINVAL;
-	bool newkey = kc != 0;
 	int ti = w->td.over ? 0 : dict_find(&w->td, time);
 	int di = w->dd.over ? 0 : dict_find(&w->dd, (uint64_t)diff);
 	uint64_t g;
+	int rc;
 
-	/* Anything else (a new dictionary entry, a column changing form, the
-	 * chunk full): the run's path, which is exact there. */
 	if (ti < 0 || di < 0 ||
 	    !grow_bound(w, newkey, klen, vlen, 1, true, true, &g) ||
 	    w->size_ub + g > w->max_body)
-		return batch_writer_push_run(w, key, klen, val, vlen, !newkey,
-		                             &td, 1);
+		return 1;
 	if (w->nu >= w->ulim && (rc = item_room(w)))
 		return rc;
 	if (newkey) {
@@ -661,4 +653,41 @@ int batch_writer_push_one(batch_writer *w, const void *key, size_t klen,
 	w->keys += newkey;
 	w->vals++;
 	return 0;
+}
+
+int batch_writer_push_one(batch_writer *w, const void *key, size_t klen,
+                          uint64_t kp, const void *val, size_t vlen,
+                          uint64_t vp, bool same_key, uint64_t time,
+                          int64_t diff)
+{
+	time_diff td = { time, diff };
+	int rc, kc;
+
+	if (!w || diff == 0 || (klen && !key) || (vlen && !val) ||
+	    !w->have_last || w->nu == 0)
+		return batch_writer_push_run(w, key, klen, val, vlen, same_key,
+		                             &td, 1);
+	if (order_after_last(w, key, klen, kp, val, vlen, vp, same_key, &kc) <= 0)
+		return AH_EINVAL;
+	rc = push_staged(w, key, klen, kp, val, vlen, vp, kc != 0, time, diff);
+	if (rc == 1)
+		return batch_writer_push_run(w, key, klen, val, vlen, kc == 0,
+		                             &td, 1);
+	return rc;
+}
+
+int batch_writer_push_next(batch_writer *w, const void *key, size_t klen,
+                           uint64_t kp, const void *val, size_t vlen,
+                           uint64_t vp, bool newkey, uint64_t time,
+                           int64_t diff)
+{
+	int rc = 1;
+
+	if (w->have_last && w->nu != 0 && diff != 0)
+		rc = push_staged(w, key, klen, kp, val, vlen, vp, newkey, time,
+		                 diff);
+	if (rc == 1)
+		return batch_writer_push_one(w, key, klen, kp, val, vlen, vp,
+		                             !newkey, time, diff);
+	return rc;
 }

@@ -25,45 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "arrangement/batch_int.h"
-#include "arrangement/merge.h"
-
-typedef time_diff tpair;
-
-/* A heap entry: an input's current (key, val) with cached prefixes, so
- * that most comparisons settle on two integers. */
-typedef struct hent {
-	kv_ref r;
-	size_t idx;
-} hent;
-
-struct merger {
-	heap_txn *t;
-	pool *p;
-	batch *const *inputs;
-	size_t n;
-	frontier since;
-	batch_cursor **cur;    /* n, malloc'd */
-	size_t *hits;          /* n: inputs holding the current group */
-	hent *hp;              /* n: min-heap of the inputs not exhausted */
-	size_t hn;
-	bool held;             /* the group's one input is still hp[0] */
-	hent two[2];           /* n == 2: the inputs' current (key, val), no heap */
-	bool live[2];
-	batch_writer *w;       /* NULL once suspended or finished */
-	tpair *pairs;          /* pool: the current group's (time, diff) */
-	size_t pairs_cap;
-	const void *wkey;      /* key of the last run written (map pointer) */
-	size_t wklen;
-	/* Last group consumed: map pointers, copied into bkey/bval on suspend. */
-	bool has_boundary;
-	const void *lkey, *lval;
-	size_t lklen, lvlen;
-	uint8_t *bcopy;        /* pool: key then val of the reported boundary */
-	size_t bcopy_cap;
-	bool done;
-	uint64_t bytes, peak;  /* pool bytes held by the merger itself */
-};
+#include "arrangement/merge_int.h"
 
 static void account(merger *m, int64_t delta)
 {
@@ -235,6 +197,7 @@ static int open_merger(heap_txn *t, pool *p, batch *const *inputs, size_t n,
 	m->inputs = inputs;
 	m->n = n;
 	m->since = since;
+	m->runs = true;
 	if (n) {
 		m->cur = calloc(n, sizeof *m->cur);
 		m->hits = calloc(n, sizeof *m->hits);
@@ -654,6 +617,26 @@ static int merge_group(merger *m, uint64_t *units)
 	return rc;
 }
 
+void merger_requeue(merger *m)
+{
+	m->hn = 0;
+	m->live[0] = m->live[1] = false;
+	for (size_t i = 0; i < m->n; i++)
+		if (bcur_key_valid(m->cur[i]))
+			pq_push(m, i);
+}
+
+void merger_set_runs(merger *m, bool on)
+{
+	if (m)
+		m->runs = on;
+}
+
+uint64_t merger_run_groups(const merger *m)
+{
+	return m ? m->run_groups : 0;
+}
+
 int merger_step(merger *m, uint64_t fuel, bool *done, uint64_t *spent)
 {
 	uint64_t used = 0;
@@ -665,6 +648,12 @@ int merger_step(merger *m, uint64_t fuel, bool *done, uint64_t *spent)
 		return AH_ESTATE;
 	while (!m->done && rc == 0 && (fuel == 0 || used < fuel)) {
 		uint64_t units = 0;
+		/* The run loop while the inputs allow it, else one group
+		 * (which may be where the loop stopped). */
+		rc = merger_run(m, fuel ? fuel - used : 0, &units);
+		used += units;
+		if (units || rc)
+			continue;
 		rc = merge_group(m, &units);
 		used += units;
 	}

@@ -55,6 +55,12 @@ uint64_t merger_image_bytes(const merger *m);
  * are exhausted.  *spent = units used.  Errors: AH_ELIMIT (a diff sum
  * overflows), AH_EFULL, AH_EIO, AH_ENOMEM, AH_ECORRUPT. */
 int merger_step(merger *m, uint64_t fuel, bool *done, uint64_t *spent);
+/* Whether merger_step may take groups through the run loop over
+ * fixed-width columns (merge_run.c; on by default).  The output is the
+ * same bytes either way: off is for the test that says so. */
+void merger_set_runs(merger *m, bool on);
+/* The (key, val) groups the run loop took so far (tests, profiles). */
+uint64_t merger_run_groups(const merger *m);
 /* Writes the output so far as a partial batch record and reports the
  * boundary; the boundary's pointers stay valid until merger_free.  */
 int merger_suspend(merger *m, merge_resume *out);
