@@ -34,6 +34,7 @@
 #include "arrangement/builder.h"
 #include "arrangement/merge.h"
 #include "arrangement/run_sort.h"
+#include "arrangement/batch_writer_run.h"
 
 #define BUILDER_DEFAULT_BUDGET ((size_t)64 << 20)
 #define BUILDER_FANIN 64
@@ -62,6 +63,8 @@ struct builder {
 	uint64_t *runs;    /* ids of the temporary batches (malloc) */
 	size_t nruns, runs_cap;
 	int err;           /* sticky: a failed builder refuses further work */
+	bool run_on;       /* the writer's run mode (write_run); tests turn it off */
+	uint64_t *run_pushes; /* counts the updates staged in it, or NULL */
 };
 
 static const batch_desc tmp_desc = { { 0 }, { UINT64_MAX }, { 0 } };
@@ -230,14 +233,71 @@ static int push_kv(batch_writer *w, const entry *g, size_t m, bool same_key,
 	                                  g->vlen, same_key, td, nt) : 0;
 }
 
-/* Consolidates the sorted run into w, one (key, val) at a time; kept says
- * that e[i]'s key is the last one pushed (the writer then skips its key
- * compare). */
 #define WRITE_AHEAD 16
 
+/* The writer's run mode over e[i..n) for keys of kw and vals of vw bytes
+ * (always inline, once per common width pair, so that the widths fold to
+ * constants): entries that are a (key, val) alone (nothing to consolidate)
+ * of those widths, staged exactly as push_kv's batch_writer_push_one
+ * would, while the mode takes them.  *last is the entry the writer staged
+ * last; each one pushed is checked strictly after it here (B1, as
+ * push_one's order_after_last checks; the key compare skipped when kept,
+ * as push_one skips it on same_key).  Returns where it stopped. */
+static inline __attribute__((always_inline)) size_t
+run_mode(builder *b, bw_run *r, const entry *e, size_t i, size_t n,
+         uint32_t kw, uint32_t vw, bool *kept, const entry **last)
+{
+	const entry *l = *last;
+
+	while (i < n) {
+		const entry *g = &e[i];
+		bool one = i + 1 == n || !run_key_eq(g, &e[i + 1]) ||
+		           !run_val_eq(g, &e[i + 1]);
+		if (!one || g->klen != kw || g->vlen != vw)
+			break;
+		if (i + WRITE_AHEAD < n) {
+			const entry *f = &e[i + WRITE_AHEAD];
+			__builtin_prefetch(f->key);
+			__builtin_prefetch(f->key + f->klen + f->vlen);
+		}
+		bool pushed = false;
+		if (g->diff != 0) {
+			int kc = 0, vc;
+			if (!*kept) {
+				kc = g->pfx != l->pfx ? (g->pfx > l->pfx ? 1 : -1) :
+				     kw > 8 ? memcmp(g->key + 8, l->key + 8, kw - 8) : 0;
+				if (kc <= 0)
+					break; /* push_one's order check and error */
+			}
+			if (kc == 0) {
+				vc = g->vpfx != l->vpfx ? (g->vpfx > l->vpfx ? 1 : -1) :
+				     vw > 8 ? memcmp(g->key + kw + 8, l->key + kw + 8,
+				                     vw - 8) : 0;
+				if (vc <= 0)
+					break;
+			}
+			if (bw_run_push(r, kw, vw, g->key, g->pfx, g->key + kw,
+			                g->vpfx, kc != 0, g->time, g->diff))
+				break;
+			pushed = true;
+			l = g;
+			if (b->run_pushes)
+				++*b->run_pushes;
+		}
+		i++;
+		*kept = (pushed || *kept) && i < n && run_key_eq(g, &e[i]);
+	}
+	*last = l;
+	return i;
+}
+
+/* Consolidates the sorted run into w, one (key, val) at a time; kept says
+ * that e[i]'s key is the last one pushed (the writer then skips its key
+ * compare).  Between pushes through push_kv, the writer's run mode takes
+ * what it can (run_mode). */
 static int write_run(builder *b, batch_writer *w)
 {
-	const entry *e = b->ents;
+	const entry *e = b->ents, *last = NULL;
 	size_t n = b->nents;
 	bool kept = false, pushed;
 
@@ -256,7 +316,19 @@ static int write_run(builder *b, batch_writer *w)
 			;
 		if ((rc = push_kv(w, &e[i], j - i, kept, &pushed)))
 			return rc;
+		if (pushed)
+			last = &e[i];
 		kept = (pushed || kept) && j < n && run_key_eq(&e[i], &e[j]);
+		bw_run r;
+		if (!b->run_on || !last || j == n ||
+		    bw_run_begin(w, last->klen, last->vlen, &r))
+			continue;
+		if (last->klen == 8 && last->vlen == 16)
+			j = run_mode(b, &r, e, j, n, 8, 16, &kept, &last);
+		else
+			j = run_mode(b, &r, e, j, n, last->klen, last->vlen, &kept,
+			             &last);
+		bw_run_end(&r); /* e[j], if any, next through push_kv */
 	}
 	return 0;
 }
@@ -321,8 +393,10 @@ static int merge_runs(builder *b, const uint64_t *ids, size_t n,
 		rc = batch_load(b->t, ids[i], &in[i]);
 	if (rc == 0)
 		rc = merger_open(b->t, b->p, in, n, frontier_of(0), NULL, &m);
-	if (rc == 0)
+	if (rc == 0) {
+		merger_set_runs(m, b->run_on);
 		rc = merger_step(m, 0, &done, &spent);
+	}
 	if (rc == 0)
 		rc = merger_finish(m, d, id);
 	if (m) {
@@ -351,6 +425,7 @@ int builder_new(heap_txn *t, pool *p, size_t run_budget, builder **out)
 	b->t = t;
 	b->p = p;
 	b->budget = run_budget ? run_budget : BUILDER_DEFAULT_BUDGET;
+	b->run_on = true;
 	b->block_size = b->budget / 64;
 	if (b->block_size > BLOCK_MAX)
 		b->block_size = BLOCK_MAX;
@@ -489,4 +564,12 @@ void builder_free(builder *b)
 uint64_t builder_peak_bytes(const builder *b)
 {
 	return b ? b->peak : 0;
+}
+
+void builder_set_runs(builder *b, bool on, uint64_t *pushes)
+{
+	if (b) {
+		b->run_on = on;
+		b->run_pushes = pushes;
+	}
 }

@@ -32,5 +32,9 @@ int builder_finish(builder *b, const batch_desc *d, uint64_t *id);
 void builder_free(builder *b);
 /* Peak pool bytes this builder held (for the bounded-memory test). */
 uint64_t builder_peak_bytes(const builder *b);
+/* For tests: the writer's run mode in write_run (and the merge's run loop
+ * at finish) on (the default) or off; pushes, when not NULL, is added the
+ * updates the mode staged, until the builder is freed. */
+void builder_set_runs(builder *b, bool on, uint64_t *pushes);
 
 #endif
