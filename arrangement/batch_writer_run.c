@@ -43,10 +43,9 @@ int bw_run_begin(batch_writer *w, uint32_t kw, uint32_t vw, bw_run *r)
 	    w->ti.len != w->nu || w->di.len != w->nu)
 		return 1;
 	r->w = w;
-	r->nk = w->nk;
+	r->nk = r->nk0 = w->nk;
 	r->nv = w->nv;
-	r->nu = w->nu;
-	r->ulim = w->ulim;
+	r->nu = r->nu0 = w->nu;
 	r->size_ub = w->size_ub;
 	r->max_body = w->max_body;
 	/* grow_bound's terms that the mode cannot change: fixed widths,
@@ -54,10 +53,23 @@ int bw_run_begin(batch_writer *w, uint32_t kw, uint32_t vw, bw_run *r)
 	 * (nv == nk: a second val leaves the mode) */
 	r->gval = vw + 8 + (w->nu == w->nv ? 0 : 8);
 	r->gkey = kw + 8 + (w->nv == w->nk ? 0 : 8);
-	r->kb = w->kb.p, r->kb_len = w->kb.len, r->kb_cap = w->kb.cap;
-	r->vb = w->vb.p, r->vb_len = w->vb.len, r->vb_cap = w->vb.cap;
-	r->kh = w->khash.p, r->kh_len = w->khash.len, r->kh_cap = w->khash.cap;
+	r->kb = w->kb.p, r->kb_len = w->kb.len;
+	r->vb = w->vb.p, r->vb_len = w->vb.len;
+	r->kh = w->khash.p, r->kh_len = w->khash.len;
 	r->hash = !w->no_filter;
+	/* the rooms as counts (bw_run): vals that fit the val bytes, up to
+	 * ulim; keys that fit the key bytes and the hashes */
+	uint64_t uroom = vw ? (w->vb.cap - w->vb.len) / vw : UINT32_MAX;
+	uint64_t ul = w->ulim > w->nu ? w->ulim - w->nu : 0;
+	uint64_t kroom = kw ? (w->kb.cap - w->kb.len) / kw : UINT32_MAX;
+	if (r->hash && (w->khash.cap - w->khash.len) / 8 < kroom)
+		kroom = (w->khash.cap - w->khash.len) / 8;
+	if (ul < uroom)
+		uroom = ul;
+	uroom += w->nu;
+	kroom += w->nk;
+	r->u_stop = uroom > UINT32_MAX ? UINT32_MAX : (uint32_t)uroom;
+	r->k_stop = kroom > UINT32_MAX ? UINT32_MAX : (uint32_t)kroom;
 	r->ko = w->ko.p;
 	r->kv = w->kv.p;
 	r->vo = w->vo.p;
@@ -70,34 +82,12 @@ int bw_run_begin(batch_writer *w, uint32_t kw, uint32_t vw, bw_run *r)
 	r->lti = r->ldi = -1;
 	r->t_over = w->td.over;
 	r->d_over = w->dd.over;
-	r->added = r->keys = 0;
 	r->lkp = w->lkp;
 	r->lvp = w->lvp;
 	r->t_thr = col_thr(w->td.n, w->td.over, w->nu);
 	r->d_thr = col_thr(w->dd.n, w->dd.over, w->nu);
 	r->t_hi = w->td.n == 1 ? 0 : 9;
 	r->d_hi = w->dd.n == 1 ? 0 : 9;
+	bw_run_regrow(r);
 	return 0;
-}
-
-void bw_run_end(bw_run *r)
-{
-	batch_writer *w = r->w;
-
-	w->kb.len = r->kb_len;
-	w->vb.len = r->vb_len;
-	w->khash.len = r->kh_len;
-	w->nk = r->nk;
-	w->nv = r->nv;
-	w->nu = r->nu;
-	w->ko.len = w->kv.len = 4 * ((size_t)r->nk + 1);
-	w->vo.len = w->vu.len = 4 * ((size_t)r->nv + 1);
-	w->tm.len = w->df.len = 8 * (size_t)r->nu;
-	w->ti.len = w->di.len = r->nu;
-	w->size_ub = r->size_ub;
-	w->updates += r->added;
-	w->vals += r->added;
-	w->keys += r->keys;
-	w->lkp = r->lkp;
-	w->lvp = r->lvp;
 }

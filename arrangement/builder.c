@@ -319,10 +319,11 @@ static int write_run(builder *b, batch_writer *w)
 		if (pushed)
 			last = &e[i];
 		kept = (pushed || kept) && j < n && run_key_eq(&e[i], &e[j]);
-		bw_run r;
+		bw_run fresh, r;
 		if (!b->run_on || !last || j == n ||
-		    bw_run_begin(w, last->klen, last->vlen, &r))
+		    bw_run_begin(w, last->klen, last->vlen, &fresh))
 			continue;
+		r = fresh; /* a copy whose address no call sees (batch_writer_run.h) */
 		if (last->klen == 8 && last->vlen == 16)
 			j = run_mode(b, &r, e, j, n, 8, 16, &kept, &last);
 		else

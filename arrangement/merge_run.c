@@ -47,6 +47,7 @@ typedef struct rin {
 	const bchunk *v;
 	const uint8_t *kb, *vb; /* the key and val byte columns */
 	uint32_t ki, vi, vend;
+	uint32_t lim;           /* vi + 1 >= lim: a val the loop leaves */
 	bool moved;
 } rin;
 
@@ -62,7 +63,7 @@ static inline __attribute__((always_inline)) int field_cmp(uint64_t a1, uint64_t
 {
 	if (a1 != b1)
 		return a1 < b1 ? -1 : 1;
-	if (a2 != b2)
+	if (w > 8 && a2 != b2) /* up to 8 bytes the second parts are 0 */
 		return a2 < b2 ? -1 : 1;
 	return w > 16 ? memcmp(a + 16, b + 16, w - 16) : 0;
 }
@@ -86,6 +87,15 @@ static inline __attribute__((always_inline)) void rin_val(rin *r, uint32_t vw)
 	r->p.v2 = second8(r->p.val, vw);
 }
 
+/* The chunk's last val, or the last key's last val (which may continue
+ * in the next chunk), as the bound lim of rin (the vals from lim - 1 on
+ * go to merge_group): nvals, or vend for the chunk's last key. */
+static inline __attribute__((always_inline)) uint32_t
+rin_lim(const bchunk *v, uint32_t ki, uint32_t vend)
+{
+	return ki + 1 >= v->nkeys && vend < v->nvals ? vend : v->nvals;
+}
+
 /* Key ki of r's chunk and its first val: false when its val range does
  * not check (bcur_walk_key's checks). */
 static inline __attribute__((always_inline)) bool rin_key(rin *r, uint32_t ki, uint32_t kw, uint32_t vw)
@@ -100,6 +110,7 @@ static inline __attribute__((always_inline)) bool rin_key(rin *r, uint32_t ki, u
 	r->ki = ki;
 	r->vi = lo;
 	r->vend = hi;
+	r->lim = rin_lim(r->v, ki, hi);
 	r->p.k = r->kb + (size_t)ki * kw;
 	r->p.k1 = bytes_prefix8(r->p.k, kw);
 	r->p.k2 = second8(r->p.k, kw);
@@ -130,8 +141,7 @@ static inline __attribute__((always_inline)) bool rin_pair(const rin *r, atime *
 	const bchunk *v = r->v;
 	uint32_t lo, hi;
 
-	if (r->vi + 1 >= v->nvals ||
-	    (r->vi + 1 >= r->vend && r->ki + 1 >= v->nkeys))
+	if (r->vi + 1 >= r->lim)
 		return false;
 	lo = v->vu ? v->vu[r->vi] : r->vi;
 	hi = v->vu ? v->vu[r->vi + 1] : r->vi + 1;
@@ -145,15 +155,26 @@ static inline __attribute__((always_inline)) bool rin_pair(const rin *r, atime *
 }
 
 /* Steps r past its current val (rin_pair held): false when the next
- * key's val range does not check. */
-static inline __attribute__((always_inline)) bool rin_step(rin *r, uint32_t kw, uint32_t vw)
+ * key's val range does not check.  *lie is set when the new position is
+ * not strictly after the old one (a val not after the key's last, a key
+ * not after the last): the loop stops there and merge_group meets it. */
+static inline __attribute__((always_inline)) bool
+rin_step(rin *r, uint32_t kw, uint32_t vw, bool *lie)
 {
 	r->moved = true;
 	if (++r->vi < r->vend) {
+		uint64_t o1 = r->p.v1, o2 = r->p.v2;
+		const uint8_t *o = r->p.val;
 		rin_val(r, vw);
+		*lie |= field_cmp(r->p.v1, r->p.v2, r->p.val, o1, o2, o, vw) <= 0;
 		return true;
 	}
-	return rin_key(r, r->ki + 1, kw, vw);
+	uint64_t o1 = r->p.k1, o2 = r->p.k2;
+	const uint8_t *o = r->p.k;
+	if (!rin_key(r, r->ki + 1, kw, vw))
+		return false;
+	*lie |= field_cmp(r->p.k1, r->p.k2, r->p.k, o1, o2, o, kw) <= 0;
+	return true;
 }
 
 /* Where the inputs stand, to tell whether a layout that stopped the loop
@@ -191,6 +212,7 @@ static int enter(merger *m, rin *in, size_t *nl, uint32_t *kw, uint32_t *vw)
 		in[n].ki = c->ki;
 		in[n].vi = c->vi;
 		in[n].vend = c->vend;
+		in[n].lim = rin_lim(v, c->ki, c->vend);
 		in[n].p.k = c->key;
 		in[n].p.k1 = bytes_prefix8(c->key, *kw);
 		in[n].p.k2 = second8(c->key, *kw);
@@ -230,26 +252,32 @@ static int leave(merger *m, rin *in, size_t nl)
 	return 0;
 }
 
-/* What a call of the loop carries between groups. */
+/* What a call of the loop leaves (run_groups keeps it in locals). */
 typedef struct run_state {
 	uint64_t used, groups;
-	kvp last, wr;       /* the last group consumed; the last written */
+	const uint8_t *lk, *lv; /* the last group consumed */
+	const uint8_t *wk;      /* the last key written */
 	bool consumed, wrote;
-	bool inrun;         /* the writer is in run mode (br) */
-	bw_run br;
 } run_state;
 
 /* The loop over groups, for key width kw and val width vw: inline in
- * merger_run once per common width pair, so that the compares and steps
- * on them fold to constant-width loads. */
+ * merger_run once per common width pair (and for two inputs of those),
+ * so that the compares and steps on them fold to constant-width loads.  What it carries from group to
+ * group is in locals (the writer's run mode in a bw_run whose address
+ * only inline code sees), so that the staging's byte stores, which may
+ * alias any memory, do not make the compiler reload it. */
 static inline __attribute__((always_inline)) int
 run_groups(merger *m, rin *in, size_t nl, uint32_t kw, uint32_t vw,
            uint64_t fuel, run_state *st)
 {
 	size_t hits[RUN_MAX_INPUTS];
+	uint64_t used = 0, groups = 0, wk1 = 0, wk2 = 0;
+	const uint8_t *lk = NULL, *lv = NULL, *wk = NULL;
+	bool wrote = false, inrun = false, lie = false;
+	bw_run br = { 0 }; /* set before use: the compiler cannot tell */
 	int rc = 0;
 
-	while (fuel == 0 || st->used < fuel) {
+	while ((fuel == 0 || used < fuel) && !lie) {
 		size_t b = 0, nh = 1;
 		atime t;
 		int64_t d;
@@ -267,8 +295,6 @@ run_groups(merger *m, rin *in, size_t nl, uint32_t kw, uint32_t vw,
 		}
 		if (!rin_pair(&in[b], &t, &d))
 			break;
-		if (st->consumed && kvp_cmp(&in[b].p, &st->last, kw, vw) <= 0)
-			break; /* out of order: merge_group's error */
 		t = time_advance_by(t, m->since);
 		if (nh > 1) {
 			bool ok = true;
@@ -282,18 +308,19 @@ run_groups(merger *m, rin *in, size_t nl, uint32_t kw, uint32_t vw,
 			if (!ok)
 				break; /* several times, or a split: merge_group */
 		}
+		const kvp *r = &in[b].p;
 		if (d != 0) {
-			const kvp *r = &in[b].p;
-			bool newkey = !st->wrote || key_cmp(r, &st->wr, kw) != 0;
+			bool newkey = !wrote ||
+			              field_cmp(r->k1, r->k2, r->k, wk1, wk2, wk, kw) != 0;
 
-			rc = st->inrun ? bw_run_push(&st->br, kw, vw, r->k, r->k1,
-			                             r->val, r->v1, newkey, t, d) : 1;
+			rc = inrun ? bw_run_push(&br, kw, vw, r->k, r->k1, r->val,
+			                         r->v1, newkey, t, d) : 1;
 			if (rc == 1) {
 				/* the writer's own path, then its run mode again */
-				if (st->inrun)
-					bw_run_end(&st->br);
-				st->inrun = false;
-				if (!st->wrote)
+				if (inrun)
+					bw_run_end(&br);
+				inrun = false;
+				if (!wrote)
 					rc = batch_writer_push_one(m->w, r->k, kw, r->k1,
 					                           r->val, vw, r->v1,
 					                           false, t, d);
@@ -302,22 +329,36 @@ run_groups(merger *m, rin *in, size_t nl, uint32_t kw, uint32_t vw,
 					                            r->k1, r->val, vw,
 					                            r->v1, newkey, t, d);
 				if (rc)
-					return rc;
-				st->inrun = bw_run_begin(m->w, kw, vw,
-				                                   &st->br) == 0;
+					break;
+				bw_run fresh; /* begun apart: br's address kept in */
+				if (bw_run_begin(m->w, kw, vw, &fresh) == 0) {
+					br = fresh;
+					inrun = true;
+				}
 			}
-			st->wr = *r;
-			st->wrote = true;
+			wk1 = r->k1, wk2 = r->k2, wk = r->k;
+			wrote = true;
 		}
-		st->last = in[b].p;
-		st->consumed = true;
-		st->used += nh;
-		st->groups++;
+		lk = r->k, lv = r->val;
+		used += nh;
+		groups++;
 		for (size_t h = 0; h < nh; h++)
-			if (!rin_step(&in[hits[h]], kw, vw))
-				return CORRUPT("batch chunk key_vals");
+			if (!rin_step(&in[hits[h]], kw, vw, &lie)) {
+				rc = CORRUPT("batch chunk key_vals");
+				break;
+			}
+		if (rc)
+			break;
 	}
-	return 0;
+	if (inrun)
+		bw_run_end(&br);
+	st->used = used;
+	st->groups = groups;
+	st->consumed = lk != NULL;
+	st->lk = lk, st->lv = lv;
+	st->wrote = wrote;
+	st->wk = wk;
+	return rc;
 }
 
 int merger_run(merger *m, uint64_t fuel, uint64_t *units)
@@ -341,19 +382,19 @@ int merger_run(merger *m, uint64_t fuel, uint64_t *units)
 	}
 	m->run_stuck = false;
 	memset(&st, 0, sizeof st);
-	if (kw == 8 && vw == 16)
+	if (kw == 8 && vw == 16 && nl == 2)
+		rc = run_groups(m, in, 2, 8, 16, fuel, &st);
+	else if (kw == 8 && vw == 16)
 		rc = run_groups(m, in, nl, 8, 16, fuel, &st);
 	else
 		rc = run_groups(m, in, nl, kw, vw, fuel, &st);
-	if (st.inrun)
-		bw_run_end(&st.br);
 	if (st.consumed) {
 		m->has_boundary = true;
-		m->lkey = st.last.k, m->lklen = kw;
-		m->lval = st.last.val, m->lvlen = vw;
+		m->lkey = st.lk, m->lklen = kw;
+		m->lval = st.lv, m->lvlen = vw;
 	}
 	if (st.wrote) {
-		m->wkey = st.wr.k;
+		m->wkey = st.wk;
 		m->wklen = kw;
 	}
 	*units = st.used;
