@@ -131,7 +131,10 @@ bw_run_push(bw_run *r, uint32_t kw, uint32_t vw, const uint8_t *key,
 	if (r->size_ub + g > r->max_body)
 		return 1;
 	if (newkey) {
-		memcpy(r->kb + r->kb_len, key, kw);
+		/* a zero-width column may have no buffer: no memcpy from or
+		 * to NULL, even of 0 bytes (C11 7.24.1) */
+		if (kw)
+			memcpy(r->kb + r->kb_len, key, kw);
 		r->kb_len += kw;
 		put_u32(r->ko + 4 * (size_t)(r->nk + 1), (uint32_t)r->kb_len);
 		r->nk++;
@@ -141,7 +144,8 @@ bw_run_push(bw_run *r, uint32_t kw, uint32_t vw, const uint8_t *key,
 			r->kh_len += 8;
 		}
 	}
-	memcpy(r->vb + r->vb_len, val, vw);
+	if (vw)
+		memcpy(r->vb + r->vb_len, val, vw);
 	r->vb_len += vw;
 	put_u32(r->vo + 4 * (size_t)(r->nv + 1), (uint32_t)r->vb_len);
 	r->nv++;

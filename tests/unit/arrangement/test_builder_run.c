@@ -172,3 +172,19 @@ Test(builder_run, odd_widths_among_fixed, .timeout = 120)
 	const gen g = { 8, 16, 200000, 3, 1, false, true };
 	cr_assert_gt(compare(26, &g, 150000), 0);
 }
+
+/* Zero-width vals (an arrangement keyed with no val, as the engine's
+ * views make) and zero-width keys: the writer keeps no buffer for an
+ * empty column, and the mode must not copy to or from it (UBSan found
+ * memcpy(NULL, _, 0) here through ah-pgsync's views). */
+Test(builder_run, empty_vals, .timeout = 120)
+{
+	const gen g = { 8, 0, 50000, 1, 2, false, false };
+	cr_assert_gt(compare(27, &g, 60000), 0);
+}
+
+Test(builder_run, empty_keys, .timeout = 120)
+{
+	const gen g = { 0, 8, 1, 5000, 2, false, false };
+	(void)compare(28, &g, 20000);
+}

@@ -205,6 +205,14 @@ Test(merge_run, eight_inputs_hot_keys, .timeout = 120)
 	cr_assert_gt(compare(15, &g, 8, 4000), 0);
 }
 
+/* Zero-width vals: the writer keeps no buffer for the empty column, and
+ * the loop copies nothing to or from it (UBSan: memcpy with NULL). */
+Test(merge_run, empty_vals, .timeout = 120)
+{
+	const gen g = { 8, 0, 20000, false };
+	cr_assert_gt(compare(17, &g, 2, 20000), 0);
+}
+
 Test(merge_run, varying_widths_never_take_the_loop, .timeout = 120)
 {
 	const gen g = { 8, 16, 5000, true };
