@@ -22,6 +22,11 @@ static void buf_free(pool *p, buf *b)
 	b->len = b->cap = 0;
 }
 
+/* Hashes ahead whose blocks fill_filter asks for early: a large batch's
+ * filter (10 bits a key: 6 MB at 5M keys) is past the caches, and each
+ * key's block is a random one. */
+#define FILL_AHEAD 16
+
 /* Sets the bits of every hashed key in nb zeroed checked blocks, then
  * each block's check (filter.h, hash 2). */
 static void fill_filter(const batch_writer *w, uint64_t *blocks, uint64_t nb)
@@ -31,6 +36,11 @@ static void fill_filter(const batch_writer *w, uint64_t *blocks, uint64_t nb)
 	memset(blocks, 0, FILTER_BLOCK * nb);
 	for (uint64_t i = 0; i < nh; i++) {
 		uint64_t h;
+		if (i + FILL_AHEAD < nh) {
+			memcpy(&h, w->khash.p + 8 * (i + FILL_AHEAD), 8);
+			__builtin_prefetch(blocks + filter_block_of(nb, h) *
+			                                FILTER_WORDS, 1);
+		}
 		memcpy(&h, w->khash.p + 8 * i, 8);
 		filter_add_checked(blocks, nb, h);
 	}
