@@ -232,6 +232,8 @@ int chunk_lookup(heap_txn *t, uint64_t id, MDB_val *v, chdr *c)
 	int rc = heap_trees_usable(t->h, CHUNKS);
 	const char *problem;
 
+	if (rc == 0) /* its bytes in the file before anything reads them */
+		rc = heap_wb_settle(t, id);
 	if (rc == 0)
 		rc = heap_err(HEAP_MDB(mdb_get(t->txn, t->h->dbi[HEAP_DBI_CHUNKS], &k, v)));
 
@@ -290,6 +292,7 @@ int heap_chunk_next(heap_txn *t, uint64_t after, bool first,
 		return AH_EINVAL;
 	if (!first && after == UINT64_MAX)
 		return AH_ENOTFOUND;
+	TRY(heap_wb_settle(t, 0));
 	TRY(heap_trees_usable(t->h, CHUNKS));
 	TRY(heap_err(HEAP_MDB(mdb_cursor_open(t->txn, t->h->dbi[HEAP_DBI_CHUNKS],
 	                                  &cur))));

@@ -139,4 +139,19 @@ const char *chunk_check_all(const MDB_val *v, const chdr *c);
 int chunk_lookup(heap_txn *t, uint64_t id, MDB_val *v, chdr *c);
 int chunk_file_offset(const heap *h, const MDB_val *v, uint64_t *off);
 
+/* chunk_write.c: a sealed value's zero tail, block sums, sum0 and xxh3
+ * (body_used already in its header c describes); size bytes of a value
+ * written at file offset off (pwrite, then writeback started unless
+ * AH_OPEN_NOSYNC): AH_EIO, AH_EFULL. */
+void chunk_finish(uint8_t *val, size_t size, const chdr *c);
+int chunk_write_at(heap *h, const uint8_t *val, size_t size, uint64_t off);
+
+/* chunk_writeback.c (see there; the waits are in heap_int.h): the buffer
+ * to assemble the next regular chunk in (NULL: none, fill the map); the
+ * sealed chunk id in it handed to the thread (small ones written at once).
+ * Errors: AH_EIO, AH_EFULL (this write's, or the last one's: t poisoned). */
+uint8_t *heap_wb_buffer(heap *h);
+int heap_wb_post(heap_txn *t, uint64_t id, uint8_t *val, size_t size,
+                 uint64_t off, const chdr *c);
+
 #endif /* HEAP_CHUNK_INT_H */

@@ -317,6 +317,7 @@ int heap_chunk_prefetch(heap_txn *t, uint64_t id)
 	/* mdb_get reads only B-tree pages: the chunk's own pages stay untouched
 	 * until the kernel's read brings them in. */
 	TRY(heap_trees_usable(t->h, CHUNKS));
+	TRY(heap_wb_settle(t, id));
 	TRY(heap_err(HEAP_MDB(mdb_get(t->txn, t->h->dbi[HEAP_DBI_CHUNKS], &k,
 	                                   &v))));
 	psize = t->h->psize;

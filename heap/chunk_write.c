@@ -30,7 +30,7 @@ static bool writemap(const heap *h)
 }
 
 /* chunk_lookup() for heap_chunk_seal: the header of a chunk assembled in
- * h->wbuf is read there (its place in the map is not written yet). */
+ * memory is read there (its place in the map is not written yet). */
 static int lookup_reserved(heap_txn *t, uint64_t id, MDB_val *v, chdr *c)
 {
 	MDB_val k = { sizeof id, &id }, w;
@@ -48,7 +48,7 @@ static int lookup_reserved(heap_txn *t, uint64_t id, MDB_val *v, chdr *c)
 	if (v->mv_size != t->wb_size)
 		return CORRUPT("reserved chunk changed size");
 	w.mv_size = v->mv_size;
-	w.mv_data = t->h->wbuf + VALUE_PAD;
+	w.mv_data = t->wb_val;
 	if ((problem = chunk_parse(t->h, id, &w, c)) != NULL)
 		return CORRUPT(problem);
 	return 0;
@@ -160,13 +160,12 @@ int heap_chunk_reserve(heap_txn *t, size_t body_bytes, uint64_t *id,
 	val = v.mv_data;
 	if (pages <= LARGEST && t->wb_id == 0 && writemap(t->h) &&
 	    chunk_file_offset(t->h, &v, &off) == 0) {
-		if (t->h->wbuf == NULL &&
-		    posix_memalign((void **)&t->h->wbuf, 4096,
-		                   (size_t)LARGEST * t->h->psize) != 0)
-			t->h->wbuf = NULL;
-		if (t->h->wbuf != NULL) {
-			val = t->h->wbuf + VALUE_PAD;
+		uint8_t *buf = heap_wb_buffer(t->h);
+
+		if (buf != NULL) {
+			val = buf + VALUE_PAD;
 			t->wb_id = nid;
+			t->wb_val = val;
 			t->wb_size = v.mv_size;
 			t->wb_off = off;
 		}
@@ -188,8 +187,7 @@ out:
 	return heap_txn_fail(t, rc);
 }
 
-/* Writes size bytes of a value to file offset off. */
-static int write_at(heap *h, const uint8_t *val, size_t size, uint64_t off)
+int chunk_write_at(heap *h, const uint8_t *val, size_t size, uint64_t off)
 {
 	size_t done = 0;
 	ssize_t n;
@@ -209,10 +207,32 @@ static int write_at(heap *h, const uint8_t *val, size_t size, uint64_t off)
 	return 0;
 }
 
-/* Writes the assembled value to its place in the file. */
-static int write_value(heap_txn *t, const uint8_t *val)
+void chunk_finish(uint8_t *val, size_t size, const chdr *c)
 {
-	return write_at(t->h, val, t->wb_size, t->wb_off);
+	uint64_t body_used, sum;
+	uint32_t s;
+	char *p, *end;
+
+	memcpy(&body_used, val + offsetof(struct hdr2, body_used),
+	       sizeof body_used);
+	/* Fresh map pages fill fastest in pieces (see background notes). */
+	end = (char *)val + size;
+	for (p = (char *)val + c->body_off + body_used; p < end; p += PIECE)
+		memset(p, 0, (size_t)(end - p) < PIECE ? (size_t)(end - p)
+		                                       : PIECE);
+	seal_blocks(val, size, c);
+	s = block_sum(1u << c->bshift, val, size, 0);
+	memcpy(val + offsetof(struct hdr2, sum0), &s, 4);
+	if (c->nblocks == 0) { /* jumbo: no page sums, xxh3 covers it all */
+		sum = xxh3(val + 8, size - 8);
+	} else {
+		MDB_val w = { size, val };
+		chdr cc = *c;
+
+		cc.body_used = body_used;
+		sum = checksum(&w, &cc);
+	}
+	memcpy(val, &sum, sizeof sum);
 }
 
 int heap_chunk_seal(heap_txn *t, uint64_t id, void *body, size_t body_used)
@@ -220,9 +240,6 @@ int heap_chunk_seal(heap_txn *t, uint64_t id, void *body, size_t body_used)
 	MDB_val v;
 	chdr c;
 	uint8_t *val;
-	char *p, *end;
-	uint64_t sum;
-	uint32_t s;
 	bool buffered;
 	int rc;
 
@@ -232,32 +249,18 @@ int heap_chunk_seal(heap_txn *t, uint64_t id, void *body, size_t body_used)
 	val = v.mv_data;
 	buffered = t->wb_id != 0 && t->wb_id == id;
 	if (buffered)
-		val = t->h->wbuf + VALUE_PAD;
+		val = t->wb_val;
 	if (c.format != 2 || body != val + c.body_off ||
 	    body_used > v.mv_size - c.body_off)
 		return AH_EINVAL;
 	memcpy(val + offsetof(struct hdr2, body_used), &body_used,
 	       sizeof(uint64_t));
-	/* Fresh map pages fill fastest in pieces (see background notes). */
-	end = (char *)val + v.mv_size;
-	for (p = (char *)body + body_used; p < end; p += PIECE)
-		memset(p, 0, (size_t)(end - p) < PIECE ? (size_t)(end - p)
-		                                       : PIECE);
-	seal_blocks(val, v.mv_size, &c);
-	s = block_sum(1u << c.bshift, val, v.mv_size, 0);
-	memcpy(val + offsetof(struct hdr2, sum0), &s, 4);
-	if (c.nblocks == 0) { /* jumbo: no page sums, xxh3 covers it all */
-		sum = xxh3(val + 8, v.mv_size - 8);
-	} else {
-		MDB_val w = { v.mv_size, val };
-
-		c.body_used = body_used;
-		sum = checksum(&w, &c);
-	}
-	memcpy(val, &sum, sizeof sum);
 	if (buffered) {
-		rc = write_value(t, val);
+		/* finished and written by the writeback thread */
 		t->wb_id = 0;
+		rc = heap_wb_post(t, id, val, v.mv_size, t->wb_off, &c);
+	} else {
+		chunk_finish(val, v.mv_size, &c);
 	}
 out:
 	return heap_txn_fail(t, rc);
@@ -358,7 +361,7 @@ int heap_chunk_image_put(heap_txn *t, void *img, size_t img_bytes,
 	}
 	memcpy(val, &sum, sizeof sum);
 	if (writemap(t->h) && chunk_file_offset(t->h, &v, &off) == 0)
-		rc = write_at(t->h, val, img_bytes, off);
+		rc = chunk_write_at(t->h, val, img_bytes, off);
 	else
 		memcpy(v.mv_data, val, img_bytes);
 	if (rc == 0)
@@ -373,6 +376,9 @@ int heap_chunk_free(heap_txn *t, uint64_t id)
 	int rc;
 
 	if ((rc = heap_txn_usable(t, true)) != 0)
+		return rc;
+	/* LMDB may hand the freed pages to the next put of this txn */
+	if ((rc = heap_wb_settle(t, id)) != 0)
 		return rc;
 	rc = heap_trees_usable(t->h, CHUNKS | FREE);
 	if (rc == 0)
@@ -416,13 +422,7 @@ int heap_chunk_put_raw(heap_txn *t, uint64_t id, const void *value,
 	/* Written like a sealed buffered chunk: one pwrite to its place,
 	 * not a page fault per fresh map page. */
 	if (writemap(t->h) && chunk_file_offset(t->h, &v, &off) == 0) {
-		uint64_t save_size = t->wb_size, save_off = t->wb_off;
-
-		t->wb_size = len;
-		t->wb_off = off;
-		rc = write_value(t, value);
-		t->wb_size = save_size;
-		t->wb_off = save_off;
+		rc = chunk_write_at(t->h, value, len, off);
 	} else {
 		memcpy(v.mv_data, value, len);
 	}

@@ -350,7 +350,7 @@ int heap_close(heap *h)
 	heap_vcache_free(h);
 	if (h->aux != NULL)
 		h->aux_free(h->aux);
-	free(h->wbuf);
+	heap_wb_free(h);
 	pool_destroy(h->pool);
 	pthread_mutex_destroy(&h->mu);
 	free(h);

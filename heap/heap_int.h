@@ -50,10 +50,10 @@ struct heap {
 	struct heap_vcache *vcache; /* pages checked by seeks (chunk_read.c) */
 	void *aux;             /* the layer above's per-handle cache (heap_aux) */
 	void (*aux_free)(void *);
-	uint8_t *wbuf;         /* chunk_write.c: a regular chunk's value
-	                        * assembled before one pwrite (writer only;
-	                        * page-aligned, the value at +16 as in the
-	                        * map), or NULL */
+	/* chunk_writeback.c: the two buffers regular chunks are assembled
+	 * in (page-aligned, the value at +16 as in the map) and the thread
+	 * that writes them; NULL until the first buffered chunk */
+	struct heap_wb *wb;
 	pthread_mutex_t mu;    /* guards ntxn and the writer fields */
 	unsigned ntxn;         /* open txns (heap_close refuses while > 0) */
 	bool writer_active;
@@ -79,12 +79,25 @@ struct heap_txn {
 	uint64_t names[4];
 	uint32_t format_mark;  /* format.c: the file format t made (or saw) */
 	uint64_t bound_pages;  /* pages this write txn may touch (space.c) */
-	/* chunk_write.c: the reserved chunk being assembled in h->wbuf (0:
-	 * none), its value's size and its offset in the file. */
+	/* chunk_write.c: the reserved chunk being assembled in memory (0:
+	 * none), the buffer (its value at wb_val), the value's size and its
+	 * offset in the file; chunk_writeback.c: the chunk whose write is in
+	 * flight (0: none). */
 	uint64_t wb_id;
+	uint8_t *wb_val;
 	size_t wb_size;
 	uint64_t wb_off;
+	uint64_t wb_inflight;
 };
+
+/* chunk_writeback.c (see there): in a write txn, waits for the chunk
+ * write in flight (settle: only when it is chunk id's; 0: any) and
+ * collects its error (AH_EIO, AH_EFULL), which poisons t; 0 at once in a
+ * read txn.  heap_wb_free: the thread stopped, the buffers freed (close,
+ * with no txn open). */
+int heap_wb_drain(heap_txn *t);
+int heap_wb_settle(heap_txn *t, uint64_t id);
+void heap_wb_free(heap *h);
 
 /* error.c */
 int heap_err(int mdb_rc);

@@ -94,6 +94,7 @@ int heap_chunk_scan(heap_txn *t, bool checksums,
 		return rc;
 	if (fn == NULL)
 		return AH_EINVAL;
+	TRY(heap_wb_settle(t, 0));
 	TRY(heap_trees_usable(t->h, HEAP_TREE_BIT(HEAP_TREE_CHUNKS)));
 	TRY(heap_err(mdb_cursor_open(t->txn, t->h->dbi[HEAP_DBI_CHUNKS],
 	                                  &cur)));

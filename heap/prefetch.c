@@ -96,6 +96,8 @@ static int place(heap_txn *t, uint64_t id, const uint64_t *loc,
 	}
 	if ((rc = heap_trees_usable(h, HEAP_TREE_BIT(HEAP_TREE_CHUNKS))) != 0)
 		return rc;
+	if ((rc = heap_wb_settle(t, id)) != 0)
+		return rc;
 	rc = HEAP_MDB(mdb_get(t->txn, h->dbi[HEAP_DBI_CHUNKS], &k, &mv));
 	if (rc == MDB_NOTFOUND)
 		return AH_ENOTFOUND;

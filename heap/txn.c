@@ -168,7 +168,10 @@ int heap_txn_commit(heap_txn *t)
 		return rc;
 	}
 	heap_fault_order();
-	/* The last write of a write txn, while it can still fail cleanly. */
+	/* Every chunk written before LMDB syncs the map (a failed write
+	 * poisons t), then the last write of a write txn, while it can still
+	 * fail cleanly. */
+	rc = heap_wb_drain(t);
 	if (!t->poisoned && !t->rdonly && (rc = heap_names_store(t)) != 0)
 		t->poisoned = true;
 	writer_end(t);
@@ -195,6 +198,8 @@ void heap_txn_abort(heap_txn *t)
 		return;
 	}
 	heap_fault_order();
+	/* no write may land in pages the next writer reuses */
+	(void)heap_wb_drain(t);
 	writer_end(t);
 	mdb_txn_abort(t->txn);
 	release(t);

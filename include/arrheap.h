@@ -46,6 +46,12 @@
  *    AH_EFORK, and the parent is unaffected.  Open the heap anew in the child.
  *    A handle opened with AH_OPEN_BGMERGE has a merge thread, which the
  *    child does not have (ah_merge_wait there is AH_EFORK too).
+ *  - A handle that writes a chunk of 64 KiB or more starts one writeback
+ *    thread, which hashes and writes such chunks (pwrite) while the
+ *    writing thread goes on; it blocks every signal, holds no transaction
+ *    or lock, and lives until ah_close.  Commit and abort wait for its
+ *    last write; its errors (AH_EIO, AH_EFULL) are returned by a later
+ *    call of the same write transaction, at the latest ah_txn_commit.
  *  - A long-lived read transaction pins every page it can see: the file
  *    grows while it lives.  Keep read snapshots short.
  *  - One write transaction at a time per heap (LMDB's writer lock): a second

@@ -16,7 +16,7 @@
 
 #include "interpose.h"
 
-static _Atomic uint64_t calls[IO__COUNT];
+static _Atomic uint64_t calls[IO__COUNT], off_main[IO__COUNT];
 static _Atomic uint64_t fail_at, seen, injected;
 static _Atomic unsigned fail_mask;
 static _Atomic int fail_err;
@@ -35,6 +35,11 @@ uint64_t io_calls(enum io_kind k)
 	return atomic_load(&calls[k]);
 }
 
+uint64_t io_calls_off_main(enum io_kind k)
+{
+	return atomic_load(&off_main[k]);
+}
+
 uint64_t io_fault_seen(void)
 {
 	return atomic_load(&seen);
@@ -51,6 +56,8 @@ static int hit(enum io_kind k)
 	uint64_t at;
 
 	atomic_fetch_add(&calls[k], 1);
+	if (gettid() != getpid())
+		atomic_fetch_add(&off_main[k], 1);
 	at = atomic_load(&fail_at);
 	if (at == 0 || !(atomic_load(&fail_mask) & (1u << k)))
 		return 0;

@@ -19,6 +19,9 @@ enum io_kind { IO_MSYNC, IO_FDATASYNC, IO_FSYNC, IO_PWRITE, IO_FALLOCATE,
 void io_fault_arm(uint64_t nth, unsigned mask, int err);
 /* Calls of kind k since the process started (counted always). */
 uint64_t io_calls(enum io_kind k);
+/* Calls of kind k made by a thread other than the process's first one
+ * (the writeback thread's pwrites, say). */
+uint64_t io_calls_off_main(enum io_kind k);
 /* Calls matching the armed mask since io_fault_arm. */
 uint64_t io_fault_seen(void);
 /* Faults injected since the process started. */

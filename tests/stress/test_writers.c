@@ -32,10 +32,14 @@
 
 #define NWRITERS 3
 #define NUPD 40
+#define VAL "val-val-val-val-val-val-val-val-val-val-val-val-val-val-val-val"
 
 typedef struct wshared {
 	ah_heap *h;
 	uint64_t commits; /* per writer */
+	unsigned nupd;    /* updates per commit (NUPD) */
+	size_t vlen;      /* bytes of each val (1), at most sizeof VAL - 1 */
+	bool aborts;      /* after each commit, a txn that appends and aborts */
 	atomic_int failed;
 	pthread_mutex_t mu;
 	char msg[256];
@@ -59,23 +63,32 @@ static void fail(wshared *s, const char *what, uint64_t k, int rc,
 }
 
 /* Commit k of writer id: keys "w<id>-<k>-<j>", inserted at time k - 1 of
- * its own arrangement; and one update per commit to "shared". */
+ * its own arrangement; and one update per commit to "shared".  With
+ * s->aborts, a second txn then appends as much again at time k and a merge
+ * of it, and aborts: nothing of it may remain (its chunks' writes may be
+ * in flight when it ends). */
 static int one_commit(wshared *s, int id, uint64_t k)
 {
-	char name[16], keys[NUPD][32];
-	ah_update ups[NUPD];
+	char name[16];
+	char (*keys)[32] = malloc(s->nupd * sizeof *keys);
+	ah_update *ups = malloc(s->nupd * sizeof *ups);
 	ah_arrangement_info info;
 	ah_txn *t, *t2 = NULL;
 	int rc, idle;
 
 	snprintf(name, sizeof name, "w%d", id);
-	for (int j = 0; j < NUPD; j++) {
-		snprintf(keys[j], sizeof keys[j], "w%d-%" PRIu64 "-%d", id, k, j);
-		ups[j] = (ah_update){ keys[j], strlen(keys[j]), "v", 1, k - 1, 1 };
+	if (keys == NULL || ups == NULL) {
+		fail(s, "malloc", k, AH_ENOMEM, NULL);
+		rc = AH_ENOMEM;
+		goto out;
+	}
+	for (unsigned j = 0; j < s->nupd; j++) {
+		snprintf(keys[j], sizeof keys[j], "w%d-%" PRIu64 "-%u", id, k, j);
+		ups[j] = (ah_update){ keys[j], strlen(keys[j]), VAL, s->vlen, k - 1, 1 };
 	}
 	if ((rc = ah_txn_begin(s->h, 0, &t)) != 0) {
 		fail(s, "begin", k, rc, NULL);
-		return rc;
+		goto out;
 	}
 	rc = ah_txn_begin(s->h, 0, &t2);
 	if (rc != AH_ESTATE) {
@@ -83,13 +96,14 @@ static int one_commit(wshared *s, int id, uint64_t k)
 		if (rc == 0)
 			ah_txn_abort(t2);
 		ah_txn_abort(t);
-		return -1;
+		rc = -1;
+		goto out;
 	}
 	rc = 0;
 	if (k == 1)
 		rc = ah_arrangement_create(t, name);
 	if (rc == 0)
-		rc = ah_append(t, name, k - 1, k, ups, NUPD);
+		rc = ah_append(t, name, k - 1, k, ups, s->nupd);
 	if (rc == 0)
 		rc = ah_maintain(t, name, 40, &idle);
 	if (rc == 0)
@@ -104,10 +118,29 @@ static int one_commit(wshared *s, int id, uint64_t k)
 	if (rc != 0) {
 		fail(s, "mutation", k, rc, ah_txn_errmsg(t));
 		ah_txn_abort(t);
-		return rc;
+		goto out;
 	}
-	if ((rc = ah_txn_commit(t)) != 0)
+	if ((rc = ah_txn_commit(t)) != 0) {
 		fail(s, "commit", k, rc, NULL);
+		goto out;
+	}
+	if (!s->aborts)
+		goto out;
+	for (unsigned j = 0; j < s->nupd; j++)
+		ups[j].time = k;
+	if ((rc = ah_txn_begin(s->h, 0, &t)) != 0) {
+		fail(s, "begin (to abort)", k, rc, NULL);
+		goto out;
+	}
+	rc = ah_append(t, name, k, k + 1, ups, s->nupd);
+	if (rc == 0)
+		rc = ah_maintain(t, name, 0, &idle);
+	if (rc != 0)
+		fail(s, "mutation (to abort)", k, rc, ah_txn_errmsg(t));
+	ah_txn_abort(t);
+out:
+	free(keys);
+	free(ups);
 	return rc;
 }
 
@@ -158,17 +191,18 @@ static int count_problem(const ah_problem *p, void *user)
 	return 0;
 }
 
-/* A reader thread of the merge-thread variant: in each snapshot, every
- * writer's arrangement holds exactly upper * NUPD live keys as of upper -
- * 1 (each commit k made NUPD keys at time k - 1), whatever the merge
- * thread and the writers' inline merges did to its batches. */
+/* A reader thread of the merge-thread and large-chunk variants: in each
+ * snapshot, every writer's arrangement holds exactly upper * nupd live
+ * keys as of upper - 1 (each commit k made nupd keys at time k - 1),
+ * whatever the merge thread and the writers' inline merges did to its
+ * batches, and nothing of the aborted txns. */
 typedef struct rarg {
 	wshared *s;
 	atomic_int done;
 	uint64_t reads;
 } rarg;
 
-static int check_snapshot(ah_heap *h, const char *name)
+static int check_snapshot(ah_heap *h, const char *name, unsigned nupd)
 {
 	ah_arrangement_info in;
 	ah_cursor *c = NULL;
@@ -196,7 +230,7 @@ static int check_snapshot(ah_heap *h, const char *name)
 	ah_txn_abort(t);
 	if (rc < 0)
 		return rc;
-	return n == (int64_t)(in.upper * NUPD) ? 0 : -1;
+	return n == (int64_t)(in.upper * nupd) ? 0 : -1;
 }
 
 static void *reader(void *arg)
@@ -209,24 +243,23 @@ static void *reader(void *arg)
 			int rc;
 
 			snprintf(name, sizeof name, "w%d", i);
-			if ((rc = check_snapshot(r->s->h, name)) != 0)
+			if ((rc = check_snapshot(r->s->h, name, r->s->nupd)) != 0)
 				fail(r->s, "reader", r->reads, rc, name);
 			r->reads++;
 		}
 	return NULL;
 }
 
-static void run_writers(unsigned flags, const char *tag)
+static void run_writers(unsigned flags, const char *tag, wshared s)
 {
 	tl_dir d = tl_tmpdir(tag);
 	ah_open_opts o = { .size = sizeof o,
 	                   .flags = AH_OPEN_CREATE | AH_OPEN_NOSYNC | flags,
 	                   .max_bytes = 1u << 30, .merge_quantum = 64 };
-	wshared s = { .commits = 150 };
 	writer_arg args[NWRITERS];
 	pthread_t th[NWRITERS], rth;
 	rarg ra = { .s = &s };
-	bool bg = flags & AH_OPEN_BGMERGE;
+	bool bg = flags & AH_OPEN_BGMERGE, rd = bg || s.aborts;
 	ah_merge_stats st;
 	ah_txn *t;
 	int problems = 0;
@@ -241,13 +274,14 @@ static void run_writers(unsigned flags, const char *tag)
 		args[i] = (writer_arg){ &s, i };
 		cr_assert_eq(pthread_create(&th[i], NULL, writer, &args[i]), 0);
 	}
-	if (bg)
+	if (rd)
 		cr_assert_eq(pthread_create(&rth, NULL, reader, &ra), 0);
 	for (int i = 0; i < NWRITERS; i++)
 		pthread_join(th[i], NULL);
 	atomic_store(&ra.done, 1);
-	if (bg) {
+	if (rd)
 		pthread_join(rth, NULL);
+	if (bg) {
 		cr_assert_eq(ah_merge_wait(s.h, &st), 0);
 		cr_log_info("%s: %" PRIu64 " reads, %" PRIu64 " slices installed, "
 		            "%" PRIu64 " discarded", tag, ra.reads, st.installed,
@@ -260,7 +294,7 @@ static void run_writers(unsigned flags, const char *tag)
 
 		snprintf(name, sizeof name, "w%d", i);
 		cr_assert_eq(live(s.h, name, s.commits - 1),
-		             (int64_t)(s.commits * NUPD), "%s", name);
+		             (int64_t)(s.commits * s.nupd), "%s", name);
 	}
 	cr_assert_eq(live(s.h, "shared", NWRITERS * s.commits - 1),
 	             (int64_t)(NWRITERS * s.commits));
@@ -275,7 +309,20 @@ static void run_writers(unsigned flags, const char *tag)
 
 Test(stress, writer_threads, .timeout = 240)
 {
-	run_writers(0, "writers");
+	run_writers(0, "writers",
+	            (wshared){ .commits = 150, .nupd = NUPD, .vlen = 1 });
+}
+
+/* Batches of ~200 KiB and their merges: chunks large enough for the
+ * writeback thread (64 KiB and up), whose writes may be in flight when a
+ * writer's txn commits or aborts and the next writer (another thread)
+ * begins; every writer also aborts a txn of as much data after each
+ * commit (also run by `make tsan`). */
+Test(stress, writer_threads_large_chunks, .timeout = 240)
+{
+	run_writers(0, "writersbig",
+	            (wshared){ .commits = 12, .nupd = 3000, .vlen = 48,
+	                       .aborts = true });
 }
 
 /* The same with the merge thread (AH_OPEN_BGMERGE) and a reader thread:
@@ -283,5 +330,6 @@ Test(stress, writer_threads, .timeout = 240)
  * the same arrangements (also run by `make tsan`). */
 Test(stress, writer_threads_with_merge_thread, .timeout = 240)
 {
-	run_writers(AH_OPEN_BGMERGE, "writersbg");
+	run_writers(AH_OPEN_BGMERGE, "writersbg",
+	            (wshared){ .commits = 150, .nupd = NUPD, .vlen = 1 });
 }
