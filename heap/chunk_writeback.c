@@ -178,10 +178,11 @@ int heap_wb_post(heap_txn *t, uint64_t id, uint8_t *val, size_t size,
 
 int heap_wb_drain(heap_txn *t)
 {
-	struct heap_wb *w = t->h->wb;
+	struct heap_wb *w;
 	int rc;
 
-	if (t->rdonly || w == NULL)
+	/* h->wb is the writer's: a read txn never looks at it */
+	if (t->rdonly || (w = t->h->wb) == NULL)
 		return 0;
 	pthread_mutex_lock(&w->mu);
 	rc = wait_idle(w);
