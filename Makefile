@@ -268,7 +268,7 @@ bench: bench-deps bench-build
 TSAN_SAN := -fsanitize=thread -DAH_POOL_SYSTEM_MALLOC
 TSAN_TESTS := tests/tsan/driver.c tests/stress/test_concurrency.c \
 	tests/stress/test_readers.c tests/stress/test_writers.c tests/misuse/test_misuse.c \
-	tests/api/test_snapshots.c tests/api/test_point_reads.c
+	tests/api/test_snapshots.c tests/api/test_point_reads.c tests/stress/test_merge_par.c
 .PHONY: tsan-run fixture
 tsan-run: deps
 	$(MAKE) BUILD=build-tsan SAN='$(TSAN_SAN)' build-tsan/libarrheap.a

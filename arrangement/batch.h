@@ -227,6 +227,21 @@ int batch_writer_new_detached(heap_txn *t, pool *p, uint64_t partial_id,
  * finish/suspend write the last chunk directly).  Errors: AH_EINVAL (not
  * detached), heap_chunk_reserve/seal/free's (wt is then poisoned). */
 int batch_writer_attach(batch_writer *w, heap_txn *wt);
+/* A key range of a batch computed apart (merge_par.c): a detached writer
+ * (t may be a read txn) whose first chunk's fence is its whole first
+ * key.  batch_writer_seal_staged makes its staged chunk an image (call it
+ * when its range is done; AH_EINVAL when not detached).
+ * batch_writer_absorb appends range writer b, sealed, to ordinary writer
+ * w: w's staged chunk sealed, then b's images stored in w's txn in order
+ * (heap_chunk_image_put), their fences (the first cut against w's last
+ * key, B7), key hashes and counts added to w's.  Every key of b must be
+ * greater than every key written to w.  b stays its caller's to free.
+ * Errors: AH_EINVAL (not such a pair), AH_ESTATE (b not sealed),
+ * heap_chunk_image_put's and bw_flush's (w's txn is then poisoned),
+ * AH_ENOMEM. */
+int batch_writer_new_range(heap_txn *t, pool *p, batch_writer **out);
+int batch_writer_seal_staged(batch_writer *w);
+int batch_writer_absorb(batch_writer *w, batch_writer *b);
 /* True until batch_writer_attach (finish and suspend refuse it). */
 bool batch_writer_detached(const batch_writer *w);
 /* Bytes of images held (0 when not detached). */
@@ -297,6 +312,11 @@ void bcur_close(batch_cursor *c);
 /* All movement returns 0 or AH_ECORRUPT; past the end is a no-op. */
 int bcur_step_key(batch_cursor *c);
 int bcur_seek_key(batch_cursor *c, const void *key, size_t len); /* >= key, forward only */
+/* The cursor walks on from where its seeks land (a merge resumed at its
+ * boundary, a range of merge_par.c): a seek loads chunks as the walk does
+ * (checked whole, the next one read ahead), so that the merge's run loop
+ * takes them, instead of a point read's page at a time. */
+void bcur_set_walk(batch_cursor *c);
 int bcur_step_val(batch_cursor *c);
 int bcur_seek_val(batch_cursor *c, const void *val, size_t len);
 int bcur_rewind_keys(batch_cursor *c);

@@ -323,7 +323,7 @@ static int land(batch_cursor *c, uint32_t start, const void *key, size_t len)
 		invalidate(c);
 		return 0;
 	}
-	if ((rc = load_at(c, c->c + 1, false, &c->cv)))
+	if ((rc = load_at(c, c->c + 1, c->walk, &c->cv)))
 		return rc;
 	c->c++;
 	if (c->cv.flags & BCHUNK_KEY_CONT)
@@ -342,12 +342,17 @@ int bcur_seek_key(batch_cursor *c, const void *key, size_t len)
 	lo = fence_search(c->b, c->c + 1, key, len);
 	start = c->ki + 1;
 	if (lo - 1 > c->c) {
-		if ((rc = load_at(c, lo - 1, false, &c->cv)))
+		if ((rc = load_at(c, lo - 1, c->walk, &c->cv)))
 			return rc;
 		c->c = lo - 1;
 		start = 0;
 	}
 	return land(c, start, key, len);
+}
+
+void bcur_set_walk(batch_cursor *c)
+{
+	c->walk = true;
 }
 
 int bcur_open_at(heap_txn *t, const batch *b, frontier since, const void *key,

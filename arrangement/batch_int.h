@@ -278,6 +278,8 @@ struct batch_cursor {
 	uint32_t c, ki, vi, vend; /* vend: end of key ki's vals in chunk c */
 	uint32_t kc, kk;    /* where the current key starts (rewind_vals) */
 	uint32_t ahead;     /* chunks [.., ahead) were prefetched (load_at) */
+	bool walk;          /* a merge's input: seeks load chunks as the walk
+	                     * does (whole, read ahead), bcur_set_walk */
 	bool kvalid, vvalid;
 	const uint8_t *key, *val;
 	size_t klen, vlen;

@@ -126,6 +126,9 @@ struct batch_writer {
 	bool no_filter;
 	buf prev_last;  /* the last key of the chunk flushed last */
 	bool have_prev;
+	/* A range writer's (batch_writer_new_range): its first chunk's fence
+	 * is the whole first key, cut by batch_writer_absorb. */
+	bool whole_first;
 	/* Detached (batch_writer_detach): chunks become images in memory,
 	 * installed by batch_writer_attach into a write txn. */
 	bool detached;

@@ -4,7 +4,10 @@
  * batch into staging (checking every range: the chunk is data read from
  * the map) and frees it, so a suspended-and-resumed batch has exactly the
  * chunk bodies of one written in one go; a detached writer seals chunks
- * as images in memory, installed into a write txn by batch_writer_attach.
+ * as images in memory, installed into a write txn by batch_writer_attach;
+ * a range writer's images (a key range of a merge computed on another
+ * thread: merge_par.c) are appended to an ordinary writer by
+ * batch_writer_absorb.
  *
  * It never adopts a partial batch record it did not check, and never
  * frees the adopted chunk outside the txn that writes its replacement.
@@ -154,3 +157,73 @@ int batch_writer_attach(batch_writer *w, heap_txn *wt)
 	return 0;
 }
 
+
+int batch_writer_new_range(heap_txn *t, pool *p, batch_writer **out)
+{
+	int rc = batch_writer_new_detached(t, p, 0, out);
+
+	if (rc == 0)
+		(*out)->whole_first = true;
+	return rc;
+}
+
+int batch_writer_seal_staged(batch_writer *w)
+{
+	if (!w || !w->detached)
+		return AH_EINVAL;
+	return bw_flush(w);
+}
+
+/* The shortest prefix of k (klen bytes) greater than p (B7), k > p. */
+static uint32_t cut(const buf *p, const uint8_t *k, uint32_t klen)
+{
+	size_t j = 0;
+
+	while (j < p->len && j < klen && p->p[j] == k[j])
+		j++;
+	return j < klen ? (uint32_t)j + 1 : klen;
+}
+
+int batch_writer_absorb(batch_writer *w, batch_writer *b)
+{
+	int rc;
+
+	if (!w || !b || w->detached || !b->detached || !b->whole_first ||
+	    b->adopted || b->free_last || b->img_first != 0 ||
+	    b->nimg != b->ids.len / 8 || w->no_filter)
+		return AH_EINVAL;
+	if (b->nu != 0)
+		return AH_ESTATE; /* batch_writer_seal_staged first */
+	if (b->nimg == 0)
+		return 0;
+	/* w's staged chunk comes before b's chunks */
+	if ((rc = bw_flush(w)) || (rc = heap_format_mark(w->t, HEAP_FORMAT_COLS)))
+		return rc;
+	for (uint32_t i = 0; i < b->nimg; i++) {
+		uint32_t lo = u32at(&b->fence_offs, i),
+		         fl = u32at(&b->fence_offs, i + 1) - lo;
+		const uint8_t *f = b->fences.p + lo;
+		uint64_t id;
+
+		if (i == 0) /* b's whole first key: the batch's first (none) */
+			fl = w->ids.len == 0 ? 0 : w->have_prev ? cut(&w->prev_last, f, fl) : fl;
+		if ((rc = heap_chunk_image_put(w->t, b->img[i].p, b->img[i].size,
+		                               &id)) ||
+		    (rc = put(w->pool, &w->ids, &id, 8)) ||
+		    (rc = put(w->pool, &w->fences, f, fl)) ||
+		    (rc = put32(w->pool, &w->fence_offs, (uint32_t)w->fences.len)))
+			return rc;
+	}
+	if ((rc = put(w->pool, &w->khash, b->khash.p, b->khash.len)))
+		return rc;
+	w->prev_last.len = 0;
+	if ((rc = put(w->pool, &w->prev_last, b->prev_last.p, b->prev_last.len)))
+		return rc;
+	w->have_prev = b->have_prev;
+	w->updates += b->updates;
+	w->keys += b->keys;
+	w->vals += b->vals;
+	w->bytes += b->bytes;
+	w->chunk_bytes += b->chunk_bytes;
+	return 0;
+}

@@ -82,7 +82,7 @@ static void write_header(uint8_t *body, const batch_writer *w,
 static uint32_t fence_len(const batch_writer *w, uint32_t klen)
 {
 	if (w->ids.len == 0)
-		return 0;
+		return w->whole_first ? klen : 0;
 	if ((w->flags & BCHUNK_KEY_CONT) || !w->have_prev)
 		return klen;
 	const uint8_t *p = w->prev_last.p, *k = w->kb.p;

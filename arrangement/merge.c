@@ -179,9 +179,17 @@ static int copy_boundary(merger *m, const void *k, size_t kl, const void *v,
 	return 0;
 }
 
+/* A range's bounds and writer (merger_open_range); NULL: the whole
+ * merge, its own writer. */
+typedef struct mrange {
+	const void *lo, *hi;
+	size_t lolen, hilen;
+	batch_writer *w;
+} mrange;
+
 static int open_merger(heap_txn *t, pool *p, batch *const *inputs, size_t n,
                        frontier since, const merge_resume *resume,
-                       bool detached, merger **out)
+                       bool detached, const mrange *rg, merger **out)
 {
 	merger *m = NULL;
 	int rc = 0;
@@ -209,11 +217,24 @@ static int open_merger(heap_txn *t, pool *p, batch *const *inputs, size_t n,
 	}
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		rc = bcur_open(t, inputs[i], since, &m->cur[i]);
-		if (rc == 0)
+		if (rc == 0) {
+			bcur_set_walk(m->cur[i]);
 			rc = settle(m->cur[i]);
+		}
+		if (rc == 0 && rg && rg->lo) { /* the range's first key and on */
+			rc = bcur_seek_key(m->cur[i], rg->lo, rg->lolen);
+			if (rc == 0)
+				rc = settle(m->cur[i]);
+		}
 	}
 	if (rc)
 		goto out;
+	m->own_w = !(rg && rg->w);
+	if (rg && rg->hi) {
+		m->stop = rg->hi;
+		m->stoplen = rg->hilen;
+		m->stop_kp = bytes_prefix8(rg->hi, rg->hilen);
+	}
 	if (resume && resume->has_boundary) {
 		if ((resume->klen && !resume->key) ||
 		    (resume->vlen && !resume->val)) {
@@ -231,7 +252,9 @@ static int open_merger(heap_txn *t, pool *p, batch *const *inputs, size_t n,
 	for (size_t i = 0; i < n; i++)
 		if (bcur_key_valid(m->cur[i]))
 			pq_push(m, i);
-	if (detached)
+	if (rg && rg->w)
+		m->w = rg->w;
+	else if (detached)
 		rc = batch_writer_new_detached(t, p, resume ? resume->partial_id : 0,
 		                               &m->w);
 	else if (resume && resume->partial_id)
@@ -250,14 +273,35 @@ out:
 int merger_open(heap_txn *t, pool *p, batch *const *inputs, size_t n,
                 frontier since, const merge_resume *resume, merger **out)
 {
-	return open_merger(t, p, inputs, n, since, resume, false, out);
+	return open_merger(t, p, inputs, n, since, resume, false, NULL, out);
 }
 
 int merger_open_detached(heap_txn *t, pool *p, batch *const *inputs,
                          size_t n, frontier since, const merge_resume *resume,
                          merger **out)
 {
-	return open_merger(t, p, inputs, n, since, resume, true, out);
+	return open_merger(t, p, inputs, n, since, resume, true, NULL, out);
+}
+
+int merger_open_range(heap_txn *t, pool *p, batch *const *inputs, size_t n,
+                      frontier since, const void *lo, size_t lolen,
+                      const void *hi, size_t hilen, batch_writer *w,
+                      merger **out)
+{
+	mrange rg = { lo, hi, lolen, hilen, w };
+
+	if ((lolen && !lo) || (hilen && !hi))
+		return AH_EINVAL;
+	return open_merger(t, p, inputs, n, since, NULL, w == NULL, &rg, out);
+}
+
+batch_writer *merger_release_writer(merger *m)
+{
+	batch_writer *w = m ? m->w : NULL;
+
+	if (m)
+		m->w = NULL;
+	return w;
 }
 
 int merger_attach(merger *m, heap_txn *wt)
@@ -295,6 +339,8 @@ static size_t next_group(merger *m, const void **k, size_t *kl,
 		                         : hent_cmp(&m->two[0], &m->two[1]);
 		const hent *e = &m->two[c <= 0 ? 0 : 1];
 
+		if (past_stop(m, e->r.k, e->r.kl, e->r.kp))
+			return 0; /* the range ends: nothing taken */
 		if (c <= 0) {
 			m->hits[nh++] = 0;
 			m->live[0] = false;
@@ -308,6 +354,8 @@ static size_t next_group(merger *m, const void **k, size_t *kl,
 		*kp = e->r.kp, *vp = e->r.vp;
 		return nh;
 	}
+	if (past_stop(m, m->hp[0].r.k, m->hp[0].r.kl, m->hp[0].r.kp))
+		return 0; /* the range ends: nothing taken */
 	/* The top alone holds the smallest (key, val) unless a child of the
 	 * root equals it (an equal entry's parents are all equal): then it
 	 * stays on the heap, and its input's next (key, val) replaces it
@@ -660,6 +708,7 @@ int merger_step(merger *m, uint64_t fuel, bool *done, uint64_t *spent)
 	/* Report exhaustion now rather than on a further empty step. */
 	if (rc == 0 && m->hn == 0)
 		m->done = true;
+	/* (with a stop key, merge_group found the range's end) */
 	if (done)
 		*done = m->done;
 	if (spent)
@@ -688,7 +737,7 @@ int merger_suspend(merger *m, merge_resume *out)
 
 	if (!m || !out)
 		return AH_EINVAL;
-	if (!m->w || batch_writer_detached(m->w))
+	if (!m->w || !m->own_w || batch_writer_detached(m->w))
 		return AH_ESTATE; /* detached: merger_attach first */
 	memset(out, 0, sizeof *out);
 	if (m->has_boundary && m->lkey != m->bcopy) {
@@ -718,7 +767,7 @@ int merger_finish(merger *m, const batch_desc *d, uint64_t *id)
 
 	if (!m || !d || !id)
 		return AH_EINVAL;
-	if (!m->w || !m->done || batch_writer_detached(m->w))
+	if (!m->w || !m->own_w || !m->done || batch_writer_detached(m->w))
 		return AH_ESTATE;
 	rc = batch_writer_finish(m->w, d, id);
 	m->w = NULL;
@@ -729,7 +778,7 @@ void merger_free(merger *m)
 {
 	if (!m)
 		return;
-	if (m->w)
+	if (m->w && m->own_w)
 		batch_writer_free(m->w);
 	for (size_t i = 0; m->cur && i < m->n; i++)
 		if (m->cur[i])

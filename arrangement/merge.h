@@ -45,6 +45,37 @@ int merger_open(heap_txn *t, pool *p, batch *const *inputs, size_t n,
 int merger_open_detached(heap_txn *t, pool *p, batch *const *inputs,
                          size_t n, frontier since, const merge_resume *resume,
                          merger **out);
+/* A key range of a fresh merge (merge_par.c): only the (key, val) groups
+ * with lo <= key < hi are merged (lo NULL: from the first; hi NULL: to
+ * the last), and done means the range's end.  Into w when w is given (a
+ * writer of t's, not the merger's: merger_release_writer hands it back,
+ * and merger_free never frees it), else into a new detached writer (t may
+ * be a read txn).  lo and hi must outlive the merger.  It cannot be
+ * suspended (AH_ESTATE from merger_suspend when w is given: the caller
+ * owns the writer); finish it only when it covers the whole merge.
+ * Errors: as merger_open, AH_EINVAL. */
+int merger_open_range(heap_txn *t, pool *p, batch *const *inputs, size_t n,
+                      frontier since, const void *lo, size_t lolen,
+                      const void *hi, size_t hilen, batch_writer *w,
+                      merger **out);
+/* The writer of a merger (NULL once suspended or finished); the merger
+ * keeps none afterwards. */
+batch_writer *merger_release_writer(merger *m);
+/* merge_par.c: a fresh unfueled merge of inputs[0..n) in write txn t on
+ * two threads when it is large enough (*ran; else nothing is done and the
+ * caller merges alone): *out is the writer holding the whole output, to
+ * be finished by the caller (batch_writer_finish), *units the units read.
+ * Errors: as merger_step, batch_writer_absorb's (t is then poisoned). */
+int merge_parallel(heap_txn *t, pool *p, batch *const *inputs, size_t n,
+                   frontier since, batch_writer **out, uint64_t *units,
+                   bool *ran);
+/* Tests: the input bytes (sum of the inputs' chunk_bytes) from which a
+ * merge runs on two threads, and per key range (0: the defaults, 64 MiB
+ * and 24 MiB).  Process-wide. */
+void merge_par_tune(uint64_t min_bytes, uint64_t range_bytes);
+/* Tests: merges run by merge_parallel since the process started, and
+ * ranges the helper computed that were absorbed. */
+void merge_par_counts(uint64_t *merges, uint64_t *helped);
 /* Installs the images in wt (batch_writer_attach).  Errors: AH_ESTATE,
  * batch_writer_attach's. */
 int merger_attach(merger *m, heap_txn *wt);

@@ -51,7 +51,23 @@ struct merger {
 	uint64_t run_sig;
 	uint64_t run_groups;   /* groups the run loop took */
 	uint64_t bytes, peak;  /* pool bytes held by the merger itself */
+	/* merge_par.c's ranges (merger_open_range): keys >= stop are not
+	 * merged (stop NULL: none); stop_kp is its bytes_prefix8, so that a
+	 * key whose prefix is below it needs no byte compare; own_w false:
+	 * the writer is the caller's (merger_release_writer) */
+	const uint8_t *stop;
+	size_t stoplen;
+	uint64_t stop_kp;
+	bool own_w;
 };
+
+/* Whether key k is at or past the merger's stop key (never without one). */
+static inline bool past_stop(const merger *m, const void *k, size_t kl,
+                             uint64_t kp)
+{
+	return m->stop != NULL && kp >= m->stop_kp &&
+	       bytes_cmp(k, kl, m->stop, m->stoplen) >= 0;
+}
 
 /* merge.c: every input not exhausted back on the heap (or in two[])
  * from its cursor's position, after merge_run moved the cursors. */

@@ -293,6 +293,8 @@ run_groups(merger *m, rin *in, size_t nl, uint32_t kw, uint32_t vw,
 				hits[nh++] = i;
 			}
 		}
+		if (past_stop(m, in[b].p.k, kw, in[b].p.k1))
+			break; /* the range ends: merge_group says so */
 		if (!rin_pair(&in[b], &t, &d))
 			break;
 		t = time_advance_by(t, m->since);

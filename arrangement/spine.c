@@ -302,6 +302,28 @@ static int run_merge(heap_txn *t, pool *p, spine *sp, uint32_t mi,
 		goto out;
 	merge_resume res = { m->has_boundary, m->key, m->klen, m->val, m->vlen,
 	                     m->partial_id };
+	if (fuel == 0 && !m->has_boundary && !m->partial_id) {
+		/* a fresh merge to its end: on two threads when large */
+		batch_writer *w = NULL;
+		uint64_t units = 0, out_id = 0;
+		bool ran = false;
+
+		if ((rc = merge_parallel(t, p, in, m->count, m->since, &w, &units,
+		                         &ran)))
+			goto out;
+		if (ran) {
+			batch_desc d = { in[0]->desc.lower,
+			                 in[m->count - 1]->desc.upper, m->since };
+
+			m->done += units;
+			m->credit = m->credit > units ? m->credit - units : 0;
+			if ((rc = batch_writer_finish(w, &d, &out_id)))
+				goto out;
+			rc = spine_complete(t, sp, mi, in, out_id);
+			*finished = true;
+			goto out;
+		}
+	}
 	if ((rc = merger_open(t, p, in, m->count, m->since, &res, &mg)))
 		goto out;
 	bool done = false;

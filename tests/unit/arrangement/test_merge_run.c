@@ -344,3 +344,75 @@ Test(merge_run, input_val_out_of_order_resealed, .timeout = 60)
 {
 	lie_case(LIE_VAL_SMALLER);
 }
+
+/* A merge resumed at its boundary (the spine's fueled merges, every
+ * append) takes the loop at once: its inputs' seeks load their chunks as
+ * a walk does (bcur_set_walk: checked whole), not a page at a time, which
+ * the loop does not take (it did not before: the rest of each input's
+ * first chunk went group by group). */
+Test(merge_run, resumed_merge_takes_the_loop_at_once, .timeout = 120)
+{
+	const gen g = { 8, 16, 100000, false };
+	enum { PER = 100000, FUEL = 5000 };
+	at_up *u = malloc(PER * sizeof *u);
+	uint64_t ids[2], st = 15, spent = 0;
+	batch *in[2];
+	merger *m = NULL, *m2 = NULL;
+	merge_resume res;
+	bool done = false;
+	at_env e;
+
+	cr_assert_not_null(u);
+	at_open(&e);
+	for (size_t i = 0; i < 2; i++) {
+		batch_desc di = { { 10 * i }, { 10 * (i + 1) }, { 0 } };
+
+		gen_batch(u, PER, &st, &g, 10 * i, 10 * (i + 1));
+		ids[i] = at_build(&e, u, PER, 0, &di);
+	}
+	for (size_t i = 0; i < 2; i++)
+		cr_assert_eq(batch_load(e.t, ids[i], &in[i]), 0);
+	cr_assert_eq(merger_open(e.t, e.p, in, 2, frontier_of(0), NULL, &m), 0);
+	/* past each input's first chunk (about 40,000 updates a chunk) */
+	cr_assert_eq(merger_step(m, 150000, &done, &spent), 0);
+	cr_assert(!done);
+	cr_assert_eq(merger_suspend(m, &res), 0);
+	cr_assert(res.has_boundary);
+	cr_assert_eq(res.klen, 8);
+	cr_assert_eq(res.vlen, 16);
+	/* a new handle, as a later process's append: no chunk is known to
+	 * be checked whole (the handle's verified cache is empty) */
+	uint8_t bk[8], bv[16];
+	memcpy(bk, res.key, 8);
+	memcpy(bv, res.val, 16);
+	res.key = bk;
+	res.val = bv;
+	merger_free(m);
+	m = NULL;
+	for (size_t i = 0; i < 2; i++)
+		batch_free(in[i]);
+	cr_assert_eq(heap_txn_commit(e.t), 0);
+	cr_assert_eq(heap_close(e.h), 0);
+	{
+		ah_open_opts o = { .size = sizeof o, .flags = AH_OPEN_NOSYNC };
+
+		cr_assert_eq(heap_open(e.dir.path, &o, &e.h), 0);
+	}
+	e.p = heap_pool(e.h);
+	cr_assert_eq(heap_txn_begin(e.h, false, &e.t), 0);
+	for (size_t i = 0; i < 2; i++)
+		cr_assert_eq(batch_load(e.t, ids[i], &in[i]), 0);
+	cr_assert_eq(merger_open(e.t, e.p, in, 2, frontier_of(0), &res, &m2), 0);
+	cr_assert_eq(merger_step(m2, FUEL, &done, &spent), 0);
+	cr_log_info("resumed: %llu of %llu units, %llu groups by the loop",
+	            (unsigned long long)spent, (unsigned long long)FUEL,
+	            (unsigned long long)merger_run_groups(m2));
+	/* every group but the few at a chunk's last val */
+	cr_assert_geq(merger_run_groups(m2), FUEL / 2 - 16);
+	merger_free(m2);
+	merger_free(m);
+	for (size_t i = 0; i < 2; i++)
+		batch_free(in[i]);
+	at_close(&e);
+	free(u);
+}
