@@ -222,7 +222,8 @@ static int fence_cmp(const void *a, const void *b)
 }
 
 static uint32_t choose_splits(batch *const *in, size_t n, uint64_t bytes,
-                              const uint8_t **key, size_t *klen)
+                              const uint8_t **key, size_t *klen,
+                              uint8_t **copy)
 {
 	uint64_t per = __atomic_load_n(&par_range, __ATOMIC_RELAXED), nf = 0;
 	uint32_t want, nr = 1;
@@ -254,6 +255,18 @@ static uint32_t choose_splits(batch *const *in, size_t n, uint64_t bytes,
 		klen[nr++] = x->kl;
 	}
 	free(f);
+	/* copies, read by the helper: the fences lie in the write txn's map */
+	size_t total = 0;
+	for (uint32_t r = 1; r < nr; r++)
+		total += klen[r];
+	if (!(*copy = malloc(total + 1)))
+		return 1;
+	total = 0;
+	for (uint32_t r = 1; r < nr; r++) {
+		memcpy(*copy + total, key[r], klen[r]);
+		key[r] = *copy + total;
+		total += klen[r];
+	}
 	return nr;
 }
 
@@ -263,6 +276,7 @@ int merge_parallel(heap_txn *t, pool *p, batch *const *in, size_t n,
 {
 	uint64_t bytes = 0, *ids = NULL;
 	const uint8_t **key = NULL;
+	uint8_t *kcopy = NULL;
 	size_t *klen = NULL;
 	batch_writer *w = NULL;
 	pthread_t th;
@@ -284,7 +298,7 @@ int merge_parallel(heap_txn *t, pool *p, batch *const *in, size_t n,
 	ids = calloc(n, sizeof *ids);
 	if (!key || !klen || !ids)
 		goto out; /* not run: the merge goes on alone */
-	q.nr = choose_splits(in, n, bytes, key, klen);
+	q.nr = choose_splits(in, n, bytes, key, klen, &kcopy);
 	if (q.nr < 2)
 		goto out;
 	for (size_t i = 0; i < n; i++)
@@ -343,6 +357,7 @@ done:
 		batch_writer_free(w);
 out:
 	free(key);
+	free(kcopy);
 	free(klen);
 	free(ids);
 	return rc;
