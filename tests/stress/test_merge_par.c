@@ -22,6 +22,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -235,7 +236,7 @@ typedef struct rd {
 	ah_heap *h;
 	_Atomic int64_t want[2][4 * NAPP];
 	atomic_int done, bad;
-	uint64_t reads;
+	atomic_uint_fast64_t reads;
 } rd;
 
 static int64_t sum_of(ah_txn *t, const char *name, uint64_t *upper)
@@ -280,7 +281,7 @@ static void *reader(void *arg)
 				atomic_store(&r->bad, 1);
 		}
 		ah_txn_abort(t);
-		r->reads++;
+		atomic_fetch_add(&r->reads, 1);
 	}
 	return NULL;
 }
@@ -334,7 +335,7 @@ Test(merge_par, readers_meanwhile, .timeout = 600)
 	cr_assert_eq(atomic_load(&r.bad), 0, "a reader saw a wrong sum");
 	cr_assert_geq(m1 - m0, 10, "merges on two threads");
 	cr_assert_geq(h1 - h0, 10, "ranges from the helper");
-	cr_assert_gt(r.reads, 0);
+	cr_assert_gt(atomic_load(&r.reads), 0);
 	TL_OK(tl_verify(r.h, NULL));
 	TL_OK(ah_close(r.h));
 	tl_rmdir(&d);
