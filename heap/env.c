@@ -170,7 +170,7 @@ static int lock_file(heap *h, const char *path, unsigned readers)
 		h->lock_dev = ls.st_dev;
 		h->lock_ino = ls.st_ino;
 	}
-	if ((rc = heap_space_lockfile(path, readers, &fd)) != 0)
+	if ((rc = heap_space_lockfile(path, readers, &fd, &ls)) != 0)
 		return rc;
 	if (fd < 0) { /* not writable here: the claim opens it to read */
 		if (!others && stat(lock, &ls) == 0) {
@@ -179,7 +179,7 @@ static int lock_file(heap *h, const char *path, unsigned readers)
 		}
 		return 0;
 	}
-	if (fstat(fd, &ls) != 0)
+	if (ls.st_ino == 0 && fstat(fd, &ls) != 0) /* else the fstat it took */
 		rc = AH_EIO;
 	else if (h->lock_ino != 0 ? ls.st_dev != h->lock_dev ||
 	                                    ls.st_ino != h->lock_ino
@@ -232,17 +232,25 @@ static int open_locked(heap *h, const char *path, const ah_open_opts *o)
 		unborn = heap_format_unborn(fd, h->psize, &st);
 	if (rc == 0 && !unborn)
 		rc = heap_format_precheck(fd, h->psize, &st, &known);
-	close(fd);
-	TRY(rc);
+	if (rc != 0) {
+		close(fd);
+		return rc;
+	}
 	h->dev = st.st_dev;
 	h->ino = st.st_ino;
 	h->map_bytes = heap_space_map_bytes(
 		o->max_bytes ? 0 : heap_space_fs_bytes(path, -1), o->max_bytes,
 		h->psize);
-	TRY(lock_file(h, path, readers));
+	if ((rc = lock_file(h, path, readers)) != 0) {
+		close(fd);
+		goto out;
+	}
 	/* Before LMDB reads a byte through PATH-lock: refuse if another
-	 * process uses this data file through another lock file. */
-	TRY(heap_path_claim(h, path));
+	 * process uses this data file through another lock file.  The
+	 * pre-check's descriptor is the claim's (kept or closed there): it
+	 * is the file whose identity was checked, and no LMDB lock exists
+	 * yet that closing it could drop. */
+	TRY(heap_path_claim(h, path, fd));
 	/* Only what the pread checks could not prove (a foreign or damaged
 	 * catalog, or a walk a live writer kept moving) costs an
 	 * environment more. */

@@ -173,7 +173,7 @@ int heap_env_create_file(heap *h, const char *path, unsigned readers,
 	close(dfd);
 	unlink(tmp);
 	h->map_bytes = 1u << 20;
-	rc = heap_space_lockfile(tmp, readers, NULL);
+	rc = heap_space_lockfile(tmp, readers, NULL, NULL);
 	if (rc == 0)
 		rc = heap_env_start(h, tmp, MDB_NOSUBDIR | MDB_NOTLS, readers,
 		                    &env);

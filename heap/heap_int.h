@@ -126,15 +126,19 @@ uint64_t heap_space_map_bytes(uint64_t fs_bytes, uint64_t max_bytes,
 int heap_space_begin(heap_txn *t);
 int heap_space_need(heap_txn *t, uint64_t pages);
 int heap_space_ensure(heap *h, uint64_t bytes);
-int heap_space_lockfile(const char *path, unsigned readers, int *keep);
+int heap_space_lockfile(const char *path, unsigned readers, int *keep,
+                        struct stat *st);
 
 /* path.c: one lock file per data file (see there). */
 #include <limits.h>
 /* Takes the opener claim on the data file (h->dev/ino, already checked):
  * AH_EBUSY when another process has it open through another lock file.
+ * fd: a descriptor of the data file whose fstat gave h->dev/ino (heap_open's
+ * pre-check; the claim keeps it, or closes it on failure), or -1: the
+ * claim opens PATH and checks it is still that file.
  * The lock-side claim uses h->lclaim_fd when env.c opened the lock file
  * already (its identity h->lock_dev/ino), else opens it to read. */
-int heap_path_claim(heap *h, const char *path);
+int heap_path_claim(heap *h, const char *path, int fd);
 void heap_path_unclaim(heap *h);
 
 /* record.c: the checksum frame of every table value (see there). */

@@ -181,24 +181,29 @@ static bool no_ofd_locks(int err)
 	return err == EINVAL || err == ENOLCK || err == EOPNOTSUPP;
 }
 
-int heap_path_claim(heap *h, const char *path)
+int heap_path_claim(heap *h, const char *path, int fd)
 {
 	char lock[PATH_MAX];
 	struct stat ds, ls;
-	int fd, err;
+	int err;
 
-	if ((size_t)snprintf(lock, sizeof lock, "%s-lock", path) >= sizeof lock)
+	if ((size_t)snprintf(lock, sizeof lock, "%s-lock", path) >= sizeof lock) {
+		if (fd >= 0)
+			close(fd);
 		return AH_EINVAL;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return heap_err(errno);
-	if (fstat(fd, &ds) != 0) {
-		close(fd);
-		return AH_EIO;
 	}
-	if (ds.st_dev != h->dev || ds.st_ino != h->ino) {
-		close(fd); /* replaced between our checks: try again */
-		return AH_EBUSY;
+	if (fd < 0) {
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			return heap_err(errno);
+		if (fstat(fd, &ds) != 0) {
+			close(fd);
+			return AH_EIO;
+		}
+		if (ds.st_dev != h->dev || ds.st_ino != h->ino) {
+			close(fd); /* replaced between our checks: try again */
+			return AH_EBUSY;
+		}
 	}
 	/* The lock file's identity as heap_open found it (its descriptor's
 	 * identity is compared with it below, before anything relies on it).

@@ -179,15 +179,16 @@ static off_t lmdb_lock_bytes(unsigned readers)
  * FALLOC_FL_KEEP_SIZE).  Both are conservative: a fallocated range never
  * written reads as a hole, so the answer is then "no" and the caller
  * fallocates, as before. */
-static bool lock_allocated(int fd, unsigned readers)
+static bool lock_allocated(int fd, unsigned readers, struct stat *st)
 {
-	struct stat st;
-
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
-	    st.st_size < lmdb_lock_bytes(readers) ||
-	    (off_t)st.st_blocks * 512 < st.st_size)
+	if (fstat(fd, st) != 0) {
+		st->st_ino = 0; /* unknown */
 		return false;
-	return lseek(fd, 0, SEEK_HOLE) >= st.st_size;
+	}
+	if (!S_ISREG(st->st_mode) || st->st_size < lmdb_lock_bytes(readers) ||
+	    (off_t)st->st_blocks * 512 < st->st_size)
+		return false;
+	return lseek(fd, 0, SEEK_HOLE) >= st->st_size;
 }
 
 /* The reader table in PATH-lock is written through a mapping as well.
@@ -198,13 +199,19 @@ static bool lock_allocated(int fd, unsigned readers)
  * unless lock_allocated finds them all there already (a reopen).
  * LMDB 0.9: 64 bytes per reader slot plus two 64-byte header lines.
  * keep (may be NULL) gets the descriptor, left open, or -1 when the lock
- * file could not be opened to write. */
-int heap_space_lockfile(const char *path, unsigned readers, int *keep)
+ * file could not be opened to write; st (may be NULL) its fstat, taken
+ * before any fallocate (which keeps the size), or st_ino 0 when unknown. */
+int heap_space_lockfile(const char *path, unsigned readers, int *keep,
+                        struct stat *st)
 {
 	char lock[PATH_MAX];
 	off_t len = (off_t)readers * 64 + 4096;
+	struct stat own;
 	int fd, err = 0;
 
+	if (st == NULL)
+		st = &own;
+	st->st_ino = 0;
 	if (keep != NULL)
 		*keep = -1;
 	if ((size_t)snprintf(lock, sizeof lock, "%s-lock", path) >= sizeof lock)
@@ -215,7 +222,7 @@ int heap_space_lockfile(const char *path, unsigned readers, int *keep)
 	/* A reopen's lock file has its blocks: fstat and lseek (~11 us
 	 * here) instead of fallocate (~33 us at p50, a journal wait at
 	 * worst), which even on blocks it has takes the inode lock. */
-	if (!lock_allocated(fd, readers) &&
+	if (!lock_allocated(fd, readers, st) &&
 	    fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, len) != 0)
 		err = errno;
 	if (err == ENOSPC || err == EDQUOT) {
