@@ -109,7 +109,7 @@ static void *helper(void *arg)
 	if (rc == 0)
 		rc = heap_txn_begin(q->h, true, &rt);
 	for (size_t i = 0; i < q->n && rc == 0; i++)
-		rc = batch_load_listed(rt, q->ids[i], &in[i]);
+		rc = batch_load(rt, q->ids[i], &in[i]); /* ENOTFOUND: this txn's */
 	for (uint32_t r = 1; r < q->nr && rc == 0 && !stopped(q); r += 2) {
 		const void *lo, *hi;
 		size_t lol, hil;
