@@ -48,6 +48,7 @@ uint64_t bench_now_ns(void);
 uint64_t bench_maxrss(void);
 /* Major page faults of this process so far. */
 uint64_t bench_majflt(void);
+uint64_t bench_minflt(void); /* minor page faults of this process so far */
 /* Allocated bytes (st_blocks * 512) of a file, or of all files in a dir. */
 uint64_t bench_alloc_bytes(const char *path);
 

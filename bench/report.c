@@ -110,6 +110,8 @@ void row_from_runs(row *w, const figs *f, int runs)
 		{ "peak_rss_restart_bytes", "peak_rss_restart_bytes" },
 		{ "majflt_open", "page_reads_open_measured" },
 		{ "majflt_query", "page_reads_query_measured" },
+		{ "minflt_open", "page_faults_open" },
+		{ "minflt_query", "page_faults_query" },
 		{ "evicted_pages", "evicted_pages" },
 	};
 	char name[64];
