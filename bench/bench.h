@@ -47,8 +47,8 @@ uint64_t bench_now_ns(void);
 /* Peak resident set of this process, bytes (getrusage ru_maxrss). */
 uint64_t bench_maxrss(void);
 /* Major page faults of this process so far. */
-uint64_t bench_majflt(void);
-uint64_t bench_minflt(void); /* minor page faults of this process so far */
+/* this process's major and minor page faults so far (one getrusage) */
+void bench_faults(uint64_t *major, uint64_t *minor);
 /* Allocated bytes (st_blocks * 512) of a file, or of all files in a dir. */
 uint64_t bench_alloc_bytes(const char *path);
 
