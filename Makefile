@@ -20,7 +20,7 @@ endif
 OPT ?= -O2 -g
 SAN ?=
 CFLAGS_ALL := -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) -fPIC -I. -Iinclude $(SAN) $(CFLAGS)
-LDLIBS_ALL := -llmdb -ljemalloc -lpthread -lm $(LDLIBS)
+LDLIBS_ALL := -llmdb -lpthread -lm $(LDLIBS)
 
 LIB_SRC := $(wildcard heap/*.c) $(wildcard arrangement/*.c) $(wildcard txn/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
@@ -89,11 +89,28 @@ $(filter-out $(PUBLIC_TEST_OBJ),$(TEST_OBJ)): $(BUILD)/obj/%.o: %.c $(HDRS) $(BU
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itests/lib -c $< -o $@
 
-$(BUILD)/libarrheap.a: $(LIB_OBJ)
+# The pool's jemalloc is the library's own copy (ARCHITECTURE.md section 7):
+# Debian's libjemalloc_pic.a (libjemalloc-dev), partially linked from the four
+# entry points heap/pool.c calls, those renamed ahj_* and every other symbol
+# made local, so that linking arrheap leaves the process's malloc (and an
+# application's own jemalloc) alone.  Sanitizer builds, whose pool uses the
+# system malloc (-DAH_POOL_SYSTEM_MALLOC), carry none.
+JEMALLOC_PIC = $(shell $(CC) -print-file-name=libjemalloc_pic.a)
+JE_API := mallocx rallocx sdallocx mallctl
+ifeq ($(findstring AH_POOL_SYSTEM_MALLOC,$(SAN) $(CFLAGS)),)
+JE_OBJ := $(BUILD)/obj/jemalloc_priv.o
+endif
+$(BUILD)/obj/jemalloc_priv.o: | deps
+	@mkdir -p $(dir $@)
+	$(LD) -r -o $@.part $(addprefix -u ,$(JE_API)) $(JEMALLOC_PIC)
+	objcopy $(foreach s,$(JE_API),--redefine-sym $(s)=ahj_$(s) -G ahj_$(s)) $@.part $@
+	rm -f $@.part
+
+$(BUILD)/libarrheap.a: $(LIB_OBJ) $(JE_OBJ)
 	rm -f $@; ar rcs $@ $^
 
-$(BUILD)/libarrheap.so: $(LIB_OBJ) arrheap.map
-	$(CC) $(SAN) -shared -Wl,--version-script=arrheap.map -Wl,-soname,libarrheap.so.0 -o $@ $(LIB_OBJ) $(LDLIBS_ALL)
+$(BUILD)/libarrheap.so: $(LIB_OBJ) $(JE_OBJ) arrheap.map
+	$(CC) $(SAN) -shared -Wl,--version-script=arrheap.map -Wl,-soname,libarrheap.so.0 -o $@ $(LIB_OBJ) $(JE_OBJ) $(LDLIBS_ALL)
 
 $(BUILD)/arrheap.pc: arrheap.pc.in Makefile
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(shell sed -n 's/.*AH_VERSION_STRING "\(.*\)"/\1/p' include/arrheap.h)|' $< > $@
@@ -212,13 +229,10 @@ bench-deps:
 bench-build: $(BENCH_BINS)
 $(BUILD)/bench/ah-bench: $(BUILD)/obj/bench/driver.o $(BUILD)/obj/bench/report.o $(BUILD)/obj/bench/common.o
 	@mkdir -p $(dir $@); $(CC) -o $@ $^ -lm
-# ah-bench-arrheap links jemalloc statically (libjemalloc_pic.a, from
-# libjemalloc-dev), as engines do (Rust's tikv-jemallocator): Debian's
-# libjemalloc.so.2 pulls in libstdc++ and costs ~1 ms of dynamic loading per
-# process start (BENCHMARKS.md).
-JEMALLOC_STATIC = $(shell $(CC) -print-file-name=libjemalloc_pic.a)
+# ah-bench-arrheap, like the other systems' programs, runs on the C
+# library's malloc; arrheap's pool brings its own jemalloc (libarrheap.a).
 $(BUILD)/bench/ah-bench-arrheap: $(BUILD)/obj/bench/arrheap.o $(BUILD)/obj/bench/common.o $(BUILD)/libarrheap.a
-	@mkdir -p $(dir $@); $(CC) -o $@ $^ -llmdb $(JEMALLOC_STATIC) -lpthread -lm -ldl
+	@mkdir -p $(dir $@); $(CC) -o $@ $^ $(LDLIBS_ALL)
 $(BUILD)/bench/ah-bench-rocksdb: $(BUILD)/obj/bench/rocksdb.o $(BUILD)/obj/bench/common.o
 	@mkdir -p $(dir $@); $(CC) -o $@ $^ -lrocksdb
 $(BUILD)/bench/ah-bench-lmdb: $(BUILD)/obj/bench/lmdb.o $(BUILD)/obj/bench/common.o

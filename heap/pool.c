@@ -13,6 +13,9 @@
  * both builds.  pool_inject_failure makes the Nth allocation fail, for the
  * fault-injection tests of the layers above.
  *
+ * The arena is in arrheap's private copy of jemalloc (above), not the
+ * process's malloc: plain malloc in the library is the application's.
+ *
  * Never persistent: jemalloc's metadata holds absolute pointers.
  *
  * It must never hand out memory that outlives the write txn (the pool is
@@ -26,6 +29,20 @@
 
 #ifndef AH_POOL_SYSTEM_MALLOC
 #include <jemalloc/jemalloc.h>
+
+/* The library's own copy of jemalloc (Makefile: jemalloc_priv.o, Debian's
+ * libjemalloc_pic.a with these four entry points renamed and every other
+ * symbol made local), so that linking arrheap leaves the process's malloc
+ * alone.  The header above gives the flag macros. */
+void *ahj_mallocx(size_t size, int flags);
+void *ahj_rallocx(void *ptr, size_t size, int flags);
+void ahj_sdallocx(void *ptr, size_t size, int flags);
+int ahj_mallctl(const char *name, void *oldp, size_t *oldlenp, void *newp,
+                size_t newlen);
+#define mallocx ahj_mallocx
+#define rallocx ahj_rallocx
+#define sdallocx ahj_sdallocx
+#define mallctl ahj_mallctl
 #endif
 
 #include "heap/pool.h"

@@ -28,8 +28,10 @@
  * compare_and_append.
  *
  * Caveats (as lmdb.h's):
- *  - Linking arrheap links jemalloc, which has no symbol prefix on Debian:
- *    it becomes the whole process's malloc.
+ *  - Linking arrheap leaves the process's malloc alone: the pool's jemalloc
+ *    is the library's own copy (Debian's libjemalloc_pic.a with every
+ *    symbol made private), so a program keeps the C library's malloc, or
+ *    its own jemalloc if it links one (tests/api/test_malloc.c).
  *  - Open a heap file at most once per process (LMDB's fcntl locks break when
  *    a second descriptor on the same file is closed); a second ah_open of the
  *    same file in one process fails with AH_EBUSY.

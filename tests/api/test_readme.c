@@ -70,7 +70,7 @@ Test(api_readme, example_compiles_and_runs, .timeout = 120)
 	snprintf(cmd, sizeof cmd,
 	         "cd '%s' && cc -std=c11 -Wall -Wextra -Werror %s "
 	         "-I'%s/include' -o example example.c '%s/libarrheap.a' "
-	         "-llmdb -ljemalloc -lpthread -lm 2>&1 && ./example 2>&1",
+	         "-llmdb -lpthread -lm 2>&1 && ./example 2>&1",
 	         d.dir, san ? san : "", src, build);
 	int st = system(cmd);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: status %d", cmd, st);

@@ -1,0 +1,145 @@
+/*
+ * tests/api/test_malloc.c - "linking arrheap leaves the process's malloc
+ * alone" (the header's Caveats, ARCHITECTURE.md section 7): the pool's
+ * jemalloc is the library's own copy, so a program's malloc stays the one
+ * it linked.
+ *
+ * A program written from the header alone writes through the pool (40
+ * appends, then one merge of all, so the builder and the merge allocate
+ * from it), reads everything back, and reports, through dladdr, which
+ * object defines the malloc it calls.  It is linked three ways, each as an
+ * application would:
+ *  - with libarrheap.a as the README says: malloc is the C library's,
+ *    whose own accounting (mallinfo2) sees a block the program allocates;
+ *  - with libarrheap.so: the same;
+ *  - with libarrheap.a and the application's own jemalloc (-ljemalloc):
+ *    malloc is that jemalloc, and the two allocators live side by side.
+ * Every program is linked with -rdynamic, so that a malloc defined by the
+ * library inside the program would be the one the program calls, and
+ * must be neither the program nor libarrheap.  Sanitizer builds (whose
+ * malloc is the sanitizer's) check only that, and skip the third way.
+ * Skipped when AH_SRC or AH_BUILD is not set (the Makefile sets both).
+ */
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tl_dir.h"
+
+static const char prog[] =
+"#define _GNU_SOURCE\n"
+"#include <arrheap.h>\n"
+"#include <dlfcn.h>\n"
+"#include <malloc.h>\n"
+"#include <stdio.h>\n"
+"#include <stdlib.h>\n"
+"#include <string.h>\n"
+"#define N 5000\n"
+"static ah_update u[N];\n"
+"static unsigned char k[N][8];\n"
+"int main(int argc, char **argv)\n"
+"{\n"
+"	ah_open_opts o = { .size = sizeof o, .flags = AH_OPEN_CREATE };\n"
+"	ah_heap *h; ah_txn *t; ah_cursor *c; ah_pool_stats ps;\n"
+"	long long sum = 0; int64_t x;\n"
+"	if (argc != 3 || ah_open(argv[1], &o, &h)) return 10;\n"
+"	if (ah_txn_begin(h, 0, &t) || ah_arrangement_create(t, \"a\") ||\n"
+"	    ah_txn_commit(t)) return 11;\n"
+"	for (unsigned a = 0; a < 40; a++) {\n"
+"		for (unsigned i = 0; i < N; i++) {\n"
+"			unsigned v = (i * 2654435761u) ^ a;\n"
+"			memcpy(k[i], &v, 4); memcpy(k[i] + 4, &a, 4);\n"
+"			u[i] = (ah_update){ k[i], 8, k[i], 4, a, 1 };\n"
+"		}\n"
+"		if (ah_txn_begin(h, 0, &t) ||\n"
+"		    ah_append(t, \"a\", a, a + 1, u, N) ||\n"
+"		    ah_txn_commit(t)) return 12;\n"
+"	}\n"
+"	if (ah_txn_begin(h, 0, &t) || ah_maintain(t, \"a\", 0, NULL) ||\n"
+"	    ah_txn_commit(t)) return 13;\n"
+"	if (ah_pool_stats_get(h, &ps) || ps.peak_active_bytes == 0) return 14;\n"
+"	if (ah_txn_begin(h, AH_TXN_RDONLY, &t) || ah_cursor_open(t, \"a\", &c))\n"
+"		return 15;\n"
+"	for (int kv = ah_cursor_key_valid(c); kv == 1; kv = ah_cursor_step_key(c))\n"
+"		for (int vv = ah_cursor_val_valid(c); vv == 1; vv = ah_cursor_step_val(c)) {\n"
+"			if (ah_cursor_accumulate(c, 39, &x)) return 16;\n"
+"			sum += x;\n"
+"		}\n"
+"	ah_cursor_close(c); ah_txn_abort(t);\n"
+"	if (ah_close(h) || sum != 40LL * N) return 17;\n"
+"	Dl_info m, self;\n"
+"	if (!dladdr((void *)&malloc, &m) || !dladdr((void *)&main, &self))\n"
+"		return 18;\n"
+"	printf(\"malloc from %s\\n\", m.dli_fname);\n"
+"	if (strcmp(m.dli_fname, self.dli_fname) == 0 ||\n"
+"	    strstr(m.dli_fname, \"libarrheap\")) return 19;\n"
+"	if (strcmp(argv[2], \"-\") && !strstr(m.dli_fname, argv[2])) return 20;\n"
+"	if (strcmp(argv[2], \"libc.so\") == 0) {\n"
+"		struct mallinfo2 a = mallinfo2();\n"
+"		void *p = malloc(65536);\n"
+"		struct mallinfo2 b = mallinfo2();\n"
+"		if (!p || b.uordblks < a.uordblks + 65536) return 21;\n"
+"		free(p);\n"
+"	}\n"
+"	return 0;\n"
+"}\n";
+
+/* Builds prog with the link tail `link` and runs it on a fresh heap,
+ * expecting malloc from an object whose name holds `want` ("-": any but
+ * the program and the library). */
+static void build_and_run(const tl_dir *d, const char *name, const char *link,
+                          const char *want)
+{
+	const char *src = getenv("AH_SRC"), *build = getenv("AH_BUILD");
+	const char *san = getenv("AH_SAN");
+	char cmd[4096];
+
+	snprintf(cmd, sizeof cmd,
+	         "cd '%s' && cc -std=c11 -Wall -Wextra -Werror %s -rdynamic "
+	         "-I'%s/include' -o %s prog.c %s 2>&1 && ./%s %s.heap %s 2>&1",
+	         d->dir, san ? san : "", src, name, link, name, name, want);
+	(void)build;
+	int st = system(cmd);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: status %d", cmd,
+	          WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+}
+
+Test(api_malloc, linking_arrheap_leaves_the_process_malloc_alone,
+     .timeout = 240)
+{
+	const char *src = getenv("AH_SRC"), *build = getenv("AH_BUILD");
+	const char *san = getenv("AH_SAN");
+	bool sanitized = san && *san;
+	char path[512], link[1024];
+
+	if (!src || !build)
+		cr_skip_test("AH_SRC/AH_BUILD not set");
+	tl_dir d = tl_tmpdir("malloc");
+	snprintf(path, sizeof path, "%s/prog.c", d.dir);
+	FILE *o = fopen(path, "w");
+	cr_assert_not_null(o);
+	cr_assert_eq(fputs(prog, o) >= 0, true);
+	cr_assert_eq(fclose(o), 0);
+
+	/* as the README links it */
+	snprintf(link, sizeof link, "'%s/libarrheap.a' -llmdb -lpthread -lm",
+	         build);
+	build_and_run(&d, "static", link, sanitized ? "-" : "libc.so");
+
+	/* the shared library, found through its soname beside the program */
+	snprintf(path, sizeof path, "%s/libarrheap.so.0", d.dir);
+	char so[512];
+	snprintf(so, sizeof so, "%s/libarrheap.so", build);
+	cr_assert_eq(symlink(so, path), 0);
+	snprintf(link, sizeof link,
+	         "-L. -l:libarrheap.so.0 -Wl,-rpath,'%s' -llmdb -lpthread -lm",
+	         d.dir);
+	build_and_run(&d, "shared", link, sanitized ? "-" : "libc.so");
+
+	/* an application with its own jemalloc as its malloc */
+	if (!sanitized) {
+		snprintf(link, sizeof link,
+		         "'%s/libarrheap.a' -ljemalloc -llmdb -lpthread -lm", build);
+		build_and_run(&d, "own_jemalloc", link, "libjemalloc");
+	}
+	tl_rmdir(&d);
+}
