@@ -185,6 +185,9 @@ install: all
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(shell sed -n 's/.*AH_VERSION_STRING "\(.*\)"/\1/p' include/arrheap.h)|' arrheap.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/arrheap.pc
 	install -m 755 $(TOOLS) $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 tools/ah-dump.1 tools/ah-load.1 tools/ah-pgsync.1 tools/ah-snapshot.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	# the library carries a copy of jemalloc (BSD-2-Clause): its notice
+	install -d $(DESTDIR)$(PREFIX)/share/doc/arrheap
+	install -m 644 /usr/share/doc/libjemalloc-dev/copyright $(DESTDIR)$(PREFIX)/share/doc/arrheap/jemalloc-copyright
 
 clean:
 	rm -rf build build-asan build-ubsan build-tsan
