@@ -18,12 +18,105 @@
  * library inside the program would be the one the program calls, and
  * must be neither the program nor libarrheap.  Sanitizer builds (whose
  * malloc is the sanitizer's) check only that, and skip the third way.
+ *
+ * And "open the heap anew in the child" after a fork() (Caveats) while
+ * the library's jemalloc may be starting: a process whose first write is
+ * under way on one thread forks on another, at delays swept over the
+ * first write, and the child creates and writes a heap of its own.  A
+ * jemalloc that initialized at its first call rather than at load left
+ * such children waiting forever for its init lock (an outside test:
+ * 15 of 200).  Each trial is a fresh process (forked before any write),
+ * each child has 10 s.
  * Skipped when AH_SRC or AH_BUILD is not set (the Makefile sets both).
  */
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "tl_dir.h"
+
+/* A trial per process: its first write on a thread, a fork on main at a
+ * delay swept over it, and in the child a heap of its own written. */
+static const char fork_prog[] =
+"#define _GNU_SOURCE\n"
+"#include <arrheap.h>\n"
+"#include <pthread.h>\n"
+"#include <signal.h>\n"
+"#include <stdatomic.h>\n"
+"#include <stdio.h>\n"
+"#include <stdlib.h>\n"
+"#include <string.h>\n"
+"#include <sys/wait.h>\n"
+"#include <time.h>\n"
+"#include <unistd.h>\n"
+"static ah_heap *h;\n"
+"static atomic_int go;\n"
+"static const ah_open_opts oo = { .size = sizeof oo,\n"
+"	.flags = AH_OPEN_CREATE | AH_OPEN_NOSYNC, .max_bytes = 16u << 20 };\n"
+"static int write_one(ah_heap *x, const char *name)\n"
+"{\n"
+"	static unsigned char k[200][4];\n"
+"	ah_update u[200];\n"
+"	ah_txn *t;\n"
+"	for (unsigned i = 0; i < 200; i++) {\n"
+"		memcpy(k[i], &i, 4);\n"
+"		u[i] = (ah_update){ k[i], 4, k[i], 4, 0, 1 };\n"
+"	}\n"
+"	if (ah_txn_begin(x, 0, &t) || ah_arrangement_create(t, name) ||\n"
+"	    ah_append(t, name, 0, 1, u, 200) || ah_txn_commit(t)) return 1;\n"
+"	return 0;\n"
+"}\n"
+"static void *first_write(void *a)\n"
+"{\n"
+"	atomic_store(&go, 1);\n"
+"	return (void *)(long)write_one(h, (const char *)a);\n"
+"}\n"
+"static double now_us(void)\n"
+"{\n"
+"	struct timespec ts;\n"
+"	clock_gettime(CLOCK_MONOTONIC, &ts);\n"
+"	return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;\n"
+"}\n"
+"/* 0 done, 1 the child hung, 2 anything else wrong */\n"
+"static int trial(int n, double delay)\n"
+"{\n"
+"	char p[64];\n"
+"	pthread_t w;\n"
+"	void *wr;\n"
+"	int st = 0;\n"
+"	snprintf(p, sizeof p, \"p%d.heap\", n);\n"
+"	if (ah_open(p, &oo, &h) || pthread_create(&w, NULL, first_write, \"a\"))\n"
+"		return 2;\n"
+"	while (!atomic_load(&go)) ;\n"
+"	double t0 = now_us();\n"
+"	while (now_us() - t0 < delay) ;\n"
+"	pid_t pid = fork();\n"
+"	if (pid == 0) {\n"
+"		ah_heap *c;\n"
+"		char q[64];\n"
+"		alarm(10);\n"
+"		snprintf(q, sizeof q, \"c%d.heap\", n);\n"
+"		_exit(ah_open(q, &oo, &c) || write_one(c, \"c\") || ah_close(c) ? 3 : 0);\n"
+"	}\n"
+"	if (pid < 0 || pthread_join(w, &wr) || wr || waitpid(pid, &st, 0) != pid ||\n"
+"	    ah_close(h))\n"
+"		return 2;\n"
+"	if (WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM) return 1;\n"
+"	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 2;\n"
+"}\n"
+"int main(int argc, char **argv)\n"
+"{\n"
+"	int trials = argc > 1 ? atoi(argv[1]) : 120, hung = 0, bad = 0;\n"
+"	for (int n = 0; n < trials; n++) {\n"
+"		int st;\n"
+"		pid_t pid = fork();\n"
+"		if (pid == 0) _exit(trial(n, 1000.0 * n / trials));\n"
+"		if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st)) bad++;\n"
+"		else if (WEXITSTATUS(st) == 1) hung++;\n"
+"		else if (WEXITSTATUS(st)) bad++;\n"
+"	}\n"
+"	printf(\"trials %d hung %d bad %d\\n\", trials, hung, bad);\n"
+"	return hung || bad;\n"
+"}\n";
 
 static const char prog[] =
 "#define _GNU_SOURCE\n"
@@ -141,5 +234,30 @@ Test(api_malloc, linking_arrheap_leaves_the_process_malloc_alone,
 		         "'%s/libarrheap.a' -ljemalloc -llmdb -lpthread -lm", build);
 		build_and_run(&d, "own_jemalloc", link, "libjemalloc");
 	}
+	tl_rmdir(&d);
+}
+
+Test(api_malloc, fork_during_the_first_write, .timeout = 600)
+{
+	const char *src = getenv("AH_SRC"), *build = getenv("AH_BUILD");
+	const char *san = getenv("AH_SAN");
+	char path[512], cmd[4096];
+
+	if (!src || !build)
+		cr_skip_test("AH_SRC/AH_BUILD not set");
+	tl_dir d = tl_tmpdir("malloc");
+	snprintf(path, sizeof path, "%s/fork.c", d.dir);
+	FILE *o = fopen(path, "w");
+	cr_assert_not_null(o);
+	cr_assert_eq(fputs(fork_prog, o) >= 0, true);
+	cr_assert_eq(fclose(o), 0);
+	snprintf(cmd, sizeof cmd,
+	         "cd '%s' && cc -std=c11 -Wall -Wextra -Werror %s "
+	         "-I'%s/include' -o fork fork.c '%s/libarrheap.a' -llmdb "
+	         "-lpthread -lm 2>&1 && ./fork 120 2>&1",
+	         d.dir, san ? san : "", src, build);
+	int st = system(cmd);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: status %d", cmd,
+	          WIFEXITED(st) ? WEXITSTATUS(st) : -1);
 	tl_rmdir(&d);
 }
