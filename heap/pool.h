@@ -49,4 +49,8 @@ void pool_inject_failure(pool *p, uint64_t nth);
 void pool_counts(const pool *p, uint64_t *allocs, uint64_t *frees,
                  uint64_t *live_blocks);
 
+/* The jemalloc arena index of p (0 in the system-malloc build): two live
+ * pools never share one.  For tests. */
+unsigned pool_arena(const pool *p);
+
 #endif /* HEAP_POOL_H */
