@@ -31,7 +31,12 @@
  *  - Linking arrheap leaves the process's malloc alone: the pool's jemalloc
  *    is the library's own copy (Debian's libjemalloc_pic.a with every
  *    symbol made private), so a program keeps the C library's malloc, or
- *    its own jemalloc if it links one (tests/api/test_malloc.c).
+ *    its own jemalloc if it links one (tests/api/test_malloc.c).  That
+ *    copy, like Debian's libjemalloc.so.2, uses static TLS: link
+ *    libarrheap.so (or libarrheap.a) into the program; a dlopen() after
+ *    start-up may fail with "cannot allocate memory in static TLS block"
+ *    unless glibc reserves more (GLIBC_TUNABLES=
+ *    glibc.rtld.optional_static_tls=8192).
  *  - Open a heap file at most once per process (LMDB's fcntl locks break when
  *    a second descriptor on the same file is closed); a second ah_open of the
  *    same file in one process fails with AH_EBUSY.
@@ -250,8 +255,11 @@ typedef struct ah_pool_stats {
 } ah_pool_stats;
 
 /* Statistics of the heap's transient-memory pool in bytes (a dedicated
- * jemalloc arena).  Errors: AH_EINVAL, AH_EIO, AH_EFORK.  Source: jemalloc
- * mallctl "epoch", "stats.arenas.<i>.*". */
+ * jemalloc arena): the writing thread's builders, sorts and merges.  The
+ * merge thread of AH_OPEN_BGMERGE and a parallel merge's helper have
+ * pools of their own, not counted here.  All zero before the handle's
+ * first write (the pool is made then).  Errors: AH_EINVAL, AH_EIO,
+ * AH_EFORK.  Source: jemalloc mallctl "epoch", "stats.arenas.<i>.*". */
 int ah_pool_stats_get(ah_heap *heap, ah_pool_stats *st);
 
 /* --------------------------------------------------------- transactions */

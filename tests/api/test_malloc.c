@@ -32,7 +32,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <string.h>
+
 #include "tl_dir.h"
+#include "tl_heap.h"
 
 /* A trial per process: its first write on a thread, a fork on main at a
  * delay swept over it, and in the child a heap of its own written. */
@@ -255,6 +258,99 @@ Test(api_malloc, fork_during_the_first_write, .timeout = 600)
 	         "cd '%s' && cc -std=c11 -Wall -Wextra -Werror %s "
 	         "-I'%s/include' -o fork fork.c '%s/libarrheap.a' -llmdb "
 	         "-lpthread -lm 2>&1 && ./fork 120 2>&1",
+	         d.dir, san ? san : "", src, build);
+	int st = system(cmd);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: status %d", cmd,
+	          WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	tl_rmdir(&d);
+}
+
+/* ah_pool_stats_get: all zero before the handle's first write (the pool
+ * is made then), a peak after it, nothing active after the commit (the
+ * pool is reset after each write transaction). */
+Test(api_malloc, pool_stats_zero_until_the_first_write)
+{
+	tl_dir d = tl_tmpdir("malloc");
+	ah_open_opts o = { .size = sizeof o, .flags = AH_OPEN_CREATE };
+	ah_pool_stats ps;
+	ah_heap *h;
+	ah_txn *t;
+	uint8_t k[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+	ah_update u = { k, 8, k, 8, 0, 1 };
+
+	cr_assert_eq(ah_open(d.path, &o, &h), 0);
+	memset(&ps, 0xff, sizeof ps);
+	cr_assert_eq(ah_pool_stats_get(h, &ps), 0);
+	cr_assert_eq(ps.active_bytes, 0);
+	cr_assert_eq(ps.dirty_bytes, 0);
+	cr_assert_eq(ps.resident_bytes, 0);
+	cr_assert_eq(ps.peak_active_bytes, 0);
+	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
+	cr_assert_eq(ah_arrangement_create(t, "a"), 0);
+	cr_assert_eq(ah_append(t, "a", 0, 1, &u, 1), 0);
+	cr_assert_eq(ah_txn_commit(t), 0);
+	cr_assert_eq(ah_pool_stats_get(h, &ps), 0);
+	cr_assert_gt(ps.peak_active_bytes, 0);
+	cr_assert_eq(ps.active_bytes, 0);
+	cr_assert_eq(ah_close(h), 0);
+	tl_rmdir(&d);
+}
+
+/* The Caveats' way to dlopen() libarrheap.so after start-up: with glibc's
+ * optional static TLS raised, the library loads and works (a heap made,
+ * written and read through dlsym'd functions). */
+static const char dl_prog[] =
+"#define _GNU_SOURCE\n"
+"#include <arrheap.h>\n"
+"#include <dlfcn.h>\n"
+"#include <stdio.h>\n"
+"int main(int argc, char **argv)\n"
+"{\n"
+"	if (argc != 3) return 1;\n"
+"	void *l = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);\n"
+"	if (!l) { printf(\"dlopen: %s\\n\", dlerror()); return 2; }\n"
+"	int (*op)(const char *, const ah_open_opts *, ah_heap **) =\n"
+"		(int (*)(const char *, const ah_open_opts *, ah_heap **))dlsym(l, \"ah_open\");\n"
+"	int (*beg)(ah_heap *, unsigned, ah_txn **) =\n"
+"		(int (*)(ah_heap *, unsigned, ah_txn **))dlsym(l, \"ah_txn_begin\");\n"
+"	int (*cr)(ah_txn *, const char *) =\n"
+"		(int (*)(ah_txn *, const char *))dlsym(l, \"ah_arrangement_create\");\n"
+"	int (*ap)(ah_txn *, const char *, uint64_t, uint64_t, const ah_update *, size_t) =\n"
+"		(int (*)(ah_txn *, const char *, uint64_t, uint64_t, const ah_update *, size_t))dlsym(l, \"ah_append\");\n"
+"	int (*cm)(ah_txn *) = (int (*)(ah_txn *))dlsym(l, \"ah_txn_commit\");\n"
+"	int (*ps)(ah_heap *, ah_pool_stats *) =\n"
+"		(int (*)(ah_heap *, ah_pool_stats *))dlsym(l, \"ah_pool_stats_get\");\n"
+"	int (*cl)(ah_heap *) = (int (*)(ah_heap *))dlsym(l, \"ah_close\");\n"
+"	if (!op || !beg || !cr || !ap || !cm || !ps || !cl) return 3;\n"
+"	ah_open_opts o = { .size = sizeof o, .flags = AH_OPEN_CREATE };\n"
+"	ah_heap *h; ah_txn *t; ah_pool_stats st;\n"
+"	unsigned char k[8] = { 8, 7, 6, 5, 4, 3, 2, 1 };\n"
+"	ah_update u = { k, 8, k, 8, 0, 1 };\n"
+"	if (op(argv[2], &o, &h) || beg(h, 0, &t) || cr(t, \"a\") ||\n"
+"	    ap(t, \"a\", 0, 1, &u, 1) || cm(t) || ps(h, &st) ||\n"
+"	    st.peak_active_bytes == 0 || cl(h)) return 4;\n"
+"	return 0;\n"
+"}\n";
+
+Test(api_malloc, dlopen_with_more_static_tls, .timeout = 120)
+{
+	const char *src = getenv("AH_SRC"), *build = getenv("AH_BUILD");
+	const char *san = getenv("AH_SAN");
+	char path[512], cmd[4096];
+
+	if (!src || !build)
+		cr_skip_test("AH_SRC/AH_BUILD not set");
+	tl_dir d = tl_tmpdir("malloc");
+	snprintf(path, sizeof path, "%s/dl.c", d.dir);
+	FILE *o = fopen(path, "w");
+	cr_assert_not_null(o);
+	cr_assert_eq(fputs(dl_prog, o) >= 0, true);
+	cr_assert_eq(fclose(o), 0);
+	snprintf(cmd, sizeof cmd,
+	         "cd '%s' && cc -std=c11 -Wall -Wextra -Werror %s -I'%s/include' "
+	         "-o dl dl.c 2>&1 && "
+	         "GLIBC_TUNABLES=glibc.rtld.optional_static_tls=8192 "
+	         "./dl '%s/libarrheap.so' dl.heap 2>&1",
 	         d.dir, san ? san : "", src, build);
 	int st = system(cmd);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: status %d", cmd,
