@@ -110,7 +110,19 @@ $(BUILD)/obj/jemalloc_priv.o: Makefile | deps
 	objcopy $(foreach s,$(JE_API),--redefine-sym $(s)=ahj_$(s) -G ahj_$(s)) $@.part $@
 	rm -f $@.part
 
-$(BUILD)/libarrheap.a: $(LIB_OBJ) $(JE_OBJ)
+# libarrheap.a is one object, partially linked from the library's objects
+# and the private jemalloc, whose only global names are the public ah_*
+# (as libarrheap.so's version script exports): a program that links it
+# statically may use any other name (pool_create, run_sort, txn_begin, ...)
+# for itself.  The suite's unit tests call the internals: they link the
+# plain archive of the objects, which is not installed.
+$(BUILD)/obj/libarrheap.o: $(LIB_OBJ) $(JE_OBJ)
+	$(LD) -r -o $@.part $^
+	objcopy --wildcard --keep-global-symbol='ah_*' $@.part $@
+	rm -f $@.part
+$(BUILD)/libarrheap.a: $(BUILD)/obj/libarrheap.o
+	rm -f $@; ar rcs $@ $^
+$(BUILD)/obj/libarrheap-internal.a: $(LIB_OBJ) $(JE_OBJ)
 	rm -f $@; ar rcs $@ $^
 
 $(BUILD)/libarrheap.so: $(LIB_OBJ) $(JE_OBJ) arrheap.map
@@ -125,7 +137,7 @@ $(BUILD)/ah-%: $(BUILD)/obj/tools/ah-%.o $(TOOL_COMMON_OBJ) $(BUILD)/libarrheap.
 # ah-pgsync's pieces that need no libpq (row encoding, table records, the
 # views' parser, arithmetic and compiler) are unit-tested in the suite.
 PG_PURE_OBJ := $(addprefix $(BUILD)/obj/tools/pg/,row.o tables.o decimal.o viewsql.o views.o)
-$(BUILD)/tests/suite: $(TEST_OBJ) $(TOOL_COMMON_OBJ) $(PG_PURE_OBJ) $(BUILD)/libarrheap.a
+$(BUILD)/tests/suite: $(TEST_OBJ) $(TOOL_COMMON_OBJ) $(PG_PURE_OBJ) $(BUILD)/obj/libarrheap-internal.a
 	@mkdir -p $(dir $@)
 	$(CC) $(SAN) -o $@ $^ $(LDLIBS_ALL) -lcriterion
 

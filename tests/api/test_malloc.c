@@ -14,6 +14,9 @@
  *  - with libarrheap.so: the same;
  *  - with libarrheap.a and the application's own jemalloc (-ljemalloc):
  *    malloc is that jemalloc, and the two allocators live side by side.
+ * The program also defines names the library uses inside (pool_create,
+ * heap_open, run_sort): libarrheap.a's only global names are ah_*, as
+ * the .so's, so they link and are the program's own.
  * Every program is linked with -rdynamic, so that a malloc defined by the
  * library inside the program would be the one the program calls, and
  * must be neither the program nor libarrheap.  Sanitizer builds (whose
@@ -132,8 +135,15 @@ static const char prog[] =
 "#define N 5000\n"
 "static ah_update u[N];\n"
 "static unsigned char k[N][8];\n"
+"/* names the library uses inside: the program's own */\n"
+"int pool_create(int x);\n"
+"int pool_create(int x) { return x + 1; }\n"
+"long heap_open = 5;\n"
+"void *run_sort(void *p);\n"
+"void *run_sort(void *p) { return p; }\n"
 "int main(int argc, char **argv)\n"
 "{\n"
+"	if (pool_create(6) != 7 || heap_open != 5 || run_sort(u) != u) return 9;\n"
 "	ah_open_opts o = { .size = sizeof o, .flags = AH_OPEN_CREATE };\n"
 "	ah_heap *h; ah_txn *t; ah_cursor *c; ah_pool_stats ps;\n"
 "	long long sum = 0; int64_t x;\n"
