@@ -228,16 +228,19 @@ out:
 static walker *walker_new(uint32_t psize, uint64_t txnid,
                           heap_pagecheck_stat *st)
 {
+	/* The walker and its spans in one block; open mode's pages one
+	 * malloc each, as read (page()): a few, not OPEN_PAGES.  A block
+	 * with all OPEN_PAGES (140 KiB) was past glibc's mmap threshold, so
+	 * every open mapped and unmapped it (a TLB shootdown) and faulted
+	 * fresh pages: 25 us of a 10M heap's open (BENCHMARKS.md). */
 	size_t spans = (psize - PAGEHDR) / 2 * sizeof(span);
-	size_t head = (sizeof(walker) + spans + 63) & ~(size_t)63;
-	uint8_t *blk = malloc(head + (size_t)OPEN_PAGES * psize);
+	uint8_t *blk = malloc(sizeof(walker) + spans);
 	walker *w = (walker *)blk;
 
 	if (w == NULL)
 		return NULL;
 	memset(w, 0, sizeof *w);
 	w->spans = (span *)(blk + sizeof *w);
-	w->pagebuf = blk + head;
 	memset(st, 0, sizeof *st);
 	w->psize = psize;
 	w->txnid = txnid;
@@ -247,6 +250,8 @@ static walker *walker_new(uint32_t psize, uint64_t txnid,
 
 static void walker_free(walker *w)
 {
+	for (int i = 0; i < w->ncached; i++)
+		free(w->cached[i]);
 	free(w);
 }
 

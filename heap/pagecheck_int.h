@@ -86,9 +86,8 @@ typedef struct walker {
 	uint8_t meta[META_BYTES]; /* the snapshot's meta, copied once: its page
 	                           * is rewritten by the second commit after */
 	uint64_t cached_pg[OPEN_PAGES];
-	uint8_t *cached[OPEN_PAGES]; /* slots of pagebuf */
+	uint8_t *cached[OPEN_PAGES]; /* one malloc'd page each */
 	int ncached;
-	uint8_t *pagebuf;        /* OPEN_PAGES pages, after the spans */
 	uint64_t npages;         /* the snapshot's last_pg + 1 */
 	uint32_t psize;
 	uint64_t txnid;

@@ -37,11 +37,15 @@ static const uint8_t *page(walker *w, uint64_t pgno)
 		w->rc = AH_EFORMAT; /* no arrheap heap has such a catalog */
 		return NULL;
 	}
-	b = w->pagebuf + (size_t)w->ncached * w->psize;
+	if ((b = malloc(w->psize)) == NULL) {
+		w->rc = AH_ENOMEM;
+		return NULL;
+	}
 	do
 		n = pread(w->fd, b, w->psize, (off_t)(pgno * w->psize));
 	while (n < 0 && errno == EINTR);
 	if (n != (ssize_t)w->psize) {
+		free(b);
 		w->rc = AH_EIO; /* the file was checked to hold npages */
 		return NULL;
 	}
