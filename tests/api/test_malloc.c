@@ -189,24 +189,41 @@ static const char prog[] =
 "	return 0;\n"
 "}\n";
 
+/* Writes text to d/name. */
+static void put_file(const tl_dir *d, const char *name, const char *text)
+{
+	char path[512];
+
+	snprintf(path, sizeof path, "%s/%s", d->dir, name);
+	FILE *o = fopen(path, "w");
+	cr_assert_not_null(o);
+	cr_assert_eq(fputs(text, o) >= 0, true);
+	cr_assert_eq(fclose(o), 0);
+}
+
+/* Runs cmd with sh; it must exit 0. */
+static void sh_ok(const char *cmd)
+{
+	int st = system(cmd);
+
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: status %d", cmd,
+	          WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+}
+
 /* Builds prog with the link tail `link` and runs it on a fresh heap,
  * expecting malloc from an object whose name holds `want` ("-": any but
  * the program and the library). */
 static void build_and_run(const tl_dir *d, const char *name, const char *link,
                           const char *want)
 {
-	const char *src = getenv("AH_SRC"), *build = getenv("AH_BUILD");
-	const char *san = getenv("AH_SAN");
+	const char *src = getenv("AH_SRC"), *san = getenv("AH_SAN");
 	char cmd[4096];
 
 	snprintf(cmd, sizeof cmd,
 	         "cd '%s' && cc -std=c11 -Wall -Wextra -Werror %s -rdynamic "
 	         "-I'%s/include' -o %s prog.c %s 2>&1 && ./%s %s.heap %s 2>&1",
 	         d->dir, san ? san : "", src, name, link, name, name, want);
-	(void)build;
-	int st = system(cmd);
-	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: status %d", cmd,
-	          WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	sh_ok(cmd);
 }
 
 Test(api_malloc, linking_arrheap_leaves_the_process_malloc_alone,
@@ -220,11 +237,7 @@ Test(api_malloc, linking_arrheap_leaves_the_process_malloc_alone,
 	if (!src || !build)
 		cr_skip_test("AH_SRC/AH_BUILD not set");
 	tl_dir d = tl_tmpdir("malloc");
-	snprintf(path, sizeof path, "%s/prog.c", d.dir);
-	FILE *o = fopen(path, "w");
-	cr_assert_not_null(o);
-	cr_assert_eq(fputs(prog, o) >= 0, true);
-	cr_assert_eq(fclose(o), 0);
+	put_file(&d, "prog.c", prog);
 
 	/* as the README links it */
 	snprintf(link, sizeof link, "'%s/libarrheap.a' -llmdb -lpthread -lm",
@@ -254,7 +267,7 @@ Test(api_malloc, fork_during_the_first_write, .timeout = 600)
 {
 	const char *src = getenv("AH_SRC"), *build = getenv("AH_BUILD");
 	const char *san = getenv("AH_SAN");
-	char path[512], cmd[4096];
+	char cmd[4096];
 
 	if (!src || !build)
 		cr_skip_test("AH_SRC/AH_BUILD not set");
@@ -265,19 +278,13 @@ Test(api_malloc, fork_during_the_first_write, .timeout = 600)
 	if (san && *san)
 		cr_skip_test("sanitizer allocators are not fork-safe with threads");
 	tl_dir d = tl_tmpdir("malloc");
-	snprintf(path, sizeof path, "%s/fork.c", d.dir);
-	FILE *o = fopen(path, "w");
-	cr_assert_not_null(o);
-	cr_assert_eq(fputs(fork_prog, o) >= 0, true);
-	cr_assert_eq(fclose(o), 0);
+	put_file(&d, "fork.c", fork_prog);
 	snprintf(cmd, sizeof cmd,
 	         "cd '%s' && cc -std=c11 -Wall -Wextra -Werror %s "
 	         "-I'%s/include' -o fork fork.c '%s/libarrheap.a' -llmdb "
 	         "-lpthread -lm 2>&1 && ./fork 120 2>&1",
 	         d.dir, san ? san : "", src, build);
-	int st = system(cmd);
-	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: status %d", cmd,
-	          WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	sh_ok(cmd);
 	tl_rmdir(&d);
 }
 
@@ -352,24 +359,18 @@ Test(api_malloc, dlopen_with_more_static_tls, .timeout = 120)
 {
 	const char *src = getenv("AH_SRC"), *build = getenv("AH_BUILD");
 	const char *san = getenv("AH_SAN");
-	char path[512], cmd[4096];
+	char cmd[4096];
 
 	if (!src || !build)
 		cr_skip_test("AH_SRC/AH_BUILD not set");
 	tl_dir d = tl_tmpdir("malloc");
-	snprintf(path, sizeof path, "%s/dl.c", d.dir);
-	FILE *o = fopen(path, "w");
-	cr_assert_not_null(o);
-	cr_assert_eq(fputs(dl_prog, o) >= 0, true);
-	cr_assert_eq(fclose(o), 0);
+	put_file(&d, "dl.c", dl_prog);
 	snprintf(cmd, sizeof cmd,
 	         "cd '%s' && cc -std=c11 -Wall -Wextra -Werror %s -I'%s/include' "
 	         "-o dl dl.c 2>&1 && "
 	         "GLIBC_TUNABLES=glibc.rtld.optional_static_tls=8192 "
 	         "./dl '%s/libarrheap.so' dl.heap 2>&1",
 	         d.dir, san ? san : "", src, build);
-	int st = system(cmd);
-	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: status %d", cmd,
-	          WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	sh_ok(cmd);
 	tl_rmdir(&d);
 }
