@@ -274,6 +274,10 @@ run_groups(merger *m, rin *in, size_t nl, uint32_t kw, uint32_t vw,
 	uint64_t used = 0, groups = 0, wk1 = 0, wk2 = 0;
 	const uint8_t *lk = NULL, *lv = NULL, *wk = NULL;
 	bool wrote = false, inrun = false, lie = false;
+	/* past_stop's fields, in locals: the staging's stores may alias m */
+	const uint8_t *stop = m->stop;
+	const size_t stoplen = m->stoplen;
+	const uint64_t stop_kp = m->stop_kp;
 	bw_run br = { 0 }; /* set before use: the compiler cannot tell */
 	int rc = 0;
 
@@ -293,8 +297,9 @@ run_groups(merger *m, rin *in, size_t nl, uint32_t kw, uint32_t vw,
 				hits[nh++] = i;
 			}
 		}
-		if (past_stop(m, in[b].p.k, kw, in[b].p.k1))
-			break; /* the range ends: merge_group says so */
+		if (stop != NULL && in[b].p.k1 >= stop_kp &&
+		    bytes_cmp(in[b].p.k, kw, stop, stoplen) >= 0)
+			break; /* past_stop: the range ends, merge_group says so */
 		if (!rin_pair(&in[b], &t, &d))
 			break;
 		t = time_advance_by(t, m->since);

@@ -285,7 +285,8 @@ int ah_txn_begin(ah_heap *heap, unsigned flags, ah_txn **out);
  * and frees it.  Durable on return unless the heap was opened with a relaxed
  * mode.  A read transaction is simply ended.  The transaction is freed
  * whatever the result.  Errors: AH_EBADTXN (it was poisoned: nothing is
- * written), AH_EFULL (nothing is written), AH_EFORK, and AH_EIO: the final
+ * written), AH_EFULL and AH_ENOMEM (LMDB's commit could not grow its page
+ * lists: nothing is written), AH_EFORK, and AH_EIO: the final
  * sync failed, so the outcome is unknown (the commit may or may not be in
  * the file) and the handle refuses new transactions; close, reopen and read
  * the source positions to learn which.  A write transaction committed
