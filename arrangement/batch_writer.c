@@ -351,6 +351,27 @@ static int hash_key(batch_writer *w, const void *key, size_t klen)
 	return w->no_filter ? 0 : put64(w->pool, &w->khash, filter_hash(key, klen));
 }
 
+/* Hashes keys [i0, nkeys) of fixed width kw (the key column checked
+ * whole first) onto w->khash: the column walked directly, with kw a
+ * constant where the caller passes one (a fueled merge's finish hashed
+ * each key through bchunk_key: 4% of a 1M load's instructions). */
+static inline __attribute__((always_inline)) int
+rehash_fixed(batch_writer *w, bchunk *c, uint32_t i0, uint32_t kw)
+{
+	const uint8_t *col = c->body + c->kb_lo + (size_t)i0 * kw;
+	size_t n = c->nkeys - i0;
+	int rc;
+
+	if ((kw && (rc = heap_chunk_touch(&c->hv, col, n * kw))) ||
+	    (rc = bw_grow(w->pool, &w->khash, 8 * n)))
+		return rc;
+	uint8_t *o = w->khash.p + w->khash.len;
+	for (size_t i = 0; i < n; i++)
+		put_u64(o + 8 * i, filter_hash(col + i * kw, kw));
+	w->khash.len += 8 * n;
+	return 0;
+}
+
 /* A resumed writer has not seen the keys of the chunks it adopted: the
  * finished batch's keys are hashed again from all its chunks (once per
  * batch, each chunk's pages checked as they are read; a key continued
@@ -366,8 +387,14 @@ int bw_rehash_chunks(batch_writer *w)
 		memcpy(&id, w->ids.p + 8 * ci, 8);
 		if ((rc = bchunk_get(w->t, id, HEAP_CHUNK_PAGES, &c)))
 			break;
-		for (uint32_t i = (c.flags & BCHUNK_KEY_CONT) ? 1 : 0;
-		     i < c.nkeys && !rc; i++) {
+		uint32_t i0 = (c.flags & BCHUNK_KEY_CONT) ? 1 : 0;
+		if (c.ko == NULL) { /* fixed width: bchunk_open checked the column */
+			if (i0 < c.nkeys)
+				rc = c.kw == 8 ? rehash_fixed(w, &c, i0, 8)
+				               : rehash_fixed(w, &c, i0, c.kw);
+			continue;
+		}
+		for (uint32_t i = i0; i < c.nkeys && !rc; i++) {
 			const uint8_t *k;
 			size_t kl;
 			if (!(rc = bchunk_key(&c, i, &k, &kl)))
