@@ -67,6 +67,10 @@ static inline uint64_t filter_block_of(uint64_t nblocks, uint64_t h)
 	return (uint64_t)(((unsigned __int128)(h >> 32) * nblocks) >> 32);
 }
 
+/* Every probe loop here is unrolled (-O2 does not unroll): filling the
+ * filters took 111 instructions a key in a 1M load, 91 unrolled
+ * (callgrind). */
+
 /* Sets h's bits in blocks[0 .. nblocks * FILTER_WORDS): FILTER_PROBES
  * 9-bit positions, the top 9 bits of the low 32 after each multiply by
  * 0x9e3779b9 (RocksDB's FastLocalBloom).  Part of the stored format. */
@@ -75,6 +79,7 @@ static inline void filter_add(uint64_t *blocks, uint64_t nblocks, uint64_t h)
 	uint64_t *b = blocks + filter_block_of(nblocks, h) * FILTER_WORDS;
 	uint32_t x = (uint32_t)h;
 
+#pragma GCC unroll 8
 	for (unsigned i = 0; i < FILTER_PROBES; i++) {
 		uint32_t bit = x >> 23;
 		b[bit >> 6] |= 1ull << (bit & 63);
@@ -90,6 +95,7 @@ static inline bool filter_may_hold(const uint64_t *blocks, uint64_t nblocks,
 	uint32_t x = (uint32_t)h;
 	bool all = true;
 
+#pragma GCC unroll 8
 	for (unsigned i = 0; i < FILTER_PROBES; i++) {
 		uint32_t bit = x >> 23;
 		all &= (b[bit >> 6] >> (bit & 63)) & 1;
@@ -113,6 +119,7 @@ static inline void filter_add_checked(uint64_t *blocks, uint64_t nblocks,
 	uint64_t *b = blocks + filter_block_of(nblocks, h) * FILTER_WORDS;
 	uint32_t x = (uint32_t)h;
 
+#pragma GCC unroll 8
 	for (unsigned i = 0; i < FILTER_PROBES; i++) {
 		uint32_t bit = filter_checked_bit(x);
 		b[bit >> 6] |= 1ull << (bit & 63);
@@ -126,6 +133,7 @@ static inline bool filter_block_may_hold_checked(const uint64_t *b, uint64_t h)
 	uint32_t x = (uint32_t)h;
 	bool all = true;
 
+#pragma GCC unroll 8
 	for (unsigned i = 0; i < FILTER_PROBES; i++) {
 		uint32_t bit = filter_checked_bit(x);
 		all &= (b[bit >> 6] >> (bit & 63)) & 1;
