@@ -49,6 +49,11 @@ typedef struct rin {
 	uint32_t ki, vi, vend;
 	uint32_t lim;           /* vi + 1 >= lim: a val the loop leaves */
 	bool moved;
+	/* v's val_upds, nupds and (time, diff) columns, copied at enter: a
+	 * load fewer each per group (the loop never leaves the chunk) */
+	const uint32_t *vu;
+	uint32_t nupds;
+	bcol tm, df;
 } rin;
 
 static inline __attribute__((always_inline)) uint64_t second8(const uint8_t *p, uint32_t w)
@@ -138,17 +143,16 @@ col_at(const bcol *k, uint32_t u, uint64_t *out)
  * dictionary indexes.  false: merge_group's case. */
 static inline __attribute__((always_inline)) bool rin_pair(const rin *r, atime *t, int64_t *d)
 {
-	const bchunk *v = r->v;
 	uint32_t lo, hi;
 
 	if (r->vi + 1 >= r->lim)
 		return false;
-	lo = v->vu ? v->vu[r->vi] : r->vi;
-	hi = v->vu ? v->vu[r->vi + 1] : r->vi + 1;
-	if (lo >= hi || hi > v->nupds || hi - lo != 1)
+	lo = r->vu ? r->vu[r->vi] : r->vi;
+	hi = r->vu ? r->vu[r->vi + 1] : r->vi + 1;
+	if (lo >= hi || hi > r->nupds || hi - lo != 1)
 		return false;
 	uint64_t dv;
-	if (!col_at(&v->tm, lo, t) || !col_at(&v->df, lo, &dv))
+	if (!col_at(&r->tm, lo, t) || !col_at(&r->df, lo, &dv))
 		return false;
 	*d = (int64_t)dv;
 	return true;
@@ -217,6 +221,10 @@ static int enter(merger *m, rin *in, size_t *nl, uint32_t *kw, uint32_t *vw)
 		in[n].p.k1 = bytes_prefix8(c->key, *kw);
 		in[n].p.k2 = second8(c->key, *kw);
 		in[n].moved = false;
+		in[n].vu = v->vu;
+		in[n].nupds = v->nupds;
+		in[n].tm = v->tm;
+		in[n].df = v->df;
 		rin_val(&in[n], *vw);
 		n++;
 	}
