@@ -52,6 +52,15 @@ static uint32_t dict_after(dict *d, const uint64_t *vs, size_t n,
 	return (uint32_t)e;
 }
 
+void bw_hinted(batch_writer *w, buf **out, size_t *n)
+{
+	buf *b[] = { &w->ko, &w->kb, &w->kv, &w->vo, &w->vb, &w->vu,
+	             &w->tm, &w->df, &w->ti, &w->di, &w->khash };
+
+	*n = sizeof b / sizeof *b;
+	memcpy(out, b, sizeof b);
+}
+
 int bw_grow(pool *p, buf *b, size_t add)
 {
 	if (b->len + add <= b->cap)

@@ -142,6 +142,10 @@ struct batch_writer {
 
 /* Grows b to hold add more bytes (batch_writer.c). */
 int bw_grow(pool *p, buf *b, size_t add);
+/* The buffers whose capacities the writer's pool remembers (pool_hint):
+ * a writer starts each at the last freed writer's capacity.  n: out. */
+void bw_hinted(batch_writer *w, buf **out, size_t *n);
+#define BW_HINT_MAX ((size_t)16 << 20)
 
 /* The staging appends run once per key, val and update: inlined, with the
  * fixed-size ones copying a constant number of bytes (a move, not a call). */

@@ -178,6 +178,12 @@ void batch_writer_free(batch_writer *w)
 	if (!w)
 		return;
 	pool *p = w->pool;
+	buf *hb[POOL_HINTS];
+	size_t nh;
+	bw_hinted(w, hb, &nh);
+	for (size_t i = 0; i < nh; i++) /* key hashes grow with the batch */
+		pool_set_hint(p, (unsigned)i,
+		              hb[i]->cap < BW_HINT_MAX ? hb[i]->cap : BW_HINT_MAX);
 	buf *bufs[] = {&w->ko, &w->kb, &w->kv, &w->vo, &w->vb, &w->vu,
 	               &w->tm, &w->df, &w->ti, &w->di, &w->prev_last, &w->ids, &w->fences, &w->fence_offs,
 	               &w->khash};

@@ -30,8 +30,13 @@ static int writer_alloc(heap_txn *t, pool *p, batch_writer **out)
 	w->max_body = heap_chunk_max_body(heap_txn_heap(t));
 	bw_stage_reset(w);
 	int rc = put32(p, &w->fence_offs, 0);
+	buf *hb[POOL_HINTS];
+	size_t nh;
+	bw_hinted(w, hb, &nh);
+	for (size_t i = 0; i < nh && !rc; i++)
+		rc = bw_grow(p, hb[i], pool_hint(p, (unsigned)i));
 	if (rc) {
-		pool_free(p, w, sizeof *w);
+		batch_writer_free(w);
 		return rc;
 	}
 	*out = w;

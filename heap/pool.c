@@ -68,6 +68,7 @@ struct pool {
 	uint64_t live;        /* blocks live */
 	uint64_t fail_at;     /* allocation number that fails, 0 = none */
 	uint64_t attempts;    /* allocation attempts since the last injection */
+	size_t hint[POOL_HINTS];
 };
 
 #ifndef AH_POOL_SYSTEM_MALLOC
@@ -344,4 +345,15 @@ unsigned pool_arena(const pool *p)
 #else
 	return p->arena;
 #endif
+}
+
+size_t pool_hint(const pool *p, unsigned slot)
+{
+	return p && slot < POOL_HINTS ? p->hint[slot] : 0;
+}
+
+void pool_set_hint(pool *p, unsigned slot, size_t size)
+{
+	if (p && slot < POOL_HINTS)
+		p->hint[slot] = size;
 }

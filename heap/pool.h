@@ -49,6 +49,15 @@ void pool_inject_failure(pool *p, uint64_t nth);
 void pool_counts(const pool *p, uint64_t *allocs, uint64_t *frees,
                  uint64_t *live_blocks);
 
+/* Sizes a user of the pool remembers across pool_reset: POOL_HINTS slots,
+ * 0 until set, never read by the pool itself.  The batch writer keeps its
+ * buffers' last capacities here, so that the next writer of the same pool
+ * allocates each once at that size instead of doubling up to it by
+ * copying (4.6% of a 1M load's instructions). */
+#define POOL_HINTS 16
+size_t pool_hint(const pool *p, unsigned slot);
+void pool_set_hint(pool *p, unsigned slot, size_t size);
+
 /* The jemalloc arena index of p (0 in the system-malloc build): two live
  * pools never share one.  For tests. */
 unsigned pool_arena(const pool *p);
