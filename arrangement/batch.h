@@ -208,6 +208,12 @@ typedef struct batch_writer batch_writer;
  * partial batch with batch_writer_resume instead (its chunks then start
  * with the proper continuation flags).  Errors: AH_ENOMEM. */
 int batch_writer_new(heap_txn *t, pool *p, batch_writer **out);
+/* For tests of the pool's writer hints (ARCHITECTURE.md section 7): the
+ * capacities of w's hinted buffers into caps[] (at most POOL_HINTS; the
+ * last is the key hashes), returning how many; and buffer i grown to at
+ * least bytes (AH_ENOMEM, AH_EINVAL for no such buffer). */
+size_t batch_writer_hinted_caps(batch_writer *w, size_t *caps);
+int batch_writer_grow_hinted(batch_writer *w, size_t i, size_t bytes);
 /* Continue a partially written batch (a suspended merge): adopts the chunks
  * of record partial_id (the record is deleted at finish/suspend). */
 int batch_writer_resume(heap_txn *t, pool *p, uint64_t partial_id,

@@ -61,6 +61,26 @@ void bw_hinted(batch_writer *w, buf **out, size_t *n)
 	memcpy(out, b, sizeof b);
 }
 
+size_t batch_writer_hinted_caps(batch_writer *w, size_t *caps)
+{
+	buf *b[POOL_HINTS];
+	size_t n;
+
+	bw_hinted(w, b, &n);
+	for (size_t i = 0; i < n; i++)
+		caps[i] = b[i]->cap;
+	return n;
+}
+
+int batch_writer_grow_hinted(batch_writer *w, size_t i, size_t bytes)
+{
+	buf *b[POOL_HINTS];
+	size_t n;
+
+	bw_hinted(w, b, &n);
+	return i < n ? bw_grow(w->pool, b[i], bytes) : AH_EINVAL;
+}
+
 int bw_grow(pool *p, buf *b, size_t add)
 {
 	if (b->len + add <= b->cap)
