@@ -34,7 +34,7 @@ static int filter_decode(batch *b, const uint8_t *rec, size_t len, uint64_t f3)
 {
 	if (f3 > len || len - f3 < BFILT_REF || memcmp(rec + f3, BFILT_MAGIC, 4) ||
 	    rec[f3 + 4] != FILTER_PROBES ||
-	    (rec[f3 + 5] != BFILT_HASH_XXH3 && rec[f3 + 5] != BFILT_HASH_CHECKED) ||
+	    (rec[f3 + 5] != BFILT_HASH_XXH3 && !bfilt_checked(rec[f3 + 5])) ||
 	    rec[f3 + 6] || rec[f3 + 7])
 		return CORRUPT("batch key filter reference");
 	b->filter_hash = rec[f3 + 5];
@@ -43,7 +43,7 @@ static int filter_decode(batch *b, const uint8_t *rec, size_t len, uint64_t f3)
 	b->filter_sum = get_u64(rec + f3 + 24);
 	b->filter_chunk = get_u64(rec + f3 + 32);
 	uint64_t inl = b->filter_chunk ? 0 : FILTER_BLOCK * b->filter_blocks;
-	if (b->filter_blocks != (b->filter_hash == BFILT_HASH_CHECKED
+	if (b->filter_blocks != (bfilt_checked(b->filter_hash)
 	                         ? filter_blocks_checked(b->filter_keys)
 	                         : filter_blocks(b->filter_keys)) ||
 	    b->filter_blocks > UINT32_MAX ||
@@ -233,9 +233,12 @@ int batch_record_put(heap_txn *t, const batch *b)
 			                                : b->filter_bytes,
 			       FILTER_BLOCK * b->filter_blocks);
 	}
-	/* Checked filter blocks are format 5 (heap/heap.h): binaries of 4
-	 * would refuse the record. */
-	int rc = f3 && b->filter_hash == BFILT_HASH_CHECKED
+	/* Checked filter blocks are format 5, bound ones 6 (heap/heap.h):
+	 * older binaries would refuse the record. */
+	int rc = !f3 ? 0
+	         : b->filter_hash == BFILT_HASH_BOUND
+	         ? heap_format_mark(t, HEAP_FORMAT_FILTER_IDS)
+	         : b->filter_hash == BFILT_HASH_CHECKED
 	         ? heap_format_mark(t, HEAP_FORMAT_BLOCKS) : 0;
 	if (!rc)
 		rc = heap_put(t, HEAP_T_BATCH, &b->id, sizeof b->id, rec, total);

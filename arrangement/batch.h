@@ -294,6 +294,10 @@ int batch_writer_finish(batch_writer *w, const batch_desc *d, uint64_t *id);
 /* Flushes and writes a partial record (Description d, not linked to any
  * spine) so the work can be resumed in a later transaction; frees w. */
 int batch_writer_suspend(batch_writer *w, const batch_desc *d, uint64_t *id);
+/* Tests: the hash of the key filters written from now on in a chunk of
+ * their own, process-wide: BFILT_HASH_CHECKED (2, as format-5 binaries
+ * wrote them), anything else BFILT_HASH_BOUND (3, the default). */
+void batch_filter_write_hash(uint8_t hash);
 /* Frees w without writing a record (the txn must then be aborted). */
 void batch_writer_free(batch_writer *w);
 /* The last (key, val) pushed; pointers valid until the next push. */

@@ -134,7 +134,10 @@
  *    F3+4        1  probes per key (FILTER_PROBES, 6)
  *    F3+5        1  hash: 1 = XXH3-64 seed 0, the mapping of filter.c;
  *                   2 = the same hash, checked blocks (filter.h: 480
- *                   bits and a check per block; heap format 5)
+ *                   bits and a check per block; heap format 5);
+ *                   3 = as 2, each block's check bound to the filter
+ *                   chunk's id (filter.h; heap format 6: filters in a
+ *                   chunk of their own, written since)
  *    F3+6        2  reserved, 0
  *    F3+8        8  nkeys hashed (= keys above)
  *    F3+16       8  nblocks (= filter_blocks(nkeys): ceil(10 nkeys / 512);
@@ -167,6 +170,12 @@
 #define BFILT_CHUNK_HDR 16
 #define BFILT_HASH_XXH3 1
 #define BFILT_HASH_CHECKED 2
+#define BFILT_HASH_BOUND 3
+/* Checked blocks (hash 2 or 3), and the id their checks are bound to. */
+static inline bool bfilt_checked(uint8_t hash)
+{
+	return hash == BFILT_HASH_CHECKED || hash == BFILT_HASH_BOUND;
+}
 
 /* ----------------------------------------------------- the chunk view */
 

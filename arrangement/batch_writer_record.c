@@ -28,8 +28,9 @@ static void buf_free(pool *p, buf *b)
 #define FILL_AHEAD 16
 
 /* Sets the bits of every hashed key in nb zeroed checked blocks, then
- * each block's check (filter.h, hash 2). */
-static void fill_filter(const batch_writer *w, uint64_t *blocks, uint64_t nb)
+ * each block's check, bound to id (filter.h: hash 3; 0: hash 2). */
+static void fill_filter(const batch_writer *w, uint64_t *blocks, uint64_t nb,
+                        uint64_t id)
 {
 	uint64_t nh = w->khash.len / 8;
 
@@ -45,7 +46,18 @@ static void fill_filter(const batch_writer *w, uint64_t *blocks, uint64_t nb)
 		filter_add_checked(blocks, nb, h);
 	}
 	for (uint64_t i = 0; i < nb; i++)
-		filter_block_seal(blocks + FILTER_WORDS * i, i);
+		filter_block_seal(blocks + FILTER_WORDS * i, i, id);
+}
+
+/* The hash of the filters written in a chunk of their own: 3, or 2 for
+ * the tests that read filters of format 5 (batch_filter_write_hash). */
+static uint8_t chunk_filter_hash = BFILT_HASH_BOUND; /* atomic */
+
+void batch_filter_write_hash(uint8_t hash)
+{
+	__atomic_store_n(&chunk_filter_hash,
+	                 hash == BFILT_HASH_CHECKED ? hash : BFILT_HASH_BOUND,
+	                 __ATOMIC_RELAXED);
 }
 
 static int write_filter(batch_writer *w, batch *b, uint64_t **inl)
@@ -73,7 +85,7 @@ static int write_filter(batch_writer *w, batch *b, uint64_t **inl)
 	if (FILTER_BLOCK * nb <= FILTER_INLINE_MAX) {
 		if (!(*inl = pool_malloc(w->pool, FILTER_BLOCK * nb)))
 			return AH_ENOMEM;
-		fill_filter(w, *inl, nb);
+		fill_filter(w, *inl, nb, 0);
 		b->filter = *inl;
 		b->filter_sum = filter_sum(*inl, nb);
 		return 0;
@@ -86,7 +98,8 @@ static int write_filter(batch_writer *w, batch *b, uint64_t **inl)
 	memcpy(p, BFILT_MAGIC, 4);
 	put_u32(p + 4, 0);
 	put_u64(p + 8, nb);
-	fill_filter(w, blocks, nb);
+	b->filter_hash = __atomic_load_n(&chunk_filter_hash, __ATOMIC_RELAXED);
+	fill_filter(w, blocks, nb, b->filter_hash == BFILT_HASH_BOUND ? cid : 0);
 	b->filter_sum = filter_sum(blocks, nb);
 	if ((rc = heap_chunk_seal(w->t, cid, body, used)))
 		return rc;

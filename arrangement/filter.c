@@ -43,14 +43,22 @@ static uint32_t block_check(const uint64_t *block, uint64_t i)
 	return (uint32_t)XXH3_64bits_withSeed(w, sizeof w, i);
 }
 
-void filter_block_seal(uint64_t *block, uint64_t i)
+/* The seed of block i of a filter bound to id (0: unbound, hash 2). */
+static uint64_t block_seed(uint64_t i, uint64_t id)
+{
+	return i ^ id * 0x9E3779B97F4A7C15ull;
+}
+
+void filter_block_seal(uint64_t *block, uint64_t i, uint64_t id)
 {
 	uint64_t *last = &block[FILTER_WORDS - 1];
 
-	*last = (*last & 0xffffffffull) | (uint64_t)block_check(block, i) << 32;
+	*last = (*last & 0xffffffffull) |
+	        (uint64_t)block_check(block, block_seed(i, id)) << 32;
 }
 
-bool filter_block_ok(const uint64_t *block, uint64_t i)
+bool filter_block_ok(const uint64_t *block, uint64_t i, uint64_t id)
 {
-	return (uint32_t)(block[FILTER_WORDS - 1] >> 32) == block_check(block, i);
+	return (uint32_t)(block[FILTER_WORDS - 1] >> 32) ==
+	       block_check(block, block_seed(i, id));
 }

@@ -48,9 +48,14 @@ uint64_t filter_blocks_checked(uint64_t nkeys);
  * place needs no page or chunk checksum: the large filters of the largest
  * batches, in jumbo chunks that are checked only whole, are probed too. */
 #define FILTER_CHECKED_BITS 480u
-/* Writes block i's check; true when block i's check holds. */
-void filter_block_seal(uint64_t *block, uint64_t i);
-bool filter_block_ok(const uint64_t *block, uint64_t i);
+/* Bound blocks (record hash 3, heap format 6): the same, with the seed
+ * i ^ id * 0x9E3779B97F4A7C15 for the filter chunk id, so a block checks
+ * only in its own chunk (a probe then needs no look at the chunk's
+ * header to know whose block it read: batch_filter.c).  id 0 is hash 2. */
+/* Writes block i's check; true when block i's check holds (id: the
+ * filter chunk's for hash 3, 0 for hash 2). */
+void filter_block_seal(uint64_t *block, uint64_t i, uint64_t id);
+bool filter_block_ok(const uint64_t *block, uint64_t i, uint64_t id);
 
 /* Inline below: the writer hashes and adds every key of every batch it
  * writes, the cursor probes once per batch per point query. */

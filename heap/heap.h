@@ -46,7 +46,11 @@ typedef struct heap_txn heap_txn;
  *     quarter of the bytes it did (chunk.c); format-4 binaries refuse
  *     such chunks, so the transaction that writes a heap's first one
  *     makes it 5.
- * This library reads versions 1 to 5 (HEAP_FORMAT_MIN..HEAP_FORMAT_VERSION).
+ *  6  as 5, and a batch's key filter in a chunk of its own may be of
+ *     hash 3 (arrangement/batch_int.h: each block's check bound to the
+ *     chunk's id), which format-5 binaries refuse: the transaction that
+ *     writes a heap's first such batch record makes it 6.
+ * This library reads versions 1 to 6 (HEAP_FORMAT_MIN..HEAP_FORMAT_VERSION).
  * New heaps are version 2 (HEAP_FORMAT_BASE), and the first writable open
  * of a version-1 heap upgrades it to 2 in one transaction (meta record and
  * every table value rewritten; chunks stay as they are, version-1 chunks
@@ -56,11 +60,12 @@ typedef struct heap_txn heap_txn;
  * never goes back from 3.  Any other version is AH_EFORMAT.  The layouts
  * inside chunk bodies and records have their own version fields
  * (arrangement/). */
-#define HEAP_FORMAT_VERSION 5
+#define HEAP_FORMAT_VERSION 6
 #define HEAP_FORMAT_BASE 2
 #define HEAP_FORMAT_HOLDS 3
 #define HEAP_FORMAT_COLS 4
 #define HEAP_FORMAT_BLOCKS 5
+#define HEAP_FORMAT_FILTER_IDS 6
 #define HEAP_FORMAT_MIN 1
 
 /* Checksum blocks per page in the regular chunks this library writes:
@@ -342,8 +347,24 @@ void heap_prefetch_begin(heap_txn *t, heap_prefetch *pf);
  * NULL or 0: one lookup in LMDB's tree, which reads tree pages only).
  * The range is clipped to the chunk's value.  Errors: AH_ECORRUPT for a
  * damaged chunks tree, heap_err's; a missing chunk adds nothing. */
+/* Where chunk id's body lies, without reading a byte of the chunk: its
+ * value through the place *loc remembers (use_loc; checked as
+ * heap_chunk_open_at checks it) or LMDB's get (which reads tree pages
+ * only, and is then remembered in *loc of a read txn when the map's base
+ * is known), and the body where this library lays it out in a value of
+ * that size.  Nothing about the chunk is checked: the caller must check
+ * every byte it uses, and that the bytes are this chunk's (a remembered
+ * place may be stale; retry with use_loc false).  *body_bytes: the body's
+ * capacity.  Errors: AH_ENOTFOUND, AH_ECORRUPT (a damaged chunks tree, a
+ * value too small for a body), heap_err's. */
+int heap_chunk_place(heap_txn *t, uint64_t id, uint64_t *loc, bool use_loc,
+                     const uint8_t **body, uint64_t *body_bytes);
 int heap_prefetch_chunk(heap_prefetch *pf, uint64_t id, const uint64_t *loc,
                         uint64_t off, uint64_t len);
+/* The same; header false: never the first page (the caller's read will
+ * not look at the header). */
+int heap_prefetch_chunk_at(heap_prefetch *pf, uint64_t id, const uint64_t *loc,
+                           uint64_t off, uint64_t len, bool header);
 /* Adds the pages of [p, p + len) of an opened view's chunk, clipped to its
  * value (a range outside it adds nothing). */
 void heap_prefetch_view(heap_prefetch *pf, const heap_chunk_view *v,

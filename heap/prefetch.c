@@ -108,8 +108,45 @@ static int place(heap_txn *t, uint64_t id, const uint64_t *loc,
 	return 0;
 }
 
+int heap_chunk_place(heap_txn *t, uint64_t id, uint64_t *loc, bool use_loc,
+                     const uint8_t **body, uint64_t *body_bytes)
+{
+	heap *h = t->h;
+	const uint8_t *v, *base;
+	uint64_t vb;
+	int rc = place(t, id, use_loc ? loc : NULL, &v, &vb);
+
+	if (rc != 0)
+		return rc;
+	/* LMDB's place remembered, when the map's base is known (else
+	 * learning it would read the chunk's first page) */
+	base = __atomic_load_n(&h->map_base, __ATOMIC_ACQUIRE);
+	if (loc != NULL && t->rdonly && base != NULL &&
+	    (!use_loc || __atomic_load_n(loc, __ATOMIC_RELAXED) == 0) &&
+	    v >= base + VALUE_PAD && (uint64_t)(v - base) < h->map_bytes) {
+		uint64_t pg = (uint64_t)(v - VALUE_PAD - base) / h->psize;
+		uint64_t pages = (vb + VALUE_PAD) / h->psize;
+		if ((uint64_t)(v - VALUE_PAD - base) % h->psize == 0 &&
+		    pages < (1u << HEAP_LOC_BITS) && pg < (UINT64_MAX >> HEAP_LOC_BITS))
+			__atomic_store_n(loc, pg << HEAP_LOC_BITS | pages,
+			                 __ATOMIC_RELAXED);
+	}
+	uint64_t off = heap_chunk_body_at(h, vb);
+	if (off > vb)
+		return CORRUPT("chunk value smaller than its header");
+	*body = v + off;
+	*body_bytes = vb - off;
+	return 0;
+}
+
 int heap_prefetch_chunk(heap_prefetch *pf, uint64_t id, const uint64_t *loc,
                         uint64_t off, uint64_t len)
+{
+	return heap_prefetch_chunk_at(pf, id, loc, off, len, true);
+}
+
+int heap_prefetch_chunk_at(heap_prefetch *pf, uint64_t id, const uint64_t *loc,
+                           uint64_t off, uint64_t len, bool header)
 {
 	const uint8_t *v;
 	uint64_t vbytes, body;
@@ -122,7 +159,7 @@ int heap_prefetch_chunk(heap_prefetch *pf, uint64_t id, const uint64_t *loc,
 	body = heap_chunk_body_at(pf->t->h, vbytes);
 	/* a remembered place: this handle opened the chunk, so read its
 	 * header page, which stays in the page cache while the chunk is used */
-	if (loc == NULL || __atomic_load_n(loc, __ATOMIC_RELAXED) == 0)
+	if (header && (loc == NULL || __atomic_load_n(loc, __ATOMIC_RELAXED) == 0))
 		add_clipped(pf, v, vbytes, 0, 1);
 	if (len != 0 && body < vbytes && off < vbytes - body) {
 		uint64_t lo = body + off;

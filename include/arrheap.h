@@ -227,9 +227,12 @@ typedef struct ah_heap_stat {
 	                             * heaps), 2, 3 once it held a read hold
 	                             * (ah_hold_set), 4 once a format-4 library
 	                             * wrote a batch to it (version-2 batch
-	                             * chunks), 5 once this library did (1 KiB
-	                             * checksum blocks, checked key filter
-	                             * blocks; ARCHITECTURE.md §2) */
+	                             * chunks), 5 once a format-5 library did
+	                             * (1 KiB checksum blocks, checked key
+	                             * filter blocks), 6 once this library
+	                             * wrote a batch whose key filter has a
+	                             * chunk of its own (blocks bound to it;
+	                             * ARCHITECTURE.md §2) */
 	uint32_t page_size;         /* bytes */
 	uint8_t uuid[16];           /* heap UUID, fixed at creation */
 	uint64_t map_bytes;         /* virtual map size (= size limit) */

@@ -690,6 +690,71 @@ Test(format, first_written_chunk_makes_format_5)
 	tl_rmdir(&d);
 }
 
+/* Appends keys "f-%06u" for [from, to) at time `at` in one txn of h
+ * (committed or not). */
+static ah_txn *append_keys(ah_heap *h, unsigned from, unsigned to, uint64_t at)
+{
+	ah_update *u = calloc(to - from, sizeof *u);
+	char (*kb)[12] = calloc(to - from, sizeof *kb);
+	ah_txn *t;
+
+	cr_assert(u && kb);
+	for (unsigned i = from; i < to; i++) {
+		snprintf(kb[i - from], sizeof kb[i - from], "f-%06u", i);
+		u[i - from] = (ah_update){ kb[i - from], 8, "v", 1, at, 1 };
+	}
+	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
+	cr_assert_eq(ah_append(t, "a", at, at + 1, u, to - from), 0);
+	free(u);
+	free(kb);
+	return t;
+}
+
+/* Format 6 (heap/heap.h): a batch whose key filter has a chunk of its own
+ * (more than about 1,600 keys: its blocks are bound to that chunk, hash
+ * 3) makes the heap 6 when its transaction commits; a heap of small
+ * batches only (inline filters, hash 2) stays 5, and an aborted large
+ * append leaves 5.  The file says 6 after a reopen, and verifies. */
+Test(format, first_filter_chunk_makes_format_6)
+{
+	tl_dir d = tl_tmpdir("format6");
+	ah_open_opts o = tl_opts(AH_OPEN_CREATE, 0, 0);
+	ah_heap *h;
+	ah_txn *t;
+
+	cr_assert_eq(ah_open(d.path, &o, &h), 0);
+	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
+	cr_assert_eq(ah_arrangement_create(t, "a"), 0);
+	commit_makes_format(h, t, 2, 2);
+	commit_makes_format(h, append_keys(h, 0, 1000, 0), 2, 5);
+	ah_txn_abort(append_keys(h, 1000, 6000, 1));
+	ah_heap_stat st;
+	cr_assert_eq(ah_heap_stat_get(h, &st), 0);
+	cr_assert_eq(st.format_version, 5, "an aborted append leaves format 5");
+	commit_makes_format(h, append_keys(h, 1000, 6000, 1), 5, 6);
+	cr_assert_eq(tl_verify(h, NULL), 0);
+	cr_assert_eq(ah_close(h), 0);
+	cr_assert_eq(format_of(d.path, AH_OPEN_RDONLY), 6);
+	o.flags = 0;
+	cr_assert_eq(ah_open(d.path, &o, &h), 0);
+	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
+	for (unsigned i = 0; i < 6000; i += 13) {
+		char kb[12];
+		ah_cursor *c;
+		snprintf(kb, sizeof kb, "f-%06u", i);
+		cr_assert_eq(ah_cursor_open_at(t, "a", kb, 8, &c), 0);
+		cr_assert_eq(ah_cursor_key_valid(c), 1, "%s", kb);
+		const void *k;
+		size_t kl;
+		cr_assert_eq(ah_cursor_key(c, &k, &kl), 0);
+		cr_assert(kl == 8 && memcmp(k, kb, 8) == 0, "%s", kb);
+		ah_cursor_close(c);
+	}
+	ah_txn_abort(t);
+	cr_assert_eq(ah_close(h), 0);
+	tl_rmdir(&d);
+}
+
 static int count_batch(const ah_batch_info *b, void *user)
 {
 	(void)b;

@@ -13,6 +13,7 @@
 
 #include "arrangement/batch_int.h"
 #include "arrangement/builder.h"
+#include "arrangement/filter.h"
 #include "arr_test.h"
 
 void at_gen(at_up *u, size_t n, uint64_t seed, const at_shape *s)
@@ -167,6 +168,44 @@ void at_assert_equal(const at_up *got, size_t ng, const at_up *want,
 		             (unsigned long long)seed, i,
 		             (long long)got[i].diff, (long long)want[i].diff);
 	}
+}
+
+void at_assert_same_filter(at_env *e, uint64_t a, uint64_t b)
+{
+	batch *x = NULL, *y = NULL;
+	const uint8_t *px, *py;
+	cr_assert_eq(batch_load(e->t, a, &x), 0);
+	cr_assert_eq(batch_load(e->t, b, &y), 0);
+	cr_assert_eq(x->filter_keys, y->filter_keys);
+	cr_assert_eq(x->filter_blocks, y->filter_blocks);
+	cr_assert_eq(batch_filter_blocks(e->t, x, &px), 0);
+	cr_assert_eq(batch_filter_blocks(e->t, y, &py), 0);
+	cr_assert_eq(px == NULL, py == NULL, "key filters differ");
+	size_t fb = FILTER_BLOCK * x->filter_blocks;
+	uint64_t *cx = malloc(fb + 1), *cy = malloc(fb + 1);
+	cr_assert(cx && cy);
+	if (px) {
+		memcpy(cx, px, fb);
+		memcpy(cy, py, fb);
+		cr_assert_eq(batch_filter_first_bad(x, cx), x->filter_blocks);
+		cr_assert_eq(batch_filter_first_bad(y, cy), y->filter_blocks);
+	}
+	for (uint64_t i = 0; px && i < x->filter_blocks; i++) {
+		uint64_t wx[FILTER_WORDS], wy[FILTER_WORDS];
+		memcpy(wx, cx + FILTER_WORDS * i, sizeof wx);
+		memcpy(wy, cy + FILTER_WORDS * i, sizeof wy);
+		if (bfilt_checked(x->filter_hash))
+			wx[FILTER_WORDS - 1] &= 0xffffffffull;
+		if (bfilt_checked(y->filter_hash))
+			wy[FILTER_WORDS - 1] &= 0xffffffffull;
+		cr_assert_eq(memcmp(wx, wy, sizeof wx), 0,
+		             "key filters differ in block %llu",
+		             (unsigned long long)i);
+	}
+	free(cx);
+	free(cy);
+	batch_free(x);
+	batch_free(y);
 }
 
 void at_assert_same_chunks(at_env *e, uint64_t a, uint64_t b)

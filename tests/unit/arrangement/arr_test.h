@@ -131,5 +131,9 @@ void at_assert_equal(const at_up *got, size_t ng, const at_up *want,
                      size_t nw, uint64_t seed);
 /* Same counts and byte-identical chunk bodies. */
 void at_assert_same_chunks(at_env *e, uint64_t a, uint64_t b);
+/* The same key filter: key count, blocks, and every filter bit (block
+ * checks aside: a filter in a chunk binds them to its chunk id), each
+ * block's check passing in its own batch. */
+void at_assert_same_filter(at_env *e, uint64_t a, uint64_t b);
 
 #endif /* TESTS_UNIT_ARRANGEMENT_ARR_TEST_H */

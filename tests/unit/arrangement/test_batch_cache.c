@@ -4,12 +4,16 @@
  * record is never served for another record stored under its id (an id
  * handed out again after an abort, a rewritten Description, a reader of an
  * older snapshot), a shared batch outlives the cache's reference, a
- * flipped byte in a filter chunk is AH_ECORRUPT (never a hidden key), and
- * batch_check finds a filter that does not cover every key (B6).
+ * flipped byte in a filter chunk is AH_ECORRUPT (never a hidden key), so
+ * is another filter's bytes in its place (hash 3 probes read no header),
+ * a stale remembered place is looked up again, and batch_check finds a
+ * filter that does not cover every key (B6).
  */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <criterion/criterion.h>
 
@@ -72,7 +76,7 @@ Test(batch_cache, filter_excludes_absent_keys_only)
 	cr_assert_neq(b->filter_chunk, 0);
 	cr_assert_eq(b->filter_keys, 3000);
 	cr_assert_eq(b->filter_blocks, filter_blocks_checked(3000));
-	cr_assert_eq(b->filter_hash, BFILT_HASH_CHECKED);
+	cr_assert_eq(b->filter_hash, BFILT_HASH_BOUND);
 	unsigned maybe = 0;
 	for (unsigned i = 0; i < 6000; i++) {
 		snprintf(kb, sizeof kb, "k%06u", i);
@@ -265,7 +269,7 @@ Test(batch_cache, filter_missing_a_key_fails_b6)
 	 * right block checks and a right checksum */
 	static uint64_t zero[3 * FILTER_WORDS];
 	for (uint64_t i = 0; i < 3; i++)
-		filter_block_seal(zero + FILTER_WORDS * i, i);
+		filter_block_seal(zero + FILTER_WORDS * i, i, 0);
 	b->filter = zero;
 	b->filter_sum = filter_sum(zero, 3);
 	cr_assert_eq(batch_record_put(e.t, b), 0);
@@ -386,6 +390,121 @@ Test(batch_cache, jumbo_filter_is_probed_block_by_block, .timeout = 120)
 	}
 	cr_assert_gt(hits, 0, "some probe reads block %u", blk);
 	cr_assert_eq(corrupt, hits);
+	batch_free(b);
+	at_close(&e);
+}
+
+/* ------------------------------------------ filters bound to their chunk */
+
+/* The bytes of chunk `from`'s value written over chunk `to`'s (same size),
+ * in the closed heap file at path. */
+static void copy_chunk_over(at_env *e, uint64_t from, uint64_t to)
+{
+	heap_chunk_info f, t;
+
+	cr_assert_eq(heap_chunk_next(e->t, from - 1, false, &f), 0);
+	cr_assert_eq(heap_chunk_next(e->t, to - 1, false, &t), 0);
+	cr_assert_eq(f.id, from);
+	cr_assert_eq(t.id, to);
+	cr_assert_eq(f.class_pages, t.class_pages, "same size");
+	size_t n = (size_t)f.class_pages * heap_page_size(e->h) - 16;
+	heap_txn_abort(e->t);
+	e->t = NULL;
+	cr_assert_eq(heap_close(e->h), 0);
+	char *buf = malloc(n);
+	int fd = open(e->dir.path, O_RDWR);
+	cr_assert(buf && fd >= 0);
+	cr_assert_eq(pread(fd, buf, n, (off_t)f.file_offset), (ssize_t)n);
+	cr_assert_eq(pwrite(fd, buf, n, (off_t)t.file_offset), (ssize_t)n);
+	close(fd);
+	free(buf);
+	ah_open_opts o = { .size = sizeof o, .flags = AH_OPEN_NOSYNC };
+	cr_assert_eq(heap_open(e->dir.path, &o, &e->h), 0);
+	cr_assert_eq(heap_txn_begin(e->h, true, &e->t), 0);
+}
+
+static uint32_t format_now(at_env *e)
+{
+	ah_heap_stat st;
+
+	cr_assert_eq(heap_stat(e->h, &st), 0);
+	return st.format_version;
+}
+
+/* A filter chunk whose place holds another filter's bytes (a damaged
+ * chunks tree pointing at the wrong value, or a value overwritten): a
+ * probe that reads no header (hash 3) still knows the blocks are not
+ * its own, since their checks are bound to the other chunk's id; with
+ * hash 2 the header's id says so.  Every probe of the batch's keys is
+ * AH_ECORRUPT, none says "cannot hold"; the other batch probes as before. */
+Test(batch_cache, another_filters_bytes_in_its_place_are_corrupt)
+{
+	for (int hash = BFILT_HASH_CHECKED; hash <= BFILT_HASH_BOUND; hash++) {
+		at_env e;
+		batch *a, *b;
+		char kb[16];
+		batch_filter_write_hash((uint8_t)hash);
+		at_open(&e);
+		uint64_t ia = write_keys(&e, 'k', 1, 3000);
+		uint64_t ib = write_keys(&e, 'm', 1, 3000);
+		at_commit(&e, true);
+		cr_assert_eq(format_now(&e), hash == BFILT_HASH_BOUND ? 6 : 5);
+		a = at_load(&e, ia);
+		b = at_load(&e, ib);
+		cr_assert_eq(a->filter_hash, hash);
+		uint64_t fa = a->filter_chunk, fb = b->filter_chunk;
+		batch_free(a);
+		batch_free(b);
+		copy_chunk_over(&e, fb, fa);
+		cr_assert_eq(batch_load_cached(e.t, ia, &a), 0);
+		cr_assert_eq(batch_load_cached(e.t, ib, &b), 0);
+		for (unsigned i = 0; i < 3000; i++) {
+			bool may = false;
+			snprintf(kb, sizeof kb, "k%06u", i);
+			cr_assert_eq(batch_probe(e.t, a, filter_hash(kb, 7), &may),
+			             AH_ECORRUPT, "hash %d: %s", hash, kb);
+			snprintf(kb, sizeof kb, "m%06u", i);
+			cr_assert_eq(batch_probe(e.t, b, filter_hash(kb, 7), &may), 0);
+			cr_assert(may, "hash %d: %s", hash, kb);
+		}
+		batch_free(a);
+		batch_free(b);
+		at_close(&e);
+	}
+}
+
+/* A remembered place is a hint: one that now names another filter's
+ * value (here set so by hand) fails the block's bound check, and the
+ * probe looks the chunk up in LMDB again, answers right, and remembers
+ * the right place. */
+Test(batch_cache, a_stale_remembered_filter_place_is_looked_up_again)
+{
+	at_env e;
+	batch *a, *b;
+	char kb[16];
+	bool may = false;
+	at_open(&e);
+	uint64_t ia = write_keys(&e, 'k', 1, 3000);
+	uint64_t ib = write_keys(&e, 'm', 1, 3000);
+	at_commit(&e, true);
+	cr_assert_eq(holds(&e, ib, "m000001"), 1); /* learns the map's base */
+	cr_assert_eq(batch_load_cached(e.t, ia, &a), 0);
+	cr_assert_eq(batch_load_cached(e.t, ib, &b), 0);
+	cr_assert_eq(b->filter_hash, BFILT_HASH_BOUND);
+	cr_assert_eq(batch_probe(e.t, b, filter_hash("m000001", 7), &may), 0);
+	cr_assert(may);
+	uint64_t lb = b->chunk_loc[b->nchunks];
+	cr_assert_neq(lb, 0, "the probe remembered LMDB's place");
+	a->chunk_loc[a->nchunks] = lb;
+	for (unsigned i = 0; i < 3000; i++) {
+		snprintf(kb, sizeof kb, "k%06u", i);
+		may = false;
+		cr_assert_eq(batch_probe(e.t, a, filter_hash(kb, 7), &may), 0, "%s", kb);
+		cr_assert(may, "%s", kb);
+	}
+	cr_assert_neq(a->chunk_loc[a->nchunks], lb);
+	cr_assert_neq(a->chunk_loc[a->nchunks], 0);
+	batch_free(a);
 	batch_free(b);
 	at_close(&e);
 }

@@ -86,16 +86,8 @@ static uint64_t build(at_env *e, const at_up *u, size_t n, size_t budget,
 
 static void assert_same_batch(at_env *e, uint64_t a, uint64_t b)
 {
-	batch *x = NULL, *y = NULL;
-
 	at_assert_same_chunks(e, a, b);
-	cr_assert_eq(batch_load(e->t, a, &x), 0);
-	cr_assert_eq(batch_load(e->t, b, &y), 0);
-	cr_assert_eq(x->filter_keys, y->filter_keys);
-	cr_assert_eq(x->filter_blocks, y->filter_blocks);
-	cr_assert_eq(x->filter_sum, y->filter_sum, "key filters differ");
-	batch_free(x);
-	batch_free(y);
+	at_assert_same_filter(e, a, b);
 }
 
 /* Builds n updates of g with the mode on and off at each budget and
