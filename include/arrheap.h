@@ -72,8 +72,10 @@
  *    holds refuses a heap that held one (format 3), and a binary older
  *    than this one refuses a heap this one wrote a batch to (format 5:
  *    1 KiB checksum blocks, checked filter blocks; format 4 binaries read
- *    version-2 batch chunks but not these), but one that opened the heap
- *    before does not notice it:
+ *    version-2 batch chunks but not these; format 6 once a batch of more
+ *    than about 1,600 keys: filter blocks bound to their chunk, which
+ *    format-5 binaries refuse), but one that opened the heap before does
+ *    not notice it:
  *    run one library version per heap at a time.  Hold records live in the
  *    meta DB beside the heap's meta record: a damaged page there (a hold's
  *    key flipped out of order, say) is a damaged meta, so ah_open fails
