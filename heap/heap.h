@@ -355,8 +355,9 @@ void heap_prefetch_begin(heap_txn *t, heap_prefetch *pf);
  * that size.  Nothing about the chunk is checked: the caller must check
  * every byte it uses, and that the bytes are this chunk's (a remembered
  * place may be stale; retry with use_loc false).  *body_bytes: the body's
- * capacity.  Errors: AH_ENOTFOUND, AH_ECORRUPT (a damaged chunks tree, a
- * value too small for a body), heap_err's. */
+ * capacity.  Errors: AH_ENOTFOUND, AH_ECORRUPT (a chunks tree a page
+ * check found damaged, also with a remembered place; a value too small
+ * for a body), heap_err's. */
 int heap_chunk_place(heap_txn *t, uint64_t id, uint64_t *loc, bool use_loc,
                      const uint8_t **body, uint64_t *body_bytes);
 int heap_prefetch_chunk(heap_prefetch *pf, uint64_t id, const uint64_t *loc,

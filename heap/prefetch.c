@@ -114,8 +114,11 @@ int heap_chunk_place(heap_txn *t, uint64_t id, uint64_t *loc, bool use_loc,
 	heap *h = t->h;
 	const uint8_t *v, *base;
 	uint64_t vb;
-	int rc = place(t, id, use_loc ? loc : NULL, &v, &vb);
+	/* as heap_chunk_open_at: no remembered place in a damaged tree */
+	int rc = heap_trees_usable(h, HEAP_TREE_BIT(HEAP_TREE_CHUNKS));
 
+	if (rc == 0)
+		rc = place(t, id, use_loc ? loc : NULL, &v, &vb);
 	if (rc != 0)
 		return rc;
 	/* LMDB's place remembered, when the map's base is known (else
