@@ -12,6 +12,9 @@
  * temporary directory and must reproduce the expected text.
  * A heap from a different page size or byte order (LMDB meta fields patched
  * in a copy) is refused with AH_EFORMAT and left unchanged.
+ * tests/fixtures/heap-v5 is a format-5 heap written by the library of
+ * commit 2929086 (the last before format 6), frozen; what it holds is
+ * described at v5_fixture_reads_as_written.
  */
 #include <criterion/criterion.h>
 #include <stdarg.h>
@@ -23,6 +26,7 @@
 
 #define FIXTURE "tests/fixtures/heap-v1"      /* frozen: arrheap 0.1.0 */
 #define FIXTURE_V2 "tests/fixtures/heap-v2"   /* `make fixture` */
+#define FIXTURE_V5 "tests/fixtures/heap-v5"   /* frozen: 2929086, format 5 */
 #define FIXTURE_MAP TL_MiB
 
 static const char *src_dir(void)
@@ -752,6 +756,101 @@ Test(format, first_filter_chunk_makes_format_6)
 	}
 	ah_txn_abort(t);
 	cr_assert_eq(ah_close(h), 0);
+	tl_rmdir(&d);
+}
+
+/* Key k's sum in arrangement arr at time at (the vals' accumulations),
+ * or -1000 when k is not there. */
+static int64_t sum_at(ah_txn *t, const char *arr, const char *k, uint64_t at)
+{
+	ah_cursor *c;
+	const void *kp;
+	size_t kl, n = strlen(k);
+	int64_t s = 0, x;
+
+	cr_assert_eq(ah_cursor_open_at(t, arr, k, n, &c), 0);
+	if (ah_cursor_key_valid(c) != 1 || ah_cursor_key(c, &kp, &kl) != 0 ||
+	    kl != n || memcmp(kp, k, n) != 0) {
+		ah_cursor_close(c);
+		return -1000;
+	}
+	for (int v = ah_cursor_val_valid(c); v == 1; v = ah_cursor_step_val(c)) {
+		cr_assert_eq(ah_cursor_accumulate(c, at, &x), 0);
+		s += x;
+	}
+	ah_cursor_close(c);
+	return s;
+}
+
+/* Every key of the v5 fixture: "k%05u" for i < 2000, val "v", time 0,
+ * diff 1 + i % 3 (batch 1: its key filter of hash 2 in a chunk of its
+ * own), plus 2 at time 1 for every 7th (batch 2: an inline filter). */
+static void v5_keys_read(ah_txn *t)
+{
+	char k[12];
+
+	for (unsigned i = 0; i < 2000; i++) {
+		snprintf(k, sizeof k, "k%05u", i);
+		cr_assert_eq(sum_at(t, "big", k, 0), 1 + (int64_t)(i % 3), "%s", k);
+		cr_assert_eq(sum_at(t, "big", k, 1),
+		             1 + (int64_t)(i % 3) + (i % 7 == 0 ? 2 : 0), "%s", k);
+	}
+	for (unsigned i = 0; i < 200; i++) {
+		snprintf(k, sizeof k, "j%05u", i);
+		cr_assert_eq(sum_at(t, "big", k, 1), -1000, "%s", k);
+		snprintf(k, sizeof k, "k%05u", 2000 + i);
+		cr_assert_eq(sum_at(t, "big", k, 1), -1000, "%s", k);
+	}
+}
+
+/* A format-5 heap, written by the library before format 6 (its large
+ * batch's key filter is of hash 2, in a chunk of its own): read as it is
+ * (every key exact, absent keys absent, verify clean, still format 5 after
+ * a read-only open), then written to: a batch of 3,000 keys (a filter of
+ * hash 3) makes it 6, and both kinds of filter answer in one query. */
+Test(format, v5_fixture_reads_as_written)
+{
+	tl_dir d;
+	ah_open_opts o = tl_opts(AH_OPEN_RDONLY, 0, 0);
+	ah_heap *h;
+	ah_txn *t;
+
+	need_native_fixture();
+	fixture_copy_of(&d, FIXTURE_V5);
+	cr_assert_eq(format_of(d.path, AH_OPEN_RDONLY), 5);
+	cr_assert_eq(ah_open(d.path, &o, &h), 0);
+	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
+	v5_keys_read(t);
+	ah_txn_abort(t);
+	cr_assert_eq(tl_verify(h, NULL), 0);
+	cr_assert_eq(ah_close(h), 0);
+	cr_assert_eq(format_of(d.path, AH_OPEN_RDONLY), 5);
+
+	o.flags = 0;
+	cr_assert_eq(ah_open(d.path, &o, &h), 0);
+	ah_update *u = calloc(3000, sizeof *u);
+	char (*kb)[12] = calloc(3000, sizeof *kb);
+	cr_assert(u && kb);
+	for (unsigned i = 0; i < 3000; i++) {
+		snprintf(kb[i], sizeof kb[i], "m%05u", i);
+		u[i] = (ah_update){ kb[i], 6, "w", 1, 2, 5 };
+	}
+	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
+	cr_assert_eq(ah_append(t, "big", 2, 3, u, 3000), 0);
+	commit_makes_format(h, t, 5, 6);
+	free(u);
+	free(kb);
+	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
+	v5_keys_read(t);
+	for (unsigned i = 0; i < 3000; i += 11) {
+		char k[12];
+		snprintf(k, sizeof k, "m%05u", i);
+		cr_assert_eq(sum_at(t, "big", k, 2), 5, "%s", k);
+	}
+	ah_txn_abort(t);
+	cr_assert_eq(tl_verify(h, NULL), 0);
+	cr_assert_eq(ah_close(h), 0);
+	cr_assert_eq(format_of(d.path, AH_OPEN_RDONLY), 6);
 	tl_rmdir(&d);
 }
 
