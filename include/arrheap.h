@@ -189,7 +189,10 @@ typedef struct ah_open_opts {
  * slots of dead processes (mdb_reader_check) and nothing else: its cost does
  * not depend on the amount of data.
  * On success *out owns the heap until ah_close().
- * Errors: AH_EINVAL (NULL path/out, unknown flags, opts->size too small),
+ * Errors: AH_EINVAL (NULL path/out, unknown flags, opts->size too small;
+ * also when mmap refuses the map of the size limit with EINVAL, as it does
+ * under valgrind: set max_bytes, see Caveats; an address-space limit,
+ * ulimit -v, gives AH_ENOMEM),
  * AH_ENOTFOUND (no file and no AH_OPEN_CREATE, or no such directory), AH_EFORMAT (empty file, not
  * LMDB, LMDB but not arrheap, other format version, page size or byte
  * order, a "meta" DB of other flags), AH_ECORRUPT (truncated file, damaged
