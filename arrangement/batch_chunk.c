@@ -42,7 +42,11 @@ static bool col_open(bcol *k, const uint8_t *b, uint32_t off, uint32_t room,
 
 /* The header checks on a view whose page 0 (the header) is checked; with
  * ends, also the first and last entries of key_vals and val_upds (pages
- * of their own: bchunk_get_head leaves them for the reader's open). */
+ * of their own).  A view opened for a seek leaves them to the accessors
+ * that read them (bchunk_key_vals and bchunk_val_upds: key 0's range must
+ * start at val 0 and the last key's end at nvals, and so for vals), so a
+ * point read does not fault up to four pages it does not otherwise read;
+ * whatever reads an end checks it. */
 int bchunk_open_view(bchunk *c, const uint8_t *b, size_t body_used,
                      bool ends)
 {
@@ -188,7 +192,8 @@ int bchunk_key_vals(bchunk *c, uint32_t i, uint32_t *lo, uint32_t *hi)
 	if (c->kv && (rc = heap_chunk_touch(&c->hv, &c->kv[i], 8)) != 0)
 		return rc;
 	bchunk_range(c->kv, i, lo, hi);
-	if (*lo >= *hi || *hi > c->nvals)
+	if (*lo >= *hi || *hi > c->nvals || (i == 0 && *lo != 0) ||
+	    (i + 1 == c->nkeys && *hi != c->nvals))
 		return CORRUPT("batch chunk key_vals");
 	return 0;
 }
@@ -202,7 +207,8 @@ int bchunk_val_upds(bchunk *c, uint32_t j, uint32_t *lo, uint32_t *hi)
 	if (c->vu && (rc = heap_chunk_touch(&c->hv, &c->vu[j], 8)) != 0)
 		return rc;
 	bchunk_range(c->vu, j, lo, hi);
-	if (*lo >= *hi || *hi > c->nupds)
+	if (*lo >= *hi || *hi > c->nupds || (j == 0 && *lo != 0) ||
+	    (j + 1 == c->nvals && *hi != c->nupds))
 		return CORRUPT("batch chunk val_upds");
 	return 0;
 }
@@ -243,7 +249,8 @@ int bchunk_get_at(heap_txn *t, uint64_t id, uint64_t *loc,
 		return CORRUPT("a batch record names a chunk that is not there"); /* a record names a chunk that is not there */
 	if (rc)
 		return rc;
-	return bchunk_open_view(out, out->hv.body, out->hv.body_used, true);
+	return bchunk_open_view(out, out->hv.body, out->hv.body_used,
+	                        how == HEAP_CHUNK_WHOLE);
 }
 
 int bchunk_get_head(heap_txn *t, uint64_t id, uint64_t *loc, bchunk *out)

@@ -243,16 +243,17 @@ int bchunk_val_upds(bchunk *c, uint32_t j, uint32_t *lo, uint32_t *hi);
 /* Updates [lo, hi) of the chunk's times and diffs are about to be read. */
 int bchunk_touch_upds(bchunk *c, uint32_t lo, uint32_t hi);
 /* heap_chunk_open (how: HEAP_CHUNK_WHOLE for a walk, HEAP_CHUNK_PAGES for
- * a seek) + the header checks of bchunk_open. */
+ * a seek) + the header checks of bchunk_open; a seek's view leaves the
+ * ends of key_vals and val_upds to the accessors that read them
+ * (bchunk_open_view). */
 int bchunk_get(heap_txn *t, uint64_t id, enum heap_chunk_how how, bchunk *out);
 /* bchunk_get through a remembered place (heap_chunk_open_at; loc NULL:
  * none). */
 int bchunk_get_at(heap_txn *t, uint64_t id, uint64_t *loc,
                   enum heap_chunk_how how, bchunk *out);
-/* bchunk_get_at(HEAP_CHUNK_PAGES) that reads and checks the header only,
- * not the ends of key_vals and val_upds (pages of their own): for a reader
- * that plans its reads (batch_prefetch.c) and reads no column through
- * this view.  Errors: as bchunk_get_at. */
+/* bchunk_get_at(HEAP_CHUNK_PAGES): reads and checks the header only, for
+ * a reader that plans its reads (batch_prefetch.c) and reads no column
+ * through this view.  Errors: as bchunk_get_at. */
 int bchunk_get_head(heap_txn *t, uint64_t id, uint64_t *loc, bchunk *out);
 /* The chunk of b that can hold key (the last whose fence is <= key, or
  * chunk 0); b has chunks. */

@@ -6,8 +6,7 @@
  * "Cold point reads").
  *
  * A seek reads, per batch, a filter block, then in each batch the filter
- * lets through: the chunk header, the ends of key_vals and val_upds (the
- * header check), the keys its search compares, and the key's key_vals,
+ * lets through: the chunk header, the keys its search compares, and the key's key_vals,
  * vals, val_upds, times and diffs entries.  All but the header follow from
  * the header and a guess of the key's index: bchunk_guess interpolates the
  * key between the fences the batch record holds (in memory), and the
@@ -108,16 +107,10 @@ static void want_chunk(heap_prefetch *pf, const bchunk *cv, uint64_t g,
 
 	*probe = cv->ko ? (const uint8_t *)&cv->ko[g]
 	                : cv->body + cv->kb_lo + g * cv->kw;
-	if (cv->kv) {
-		want_items(pf, cv, cv->kv, 4, nk + 1, 0, 0);
-		want_items(pf, cv, cv->kv, 4, nk + 1, nk, 0);
+	if (cv->kv)
 		want_items(pf, cv, cv->kv, 4, nk + 1, g, e + 1);
-	}
-	if (cv->vu) {
-		want_items(pf, cv, cv->vu, 4, nv + 1, 0, 0);
-		want_items(pf, cv, cv->vu, 4, nv + 1, nv, 0);
+	if (cv->vu)
 		want_items(pf, cv, cv->vu, 4, nv + 1, gv, ev + 1);
-	}
 	want_field(pf, cv, cv->ko, cv->kw, cv->kb_lo, cv->kb_hi, nk, g, e);
 	want_field(pf, cv, cv->vo, cv->vw, cv->vb_lo, cv->vb_hi, nv, gv, ev);
 	want_col(pf, cv, &cv->tm, nu, gu, eu);
