@@ -42,11 +42,11 @@ static bool col_open(bcol *k, const uint8_t *b, uint32_t off, uint32_t room,
 
 /* The header checks on a view whose page 0 (the header) is checked; with
  * ends, also the first and last entries of key_vals and val_upds (pages
- * of their own).  A view opened for a seek leaves them to the accessors
- * that read them (bchunk_key_vals and bchunk_val_upds: key 0's range must
- * start at val 0 and the last key's end at nvals, and so for vals), so a
- * point read does not fault up to four pages it does not otherwise read;
- * whatever reads an end checks it. */
+ * of their own).  A seek's view checked page by page leaves them to the
+ * accessors that read them (bchunk_key_vals and bchunk_val_upds: key 0's
+ * range must start at val 0 and the last key's end at nvals, and so for
+ * vals), so a point read does not fault up to four pages it does not
+ * otherwise read; whatever reads an end checks it. */
 int bchunk_open_view(bchunk *c, const uint8_t *b, size_t body_used,
                      bool ends)
 {
@@ -249,8 +249,11 @@ int bchunk_get_at(heap_txn *t, uint64_t id, uint64_t *loc,
 		return CORRUPT("a batch record names a chunk that is not there"); /* a record names a chunk that is not there */
 	if (rc)
 		return rc;
+	/* A view checked whole (a walk's, AH_OPEN_VERIFY_READS, a chunk of
+	 * one block, jumbo and version-1 chunks) is read by the walk's inline
+	 * steps, which do not check the ends: they are checked here. */
 	return bchunk_open_view(out, out->hv.body, out->hv.body_used,
-	                        how == HEAP_CHUNK_WHOLE);
+	                        how == HEAP_CHUNK_WHOLE || out->hv.all);
 }
 
 int bchunk_get_head(heap_txn *t, uint64_t id, uint64_t *loc, bchunk *out)

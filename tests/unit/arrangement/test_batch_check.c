@@ -438,6 +438,18 @@ Test(batch_check, column_ends_resealed_are_corrupt_where_read)
 		             AH_ECORRUPT, "case %zu: seek", i);
 		cr_assert_eq(seek_sum(&e, id, "dd", 2, &s), 0, "case %zu: middle", i);
 		cr_assert_eq(s, 9, "case %zu: middle", i);
+		/* With AH_OPEN_VERIFY_READS a seek checks the chunk whole and
+		 * then steps inline, reading the ends unchecked: its open
+		 * checks them. */
+		ah_open_opts o = { .size = sizeof o,
+		                   .flags = AH_OPEN_NOSYNC | AH_OPEN_VERIFY_READS };
+		heap_txn_abort(e.t);
+		e.t = NULL;
+		cr_assert_eq(heap_close(e.h), 0);
+		cr_assert_eq(heap_open(e.dir.path, &o, &e.h), 0);
+		cr_assert_eq(heap_txn_begin(e.h, true, &e.t), 0);
+		cr_assert_eq(seek_sum(&e, id, "dd", 2, &s), AH_ECORRUPT,
+		             "case %zu: middle, verified reads", i);
 		at_close(&e);
 	}
 }
