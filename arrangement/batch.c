@@ -60,6 +60,7 @@ static int record_decode(uint64_t id, const uint8_t *rec, size_t len,
 {
 	batch *b = NULL;
 	uint64_t n, ftab, fbytes, fend;
+	bool sums;
 	int rc = 0;
 
 	if (len < BREC_HDR || memcmp(rec, BREC_MAGIC, 4) != 0)
@@ -67,10 +68,11 @@ static int record_decode(uint64_t id, const uint8_t *rec, size_t len,
 	uint16_t ver;
 	memcpy(&ver, rec + 4, 2);
 	if ((ver != BREC_VERSION && ver != BREC_VERSION_FILTER) || rec[6] != 8 ||
-	    (rec[7] & ~(BREC_PARTIAL | BREC_COLS)))
+	    (rec[7] & ~(BREC_PARTIAL | BREC_COLS | BREC_SUMS)))
 		return CORRUPT("batch record");
 	n = get_u32(rec + 72);
-	ftab = BREC_HDR + 8 * n;
+	sums = rec[7] & BREC_SUMS;
+	ftab = BREC_HDR + (sums ? 16 : 8) * n;
 	fbytes = ftab + 4 * (n + 1);
 	if (fbytes > len)
 		return CORRUPT("batch record");
@@ -98,22 +100,34 @@ static int record_decode(uint64_t id, const uint8_t *rec, size_t len,
 		rc = rc ? rc : CORRUPT("batch key filter reference");
 		goto out;
 	}
-	/* One block: ids, fence pointers, fence lengths, copied fence bytes
-	 * and what follows them (an inline filter). */
+	/* a filter bound to the chunk sums needs them (heap format 7) */
+	if (b->filter_hash == BFILT_HASH_SUMS && !sums) {
+		rc = CORRUPT("batch key filter reference");
+		goto out;
+	}
+	if (b->filter_hash == BFILT_HASH_BOUND)
+		b->filter_bind = b->filter_chunk;
+	else if (b->filter_hash == BFILT_HASH_SUMS)
+		b->filter_bind = b->filter_chunk ^
+		                 XXH3_64bits(rec + BREC_HDR + 8 * n, 8 * n);
+	/* One block: ids, sums, fence pointers, fence lengths, copied fence
+	 * bytes and what follows them (an inline filter). */
+	size_t ns = sums ? n : 0;
 	size_t sz = n * (sizeof(uint64_t) + sizeof(void *) + sizeof(size_t)) +
-	            (copy ? len - fbytes : 0) + 1;
+	            ns * sizeof(uint64_t) + (copy ? len - fbytes : 0) + 1;
 	uint8_t *blk = malloc(sz);
 	if (!blk) {
 		rc = AH_ENOMEM;
 		goto out;
 	}
 	b->chunk_ids = (uint64_t *)blk;
-	b->fence = (const uint8_t **)(blk + n * sizeof(uint64_t));
-	b->fence_len = (size_t *)(blk + n * (sizeof(uint64_t) + sizeof(void *)));
+	b->chunk_sums = sums ? (uint64_t *)(blk + n * sizeof(uint64_t)) : NULL;
+	uint8_t *rest = blk + (n + ns) * sizeof(uint64_t);
+	b->fence = (const uint8_t **)rest;
+	b->fence_len = (size_t *)(rest + n * sizeof(void *));
 	const uint8_t *fb = rec + fbytes;
 	if (copy) {
-		uint8_t *dst = blk + n * (sizeof(uint64_t) + sizeof(void *) +
-		                          sizeof(size_t));
+		uint8_t *dst = rest + n * (sizeof(void *) + sizeof(size_t));
 		memcpy(dst, fb, len - fbytes);
 		fb = dst;
 	}
@@ -121,6 +135,8 @@ static int record_decode(uint64_t id, const uint8_t *rec, size_t len,
 		b->filter_bytes = fb + (b->filter_off - fbytes);
 	for (uint64_t i = 0; i < n; i++) {
 		b->chunk_ids[i] = get_u64(rec + BREC_HDR + 8 * i);
+		if (sums)
+			b->chunk_sums[i] = get_u64(rec + BREC_HDR + 8 * (n + i));
 		uint32_t lo = get_u32(rec + ftab + 4 * i);
 		uint32_t hi = get_u32(rec + ftab + 4 * (i + 1));
 		if (lo > hi || hi > fend) {
@@ -184,12 +200,14 @@ int batch_record_put(heap_txn *t, const batch *b)
 	uint64_t n = b->nchunks, fsum = 0;
 	for (uint64_t i = 0; i < n; i++)
 		fsum += b->fence_len[i];
-	uint64_t ftab = BREC_HDR + 8 * n, fbytes = ftab + 4 * (n + 1);
+	bool sums = b->chunk_sums != NULL;
+	uint64_t ftab = BREC_HDR + (sums ? 16 : 8) * n, fbytes = ftab + 4 * (n + 1);
 	bool inl = b->filter_blocks && !b->filter_chunk;
 	uint64_t f3 = b->filter_blocks ? fbytes + fsum : 0;
 	uint64_t total = fbytes + fsum + (f3 ? BFILT_REF : 0) +
 	                 (inl ? FILTER_BLOCK * b->filter_blocks : 0);
-	if (n > UINT32_MAX / 8 || fsum > UINT32_MAX || total > UINT32_MAX)
+	if (n > UINT32_MAX / 16 || fsum > UINT32_MAX || total > UINT32_MAX ||
+	    (b->filter_hash == BFILT_HASH_SUMS && !sums))
 		return AH_ELIMIT;
 	uint8_t *rec = malloc(total);
 	if (!rec)
@@ -199,7 +217,7 @@ int batch_record_put(heap_txn *t, const batch *b)
 	memcpy(rec, BREC_MAGIC, 4);
 	memcpy(rec + 4, &ver, 2);
 	rec[6] = 8;
-	rec[7] = (uint8_t)b->rec_flags;
+	rec[7] = (uint8_t)((b->rec_flags & ~BREC_SUMS) | (sums ? BREC_SUMS : 0));
 	put_u64(rec + 8, frontier_time(b->desc.lower));
 	put_u64(rec + 16, frontier_time(b->desc.upper));
 	put_u64(rec + 24, frontier_time(b->desc.since));
@@ -212,6 +230,8 @@ int batch_record_put(heap_txn *t, const batch *b)
 	put_u32(rec + 76, (uint32_t)f3);
 	for (uint64_t i = 0; i < n; i++) {
 		memcpy(rec + BREC_HDR + 8 * i, &b->chunk_ids[i], 8);
+		if (sums)
+			memcpy(rec + BREC_HDR + 8 * (n + i), &b->chunk_sums[i], 8);
 		memcpy(rec + ftab + 4 * i, &off, 4);
 		if (b->fence_len[i])
 			memcpy(rec + fbytes + off, b->fence[i], b->fence_len[i]);
@@ -233,9 +253,11 @@ int batch_record_put(heap_txn *t, const batch *b)
 			                                : b->filter_bytes,
 			       FILTER_BLOCK * b->filter_blocks);
 	}
-	/* Checked filter blocks are format 5, bound ones 6 (heap/heap.h):
-	 * older binaries would refuse the record. */
-	int rc = !f3 ? 0
+	/* Chunk sums (and filters bound to them) are format 7, bound filter
+	 * blocks 6, checked ones 5 (heap/heap.h): older binaries would refuse
+	 * the record. */
+	int rc = sums ? heap_format_mark(t, HEAP_FORMAT_CHUNK_SUMS)
+	         : !f3 ? 0
 	         : b->filter_hash == BFILT_HASH_BOUND
 	         ? heap_format_mark(t, HEAP_FORMAT_FILTER_IDS)
 	         : b->filter_hash == BFILT_HASH_CHECKED

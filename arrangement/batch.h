@@ -76,6 +76,10 @@ typedef struct batch {
 	uint64_t chunk_bytes; /* chunk bytes reserved (class capacity + header) */
 	uint32_t nchunks;
 	uint64_t *chunk_ids;  /* nchunks */
+	/* nchunks: each chunk's XXH3 as the record lists it (BREC_SUMS), or
+	 * NULL (a record from before heap format 7): a reader takes chunk i
+	 * only when its header states chunk_sums[i] (batch_chunk_sum_ok). */
+	uint64_t *chunk_sums;
 	const uint8_t **fence;/* nchunks: first key of each chunk */
 	size_t *fence_len;    /* nchunks */
 	uint32_t rec_flags;   /* BREC_* (BREC_PARTIAL: a suspended merge) */
@@ -89,6 +93,9 @@ typedef struct batch {
 	 * batch_record_put. */
 	const uint64_t *filter;
 	uint64_t filter_chunk, filter_blocks, filter_keys, filter_sum;
+	/* what the checks of a hash-3 or 4 filter's blocks are bound to: the
+	 * filter chunk's id (3), xor the XXH3-64 of the chunk sums (4) */
+	uint64_t filter_bind;
 	uint8_t filter_hash;         /* BFILT_HASH_*: its bit mapping */
 	uint32_t filter_off;         /* inline: the blocks' offset in the record */
 	const uint8_t *filter_bytes; /* inline: the blocks as decoded (like

@@ -119,6 +119,9 @@ static int check_chunk(check_state *s, heap_txn *t, uint32_t ci,
 	if (rc || (checksums && heap_chunk_verify(t, b->chunk_ids[ci])))
 		return check_fail(s, ci, heap_chunk_verify(t, b->chunk_ids[ci]) ?
 		                  "checksum mismatch" : "bad chunk header");
+	if (!batch_chunk_sum_ok(b, ci, &c.hv))
+		return check_fail(s, ci, "not the chunk its batch record names: "
+		                  "its XXH3 is not the record's (B8)");
 	if (bchunk_open_view(&c, c.hv.body, c.hv.body_used, true) ||
 	    c.used != c.hv.body_used)
 		return check_fail(s, ci, "bad batch chunk header (B4)");

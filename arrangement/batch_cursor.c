@@ -42,6 +42,8 @@ static int load_at(batch_cursor *c, uint32_t idx, bool seq, bchunk *out)
 	int rc = bchunk_get_at(c->t, c->b->chunk_ids[idx],
 	                       c->b->chunk_loc ? &c->b->chunk_loc[idx] : NULL,
 	                       seq ? HEAP_CHUNK_WHOLE : HEAP_CHUNK_PAGES, out);
+	if (!rc && !batch_chunk_sum_ok(c->b, idx, &out->hv))
+		rc = CORRUPT("a chunk is not the one its batch record names");
 	if (!rc && idx == 0 && (out->flags & BCHUNK_CONT))
 		rc = AH_ECORRUPT; /* nothing to continue */
 	return rc;

@@ -17,7 +17,12 @@
  * that it is this chunk's; a block that fails it at a remembered place is
  * looked for again through LMDB before it is AH_ECORRUPT.  That is one
  * page a probe instead of two: at 10M updates a restart's first answer
- * probes five filters.  A filter of hash 1 (written before heap
+ * probes five filters.  Hash 4 (heap format 7) binds the checks also to
+ * the XXH3-64 of the batch's chunk sums (batch_int.h), so a filter block
+ * left at the chunk's place by an earlier write of the same id (an
+ * aborted append whose ids were handed out again, and a later write the
+ * storage lost) fails its check unless that write was of the same keys.
+ * A filter of hash 1 (written before heap
  * format 5) is read page by page from a regular chunk (the probed block's
  * page checked by its sum); one in a jumbo chunk, checked only whole, is
  * not probed (its batch is visited).
@@ -106,15 +111,16 @@ bool batch_may_hold(const batch *b, uint64_t h)
 	return !b->filter || batch_filter_may_hold(b, b->filter, h);
 }
 
-/* The id the checks of b's filter blocks are bound to (0: hash 2). */
+/* What the checks of b's filter blocks are bound to (0: hash 2). */
 static uint64_t bound_id(const batch *b)
 {
-	return b->filter_hash == BFILT_HASH_BOUND ? b->filter_chunk : 0;
+	return bfilt_bound(b->filter_hash) ? b->filter_bind : 0;
 }
 
-/* Hash 3 without the header: block blk where the chunk's place puts it
- * (through the remembered place, else LMDB), if it is there and checks
- * with this chunk's id; true when it did (in w). */
+/* Hash 3 and 4 without the header: block blk where the chunk's place puts
+ * it (through the remembered place, else LMDB), if it is there and checks
+ * with what this filter is bound to (its chunk's id; with hash 4 also the
+ * batch's chunk sums); true when it did (in w). */
 static int bound_block(heap_txn *t, const batch *b, uint64_t blk, bool use_loc,
                        uint64_t w[FILTER_WORDS], bool *ok)
 {
@@ -133,11 +139,11 @@ static int bound_block(heap_txn *t, const batch *b, uint64_t blk, bool use_loc,
 	    blk >= (cap - BFILT_CHUNK_HDR) / FILTER_BLOCK)
 		return 0;
 	memcpy(w, body + BFILT_CHUNK_HDR + FILTER_BLOCK * blk, 8 * FILTER_WORDS);
-	*ok = filter_block_ok(w, blk, b->filter_chunk);
+	*ok = filter_block_ok(w, blk, b->filter_bind);
 	return 0;
 }
 
-/* Hash 2 and 3: the probed block, read in place and checked alone. */
+/* Hash 2, 3 and 4: the probed block, read in place and checked alone. */
 static int probe_checked(heap_txn *t, const batch *b, uint64_t h, bool *may)
 {
 	heap_chunk_view v;
@@ -146,7 +152,7 @@ static int probe_checked(heap_txn *t, const batch *b, uint64_t h, bool *may)
 	bool ok;
 	int rc;
 
-	if (b->filter_hash == BFILT_HASH_BOUND && !heap_verify_reads(heap_txn_heap(t))) {
+	if (bfilt_bound(b->filter_hash) && !heap_verify_reads(heap_txn_heap(t))) {
 		if ((rc = bound_block(t, b, blk, true, w, &ok)))
 			return rc;
 		if (!ok && (rc = bound_block(t, b, blk, false, w, &ok)))
@@ -212,12 +218,12 @@ int batch_probe_want(heap_prefetch *pf, const batch *b, uint64_t h)
 	    heap_chunk_max_body(heap_txn_heap(pf->t)))
 		return 0; /* not probed (batch_probe) */
 	blk = filter_block_of(b->filter_blocks, h);
-	/* hash 3: the probe reads no header, so neither does this */
+	/* hash 3 and 4: the probe reads no header, so neither does this */
 	return heap_prefetch_chunk_at(pf, b->filter_chunk,
 	                              b->chunk_loc ? &b->chunk_loc[b->nchunks] : NULL,
 	                              BFILT_CHUNK_HDR + FILTER_BLOCK * blk,
 	                              FILTER_BLOCK,
-	                              b->filter_hash != BFILT_HASH_BOUND ||
+	                              !bfilt_bound(b->filter_hash) ||
 	                              heap_verify_reads(heap_txn_heap(pf->t)));
 }
 

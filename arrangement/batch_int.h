@@ -111,7 +111,9 @@
  *     7          1  flags: BREC_PARTIAL 0x1 = a suspended merge's output,
  *                   linked to no spine; BREC_COLS 0x2 = every chunk is
  *                   body version 2 (written from format 4 on; a batch
- *                   without it may hold version-1 chunks)
+ *                   without it may hold version-1 chunks); BREC_SUMS
+ *                   0x4 = the chunk ids are followed by the chunks' XXH3
+ *                   (heap format 7)
  *     8          8  desc.lower
  *    16          8  desc.upper
  *    24          8  desc.since
@@ -125,6 +127,11 @@
  *    76          4  version 1: reserved, 0 (not read); version 2: the
  *                   offset F3 of the filter reference
  *    80     8*nchunks  chunk ids, in key order
+ *    S      8*nchunks  BREC_SUMS only (S = 80 + 8*nchunks): each chunk's
+ *                   XXH3 as its header states it (heap_chunk_sum); a
+ *                   reader that opens chunk i takes it only with this
+ *                   XXH3, so a stale chunk at its place with its id (a
+ *                   write the storage lost) is AH_ECORRUPT
  *    F      4*(nchunks+1)  fence offsets, relative to F2 = F + 4*(nchunks+1)
  *    F2         ...  fence key bytes (fence i = chunk i's first key)
  *
@@ -137,7 +144,10 @@
  *                   bits and a check per block; heap format 5);
  *                   3 = as 2, each block's check bound to the filter
  *                   chunk's id (filter.h; heap format 6: filters in a
- *                   chunk of their own, written since)
+ *                   chunk of their own); 4 = as 3, bound to the chunk's
+ *                   id xor the XXH3-64 of the record's chunk sums (S, so
+ *                   BREC_SUMS only; heap format 7: what this library
+ *                   writes in a chunk)
  *    F3+6        2  reserved, 0
  *    F3+8        8  nkeys hashed (= keys above)
  *    F3+16       8  nblocks (= filter_blocks(nkeys): ceil(10 nkeys / 512);
@@ -163,6 +173,7 @@
 #define BREC_HDR 80
 #define BREC_PARTIAL 0x1u
 #define BREC_COLS 0x2u /* every chunk is body version 2 (format 4) */
+#define BREC_SUMS 0x4u /* the chunks' XXH3 follow their ids (format 7) */
 #define BATCH_ID_COUNTER UINT64_MAX
 #define BREC_VERSION_FILTER 2
 #define BFILT_MAGIC "AHBF"
@@ -171,10 +182,16 @@
 #define BFILT_HASH_XXH3 1
 #define BFILT_HASH_CHECKED 2
 #define BFILT_HASH_BOUND 3
-/* Checked blocks (hash 2 or 3), and the id their checks are bound to. */
+#define BFILT_HASH_SUMS 4
+/* Checked blocks (hash 2, 3 or 4). */
 static inline bool bfilt_checked(uint8_t hash)
 {
-	return hash == BFILT_HASH_CHECKED || hash == BFILT_HASH_BOUND;
+	return hash >= BFILT_HASH_CHECKED && hash <= BFILT_HASH_SUMS;
+}
+/* Blocks bound to their chunk (hash 3 or 4): a probe reads no header. */
+static inline bool bfilt_bound(uint8_t hash)
+{
+	return hash == BFILT_HASH_BOUND || hash == BFILT_HASH_SUMS;
 }
 
 /* ----------------------------------------------------- the chunk view */
@@ -255,6 +272,15 @@ int bchunk_get_at(heap_txn *t, uint64_t id, uint64_t *loc,
  * a reader that plans its reads (batch_prefetch.c) and reads no column
  * through this view.  Errors: as bchunk_get_at. */
 int bchunk_get_head(heap_txn *t, uint64_t id, uint64_t *loc, bchunk *out);
+/* Whether chunk ci of b, opened in v, is the one b's record names: its
+ * header's XXH3 is the record's (BREC_SUMS; always true for a record
+ * without sums).  A chunk of the right id at the right place but of
+ * another write (the storage lost the write of this one) fails it. */
+static inline bool batch_chunk_sum_ok(const batch *b, uint32_t ci,
+                                      const heap_chunk_view *v)
+{
+	return !b->chunk_sums || b->chunk_sums[ci] == v->xxh3;
+}
 /* The chunk of b that can hold key (the last whose fence is <= key, or
  * chunk 0); b has chunks. */
 uint32_t batch_chunk_for(const batch *b, const void *key, size_t len);

@@ -193,7 +193,8 @@ void batches_prefetch_keys(heap_txn *t, batch *const *batches, size_t n,
 		/* a header that fails its checks: the seek's own open of it
 		 * reports that (this plans no more) */
 		if (bchunk_get_head(t, b->chunk_ids[ci],
-		                    b->chunk_loc ? &b->chunk_loc[ci] : NULL, &cv))
+		                    b->chunk_loc ? &b->chunk_loc[ci] : NULL, &cv) ||
+		    !batch_chunk_sum_ok(b, ci, &cv.hv))
 			break;
 		uint32_t g = bchunk_guess(b, ci, cv.nkeys, key, len);
 		want_chunk(&pf, &cv, g < cv.nkeys ? g : cv.nkeys / 2, &probe);

@@ -28,7 +28,7 @@ static void buf_free(pool *p, buf *b)
 #define FILL_AHEAD 16
 
 /* Sets the bits of every hashed key in nb zeroed checked blocks, then
- * each block's check, bound to id (filter.h: hash 3; 0: hash 2). */
+ * each block's check, bound to id (filter.h: hash 3 and 4; 0: hash 2). */
 static void fill_filter(const batch_writer *w, uint64_t *blocks, uint64_t nb,
                         uint64_t id)
 {
@@ -49,15 +49,49 @@ static void fill_filter(const batch_writer *w, uint64_t *blocks, uint64_t nb,
 		filter_block_seal(blocks + FILTER_WORDS * i, i, id);
 }
 
-/* The hash of the filters written in a chunk of their own: 3, or 2 for
- * the tests that read filters of format 5 (batch_filter_write_hash). */
-static uint8_t chunk_filter_hash = BFILT_HASH_BOUND; /* atomic */
+/* The hash of the filters written in a chunk of their own: 4, or 2 and 3
+ * for the tests that read what binaries of heap formats 5 and 6 wrote
+ * (batch_filter_write_hash), whose records also list no chunk sums. */
+static uint8_t chunk_filter_hash = BFILT_HASH_SUMS; /* atomic */
 
 void batch_filter_write_hash(uint8_t hash)
 {
 	__atomic_store_n(&chunk_filter_hash,
-	                 hash == BFILT_HASH_CHECKED ? hash : BFILT_HASH_BOUND,
+	                 hash == BFILT_HASH_CHECKED || hash == BFILT_HASH_BOUND
+	                 ? hash : BFILT_HASH_SUMS,
 	                 __ATOMIC_RELAXED);
+}
+
+/* What a filter chunk cid of hash writes its blocks' checks bound to. */
+static uint64_t filter_bind(const batch *b, uint8_t hash, uint64_t cid)
+{
+	return hash == BFILT_HASH_BOUND ? cid
+	       : hash == BFILT_HASH_SUMS
+	       ? cid ^ XXH3_64bits(b->chunk_sums, 8 * (size_t)b->nchunks) : 0;
+}
+
+/* The XXH3 of each chunk named, as its header states it, for the record
+ * (BREC_SUMS); waits for a write in flight (heap_chunk_sum).  NULL when
+ * a test writes as format 5 or 6 did. */
+static int chunk_sums(batch_writer *w, batch *b)
+{
+	int rc;
+
+	b->chunk_sums = NULL;
+	if (__atomic_load_n(&chunk_filter_hash, __ATOMIC_RELAXED) !=
+	    BFILT_HASH_SUMS)
+		return 0;
+	uint64_t *s = malloc(8 * (size_t)b->nchunks + 1);
+	if (!s)
+		return AH_ENOMEM;
+	for (uint32_t i = 0; i < b->nchunks; i++)
+		if ((rc = heap_chunk_sum(w->t, b->chunk_ids[i], &s[i]))) {
+			free(s);
+			return rc == AH_ENOTFOUND
+			       ? CORRUPT("a batch's chunk is not there") : rc;
+		}
+	b->chunk_sums = s;
+	return 0;
 }
 
 static int write_filter(batch_writer *w, batch *b, uint64_t **inl)
@@ -98,8 +132,11 @@ static int write_filter(batch_writer *w, batch *b, uint64_t **inl)
 	memcpy(p, BFILT_MAGIC, 4);
 	put_u32(p + 4, 0);
 	put_u64(p + 8, nb);
-	b->filter_hash = __atomic_load_n(&chunk_filter_hash, __ATOMIC_RELAXED);
-	fill_filter(w, blocks, nb, b->filter_hash == BFILT_HASH_BOUND ? cid : 0);
+	b->filter_hash = b->chunk_sums ? BFILT_HASH_SUMS
+	                 : __atomic_load_n(&chunk_filter_hash, __ATOMIC_RELAXED);
+	if (!b->chunk_sums && b->filter_hash == BFILT_HASH_SUMS)
+		b->filter_hash = BFILT_HASH_BOUND;
+	fill_filter(w, blocks, nb, filter_bind(b, b->filter_hash, cid));
 	b->filter_sum = filter_sum(blocks, nb);
 	if ((rc = heap_chunk_seal(w->t, cid, body, used)))
 		return rc;
@@ -115,6 +152,7 @@ static int write_record(batch_writer *w, const batch_desc *d, uint32_t flags,
 	uint64_t *inl = NULL;
 	int rc;
 
+	memset(&b, 0, sizeof b);
 	*id = 0;
 	if (w->detached) /* its images are not in the heap yet */
 		return AH_ESTATE;
@@ -150,6 +188,8 @@ static int write_record(batch_writer *w, const batch_desc *d, uint32_t flags,
 	b.fence = fence;
 	b.fence_len = flen;
 	b.rec_flags = flags | (w->v1_chunks ? 0 : BREC_COLS);
+	if ((rc = chunk_sums(w, &b)))
+		goto out;
 	/* a partial record gets none: the writer that finishes it builds it */
 	if (!(flags & BREC_PARTIAL) && (rc = write_filter(w, &b, &inl)))
 		goto out;
@@ -161,6 +201,7 @@ out:
 		pool_free(w->pool, inl, FILTER_BLOCK * b.filter_blocks);
 	free(fence);
 	free(flen);
+	free(b.chunk_sums);
 	return rc;
 }
 

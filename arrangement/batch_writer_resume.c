@@ -63,14 +63,32 @@ static int resume(heap_txn *t, pool *p, uint64_t partial_id, bool detach,
 	w->no_filter = true;
 	if (b->nchunks == 0)
 		goto out;
-	for (uint32_t i = 0; i + 1 < b->nchunks; i++)
+	/* The finished record lists the adopted chunks' sums as their
+	 * headers state them (write_record): each must be the one the
+	 * partial record lists, or a stale chunk (a lost write) would be
+	 * vouched for afresh. */
+	for (uint32_t i = 0; i + 1 < b->nchunks; i++) {
+		uint64_t sum;
+		if (b->chunk_sums &&
+		    ((rc = heap_chunk_sum(t, b->chunk_ids[i], &sum)) ||
+		     sum != b->chunk_sums[i])) {
+			rc = rc && rc != AH_ENOTFOUND ? rc
+			     : CORRUPT("a partial batch's chunk is not the one its record names");
+			goto out;
+		}
 		if ((rc = put(p, &w->ids, &b->chunk_ids[i], 8)) ||
 		    (rc = put(p, &w->fences, b->fence[i], b->fence_len[i])) ||
 		    (rc = put32(p, &w->fence_offs, (uint32_t)w->fences.len)))
 			goto out;
+	}
 	uint64_t last = b->chunk_ids[b->nchunks - 1];
-	if ((rc = bchunk_get(t, last, HEAP_CHUNK_WHOLE, &c)) ||
-	    (rc = bw_stage_chunk(w, &c)))
+	if ((rc = bchunk_get(t, last, HEAP_CHUNK_WHOLE, &c)))
+		goto out;
+	if (!batch_chunk_sum_ok(b, b->nchunks - 1, &c.hv)) {
+		rc = CORRUPT("a partial batch's chunk is not the one its record names");
+		goto out;
+	}
+	if ((rc = bw_stage_chunk(w, &c)))
 		goto out;
 	w->size_ub = bw_staged_size(w);
 	size_t last_cap = c.hv.value_bytes;

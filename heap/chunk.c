@@ -276,6 +276,22 @@ int heap_chunk_verify(heap_txn *t, uint64_t id)
 	return problem ? CORRUPT(problem) : 0;
 }
 
+int heap_chunk_sum(heap_txn *t, uint64_t id, uint64_t *sum)
+{
+	MDB_val v;
+	chdr c;
+	int rc;
+
+	if ((rc = heap_txn_usable(t, false)) != 0)
+		return rc;
+	if (sum == NULL)
+		return AH_EINVAL;
+	if ((rc = chunk_lookup(t, id, &v, &c)) != 0)
+		return rc;
+	*sum = c.xxh3;
+	return 0;
+}
+
 int heap_chunk_next(heap_txn *t, uint64_t after, bool first,
                     heap_chunk_info *ci)
 {

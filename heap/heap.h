@@ -50,7 +50,14 @@ typedef struct heap_txn heap_txn;
  *     hash 3 (arrangement/batch_int.h: each block's check bound to the
  *     chunk's id), which format-5 binaries refuse: the transaction that
  *     writes a heap's first such batch record makes it 6.
- * This library reads versions 1 to 6 (HEAP_FORMAT_MIN..HEAP_FORMAT_VERSION).
+ *  7  as 6, and a batch record may list the XXH3 of each of its chunks
+ *     (arrangement/batch_int.h: BREC_SUMS) and have a key filter of hash 4
+ *     (bound to the chunk's id and to those sums), so that a read tells a
+ *     chunk its record names from a stale one with the same id at the
+ *     same place (a write the storage lost); format-6 binaries refuse
+ *     both: the transaction that writes a heap's first such record makes
+ *     it 7.
+ * This library reads versions 1 to 7 (HEAP_FORMAT_MIN..HEAP_FORMAT_VERSION).
  * New heaps are version 2 (HEAP_FORMAT_BASE), and the first writable open
  * of a version-1 heap upgrades it to 2 in one transaction (meta record and
  * every table value rewritten; chunks stay as they are, version-1 chunks
@@ -60,12 +67,13 @@ typedef struct heap_txn heap_txn;
  * never goes back from 3.  Any other version is AH_EFORMAT.  The layouts
  * inside chunk bodies and records have their own version fields
  * (arrangement/). */
-#define HEAP_FORMAT_VERSION 6
+#define HEAP_FORMAT_VERSION 7
 #define HEAP_FORMAT_BASE 2
 #define HEAP_FORMAT_HOLDS 3
 #define HEAP_FORMAT_COLS 4
 #define HEAP_FORMAT_BLOCKS 5
 #define HEAP_FORMAT_FILTER_IDS 6
+#define HEAP_FORMAT_CHUNK_SUMS 7
 #define HEAP_FORMAT_MIN 1
 
 /* Checksum blocks per page in the regular chunks this library writes:
@@ -278,7 +286,9 @@ int heap_chunk_open(heap_txn *t, uint64_t id, enum heap_chunk_how how,
  * LMDB's chunks tree (a B-tree descent per open: 17% of a point query's
  * instructions).  Only for a chunk that keeps its place and id for as
  * long as *loc is used: the chunk of a batch record, remembered with the
- * decoded record (batch_cache.c), whose id is never handed out again; a
+ * decoded record (batch_cache.c), whose id stays its own while the batch
+ * lives (an id is handed out again only after its chunk was freed, or
+ * by the transaction after one that aborted); a
  * stored chunk is never moved or rewritten, and while a batch's record
  * is in a snapshot its chunks are (LMDB keeps their pages from reuse
  * until the last reader of that snapshot ends).  The header is parsed
@@ -403,6 +413,11 @@ void heap_prefetch_stat_get(const heap *h, heap_prefetch_stat *st);
  * and tail included) and, in version 2, each page's.
  * Errors: AH_ECORRUPT, AH_ENOTFOUND. */
 int heap_chunk_verify(heap_txn *t, uint64_t id);
+/* *sum = chunk id's XXH3 as its header states it (what a batch record
+ * lists for it, BREC_SUMS), after any write of it in flight is done; the
+ * header is checked against its LMDB value (heap_chunk_open), no checksum
+ * is computed.  Errors: AH_ENOTFOUND, AH_ECORRUPT. */
+int heap_chunk_sum(heap_txn *t, uint64_t id, uint64_t *sum);
 /* Deletes chunk id; its pages return to LMDB's free list at commit (reused
  * once no reader snapshot can see them).  Errors: AH_ENOTFOUND, AH_EIO. */
 int heap_chunk_free(heap_txn *t, uint64_t id);

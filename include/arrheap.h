@@ -165,7 +165,14 @@ typedef struct ah_builder ah_builder;
  * reads from it, a key filter probe checks the 64-byte filter block it
  * reads, and every record (arrangement, batch, source position, meta)
  * carries a checksum over its key and bytes; damage is AH_ECORRUPT, never
- * a wrong answer (ARCHITECTURE.md §2).
+ * a wrong answer (ARCHITECTURE.md §2).  Since heap format 7 a batch record
+ * also lists each chunk's XXH3 and its key filter's checks are bound to
+ * them, so in batches written since, a chunk left at its place by another
+ * write of the same id (a write the storage lost or misdirected) is
+ * AH_ECORRUPT too.  Not caught
+ * (ARCHITECTURE.md §10): a checksum that matches by chance, damage made
+ * after a reader checked the bytes, and an older copy of one of LMDB's own
+ * pages (records, tree pages), which no parent vouches for.
  * AH_OPEN_VERIFY_READS makes seeks check whole chunks as well.
  *
  * Options for ah_open.  Set .size = sizeof(ah_open_opts) so the struct can
@@ -228,16 +235,22 @@ int ah_sync(ah_heap *heap);
 int ah_set_max_bytes(ah_heap *heap, uint64_t max_bytes);
 
 typedef struct ah_heap_stat {
-	uint32_t format_version;    /* the file's: 1 (read-only opens of old
-	                             * heaps), 2, 3 once it held a read hold
-	                             * (ah_hold_set), 4 once a format-4 library
-	                             * wrote a batch to it (version-2 batch
-	                             * chunks), 5 once a format-5 library did
-	                             * (1 KiB checksum blocks, checked key
-	                             * filter blocks), 6 once this library
-	                             * wrote a batch whose key filter has a
-	                             * chunk of its own (blocks bound to it;
-	                             * ARCHITECTURE.md §2) */
+	uint32_t format_version;    /* the file's, as this handle knows it:
+	                             * read at ah_open and raised by this
+	                             * handle's own commits (a commit of
+	                             * another handle or process that raises
+	                             * it shows at the next open).  1
+	                             * (read-only opens of old heaps), 2, 3
+	                             * once it held a read hold (ah_hold_set),
+	                             * 4 once a format-4 library wrote a batch
+	                             * to it (version-2 batch chunks), 5 once a
+	                             * format-5 library did (1 KiB checksum
+	                             * blocks, checked key filter blocks), 6
+	                             * once a format-6 library wrote a batch
+	                             * whose key filter has a chunk of its own
+	                             * (blocks bound to it), 7 once this
+	                             * library wrote a batch (its record lists
+	                             * its chunks' XXH3; ARCHITECTURE.md §2) */
 	uint32_t page_size;         /* bytes */
 	uint8_t uuid[16];           /* heap UUID, fixed at creation */
 	uint64_t map_bytes;         /* virtual map size (= size limit) */
@@ -337,7 +350,9 @@ typedef struct ah_arrangement_info {
 	uint64_t merging;  /* merges in progress */
 	uint64_t updates;  /* stored (time, diff) entries, over all batches */
 	uint64_t keys;     /* distinct keys summed over batches */
-	uint64_t chunks;   /* chunks over all batches (merge outputs included) */
+	uint64_t chunks;   /* data chunks over all batches (merge outputs
+	                    * included; a key filter's chunk is not counted,
+	                    * ah_verify_stats.chunks counts it) */
 	uint64_t bytes;    /* chunk bytes used (payload, without class slack) */
 	uint64_t chunk_bytes; /* chunk bytes reserved (size classes) */
 } ah_arrangement_info;
@@ -721,7 +736,7 @@ typedef struct ah_batch_info {
 	uint64_t updates;     /* (time, diff) entries */
 	uint64_t keys;        /* distinct keys (a key split over chunks once) */
 	uint64_t vals;        /* distinct (key, val) */
-	uint64_t chunks;
+	uint64_t chunks;      /* data chunks (not its key filter's chunk) */
 	uint64_t bytes;       /* chunk body bytes used */
 	uint64_t chunk_bytes; /* chunk bytes reserved (size classes) */
 	int partial;          /* 1: the output so far of a merge in progress,
@@ -767,8 +782,10 @@ typedef struct ah_chunk_info {
 
 typedef int (*ah_chunk_fn)(const ah_chunk_info *c, void *user);
 
-/* Calls fn for every chunk of NAME, batch by batch in the order of
- * ah_batch_foreach, each batch's chunks in key order.  Reads each chunk's
+/* Calls fn for every data chunk of NAME, batch by batch in the order of
+ * ah_batch_foreach, each batch's chunks in key order (a key filter's own
+ * chunk is not listed: ah_batch_info.filter_bytes; ah_verify checks and
+ * counts it).  Reads each chunk's
  * header (one page), not its body; checksums are not recomputed.
  * Errors: as ah_batch_foreach; AH_ECORRUPT also for a chunk that is
  * missing or whose header is damaged (ah_verify names such chunks). */

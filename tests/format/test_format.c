@@ -14,7 +14,8 @@
  * in a copy) is refused with AH_EFORMAT and left unchanged.
  * tests/fixtures/heap-v5 is a format-5 heap written by the library of
  * commit 2929086 (the last before format 6), frozen; what it holds is
- * described at v5_fixture_reads_as_written.
+ * described at v5_fixture_reads_as_written.  tests/fixtures/heap-v6 holds
+ * the same, written by commit 091a03c (the last before format 7).
  */
 #include <criterion/criterion.h>
 #include <stdarg.h>
@@ -27,6 +28,7 @@
 #define FIXTURE "tests/fixtures/heap-v1"      /* frozen: arrheap 0.1.0 */
 #define FIXTURE_V2 "tests/fixtures/heap-v2"   /* `make fixture` */
 #define FIXTURE_V5 "tests/fixtures/heap-v5"   /* frozen: 2929086, format 5 */
+#define FIXTURE_V6 "tests/fixtures/heap-v6"   /* frozen: 091a03c, format 6 */
 #define FIXTURE_MAP TL_MiB
 
 static const char *src_dir(void)
@@ -632,9 +634,11 @@ static void count_blocks(ah_heap *h, unsigned n[2])
 	ah_txn_abort(t);
 }
 
-/* Formats 4 and 5 (heap/heap.h): the transaction that writes a heap's
- * first chunk (a version-2 batch body with 1 KiB checksum blocks) makes
- * it 5, and an aborted one leaves it as it was; the fixture's batches say
+/* Formats 4, 5 and 7 (heap/heap.h): the transaction that writes a heap's
+ * first chunk (a version-2 batch body with 1 KiB checksum blocks, in a
+ * batch whose record lists its chunks' XXH3) makes it 7 (5 before format
+ * 7, whence the name), and an aborted one leaves it as it was; the
+ * fixture's batches say
  * format 1 (they may hold version-1 chunks) and its chunks have a block
  * per page until the merge that takes them writes version 2 in 1 KiB
  * blocks. */
@@ -676,7 +680,7 @@ Test(format, first_written_chunk_makes_format_5)
 	cr_assert_eq(ah_open(d.path, &o, &h), 0);
 	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
 	cr_assert_eq(ah_append(t, "orders", in.upper, in.upper + 1, &u, 1), 0);
-	commit_makes_format(h, t, 2, 5);
+	commit_makes_format(h, t, 2, 7);
 	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
 	cr_assert_eq(ah_maintain(t, "orders", 0, &idle), 0);
 	cr_assert_eq(ah_txn_commit(t), 0);
@@ -690,7 +694,7 @@ Test(format, first_written_chunk_makes_format_5)
 	          n[1]);
 	cr_assert_eq(tl_verify(h, NULL), 0);
 	cr_assert_eq(ah_close(h), 0);
-	cr_assert_eq(format_of(d.path, AH_OPEN_RDONLY), 5);
+	cr_assert_eq(format_of(d.path, AH_OPEN_RDONLY), 7);
 	tl_rmdir(&d);
 }
 
@@ -714,14 +718,16 @@ static ah_txn *append_keys(ah_heap *h, unsigned from, unsigned to, uint64_t at)
 	return t;
 }
 
-/* Format 6 (heap/heap.h): a batch whose key filter has a chunk of its own
- * (more than about 1,600 keys: its blocks are bound to that chunk, hash
- * 3) makes the heap 6 when its transaction commits; a heap of small
- * batches only (inline filters, hash 2) stays 5, and an aborted large
- * append leaves 5.  The file says 6 after a reopen, and verifies. */
-Test(format, first_filter_chunk_makes_format_6)
+/* Format 7 (heap/heap.h): every batch record this library writes lists
+ * its chunks' XXH3, so the first batch makes a heap 7 when its
+ * transaction commits, a small one (an inline filter) as a large one (a
+ * filter chunk of hash 4); an arrangement alone and an aborted append
+ * leave it 2.  The file says 7 after a reopen, and verifies.  (Formats 5
+ * and 6, which binaries before format 7 marked, are still written for the
+ * tests by batch_filter_write_hash: batch_cache::another_filters_bytes_in_its_place_are_corrupt.) */
+Test(format, first_batch_makes_format_7)
 {
-	tl_dir d = tl_tmpdir("format6");
+	tl_dir d = tl_tmpdir("format7");
 	ah_open_opts o = tl_opts(AH_OPEN_CREATE, 0, 0);
 	ah_heap *h;
 	ah_txn *t;
@@ -730,15 +736,15 @@ Test(format, first_filter_chunk_makes_format_6)
 	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
 	cr_assert_eq(ah_arrangement_create(t, "a"), 0);
 	commit_makes_format(h, t, 2, 2);
-	commit_makes_format(h, append_keys(h, 0, 1000, 0), 2, 5);
-	ah_txn_abort(append_keys(h, 1000, 6000, 1));
+	ah_txn_abort(append_keys(h, 0, 1000, 0));
 	ah_heap_stat st;
 	cr_assert_eq(ah_heap_stat_get(h, &st), 0);
-	cr_assert_eq(st.format_version, 5, "an aborted append leaves format 5");
-	commit_makes_format(h, append_keys(h, 1000, 6000, 1), 5, 6);
+	cr_assert_eq(st.format_version, 2, "an aborted append leaves format 2");
+	commit_makes_format(h, append_keys(h, 0, 1000, 0), 2, 7);
+	commit_makes_format(h, append_keys(h, 1000, 6000, 1), 7, 7);
 	cr_assert_eq(tl_verify(h, NULL), 0);
 	cr_assert_eq(ah_close(h), 0);
-	cr_assert_eq(format_of(d.path, AH_OPEN_RDONLY), 6);
+	cr_assert_eq(format_of(d.path, AH_OPEN_RDONLY), 7);
 	o.flags = 0;
 	cr_assert_eq(ah_open(d.path, &o, &h), 0);
 	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
@@ -803,12 +809,14 @@ static void v5_keys_read(ah_txn *t)
 	}
 }
 
-/* A format-5 heap, written by the library before format 6 (its large
- * batch's key filter is of hash 2, in a chunk of its own): read as it is
- * (every key exact, absent keys absent, verify clean, still format 5 after
- * a read-only open), then written to: a batch of 3,000 keys (a filter of
- * hash 3) makes it 6, and both kinds of filter answer in one query. */
-Test(format, v5_fixture_reads_as_written)
+/* A heap of format 5 or 6, written by the library before the next format
+ * (its large batch's key filter is of hash 2 or 3, in a chunk of its own,
+ * and its batch records list no chunk sums): read as it is (every key
+ * exact, absent keys absent, verify clean, still its format after a
+ * read-only open), then written to: a batch of 3,000 keys (chunk sums and
+ * a filter of hash 4) makes it 7, and both kinds of filter answer in one
+ * query. */
+static void old_fixture_reads_as_written(const char *fixture, uint32_t format)
 {
 	tl_dir d;
 	ah_open_opts o = tl_opts(AH_OPEN_RDONLY, 0, 0);
@@ -816,15 +824,15 @@ Test(format, v5_fixture_reads_as_written)
 	ah_txn *t;
 
 	need_native_fixture();
-	fixture_copy_of(&d, FIXTURE_V5);
-	cr_assert_eq(format_of(d.path, AH_OPEN_RDONLY), 5);
+	fixture_copy_of(&d, fixture);
+	cr_assert_eq(format_of(d.path, AH_OPEN_RDONLY), format);
 	cr_assert_eq(ah_open(d.path, &o, &h), 0);
 	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
 	v5_keys_read(t);
 	ah_txn_abort(t);
 	cr_assert_eq(tl_verify(h, NULL), 0);
 	cr_assert_eq(ah_close(h), 0);
-	cr_assert_eq(format_of(d.path, AH_OPEN_RDONLY), 5);
+	cr_assert_eq(format_of(d.path, AH_OPEN_RDONLY), format);
 
 	o.flags = 0;
 	cr_assert_eq(ah_open(d.path, &o, &h), 0);
@@ -837,7 +845,7 @@ Test(format, v5_fixture_reads_as_written)
 	}
 	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
 	cr_assert_eq(ah_append(t, "big", 2, 3, u, 3000), 0);
-	commit_makes_format(h, t, 5, 6);
+	commit_makes_format(h, t, format, 7);
 	free(u);
 	free(kb);
 	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
@@ -850,8 +858,21 @@ Test(format, v5_fixture_reads_as_written)
 	ah_txn_abort(t);
 	cr_assert_eq(tl_verify(h, NULL), 0);
 	cr_assert_eq(ah_close(h), 0);
-	cr_assert_eq(format_of(d.path, AH_OPEN_RDONLY), 6);
+	cr_assert_eq(format_of(d.path, AH_OPEN_RDONLY), 7);
 	tl_rmdir(&d);
+}
+
+Test(format, v5_fixture_reads_as_written)
+{
+	old_fixture_reads_as_written(FIXTURE_V5, 5);
+}
+
+/* tests/fixtures/heap-v6: the v5 fixture's contents, written by the
+ * library of commit 091a03c (the last before format 7): its large
+ * batch's filter is of hash 3. */
+Test(format, v6_fixture_reads_as_written)
+{
+	old_fixture_reads_as_written(FIXTURE_V6, 6);
 }
 
 static int count_batch(const ah_batch_info *b, void *user)

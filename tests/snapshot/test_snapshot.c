@@ -196,7 +196,7 @@ Test(snapshot, restore_reads_as_pushed_and_keeps_uuid)
 	stat_of(g, &gs);
 	cr_assert_eq(memcmp(gs.uuid, hs.uuid, 16), 0, "restore keeps the UUID");
 	cr_assert_eq(gs.format_version, hs.format_version);
-	cr_assert_eq(gs.format_version, 6, "a format-6 heap restores as format 6");
+	cr_assert_eq(gs.format_version, 7, "a format-7 heap restores as format 7");
 	/* The restored heap goes on exactly as the original does. */
 	commits(h, seed, 21, 30);
 	commits(g, seed, 21, 30);

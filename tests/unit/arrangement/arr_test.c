@@ -11,6 +11,7 @@
 #include <criterion/criterion.h>
 
 #include "arr_test.h"
+#include "arrangement/filter.h"
 
 void at_open(at_env *e)
 {
@@ -67,6 +68,35 @@ batch *at_load(at_env *e, uint64_t id)
 	batch *b = NULL;
 	cr_assert_eq(batch_load(e->t, id, &b), 0);
 	return b;
+}
+
+void at_reseal(at_env *e, uint64_t id, uint64_t cid, uint8_t *body,
+               size_t used)
+{
+	cr_assert_eq(heap_chunk_seal(e->t, cid, body, used), 0);
+	batch *b = at_load(e, id);
+	if (b->chunk_sums) {
+		for (uint32_t i = 0; i < b->nchunks; i++)
+			cr_assert_eq(heap_chunk_sum(e->t, b->chunk_ids[i],
+			                            &b->chunk_sums[i]), 0);
+		if (b->filter_hash == BFILT_HASH_SUMS) {
+			const void *fb;
+			size_t fused;
+			uint64_t bind = b->filter_chunk ^
+			                XXH3_64bits(b->chunk_sums, 8 * (size_t)b->nchunks);
+			cr_assert_eq(heap_chunk_get(e->t, b->filter_chunk, &fb,
+			                            &fused), 0);
+			/* test-only writes through the map */
+			uint64_t *blocks = (uint64_t *)((uint8_t *)fb + BFILT_CHUNK_HDR);
+			for (uint64_t i = 0; i < b->filter_blocks; i++)
+				filter_block_seal(blocks + FILTER_WORDS * i, i, bind);
+			b->filter_sum = filter_sum(blocks, b->filter_blocks);
+			cr_assert_eq(heap_chunk_seal(e->t, b->filter_chunk,
+			                             (void *)fb, fused), 0);
+		}
+		cr_assert_eq(batch_record_put(e->t, b), 0);
+	}
+	batch_free(b);
 }
 
 void at_check_ok(at_env *e, uint64_t id)

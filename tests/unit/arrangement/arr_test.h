@@ -75,6 +75,11 @@ typedef struct at_chunk {
 	size_t used;
 } at_chunk;
 void at_open_dict_chunk(at_chunk *c);
+/* heap_chunk_seal of chunk cid of batch id after the test changed its
+ * body (a buggy writer), and the batch record's chunk sums (BREC_SUMS)
+ * and a hash-4 key filter's bound checks made to agree again. */
+void at_reseal(at_env *e, uint64_t id, uint64_t cid, uint8_t *body,
+               size_t used);
 /* batch_check must pass (with checksums). */
 void at_check_ok(at_env *e, uint64_t id);
 batch *at_load(at_env *e, uint64_t id);

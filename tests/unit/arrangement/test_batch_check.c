@@ -130,7 +130,7 @@ Test(batch_check, out_of_order_keys_resealed)
 	memcpy(&k4, body + off + 4 * 4, 4);
 	cr_assert_eq(body[k4], 'e');
 	body[k4] = 'A';
-	cr_assert_eq(heap_chunk_seal(e.t, cid, body, used), 0);
+	at_reseal(&e, id, cid, body, used);
 	at_commit(&e, true);
 	cr_assert_eq(check(&e, id, true, msg, sizeof msg), AH_ECORRUPT);
 	snprintf(want, sizeof want, "batch %llu chunk %llu (#0): keys out of order",
@@ -151,7 +151,7 @@ Test(batch_check, offset_out_of_bounds_resealed)
 	uint64_t id = write10(&e, &body, &used, &cid);
 	memcpy(&off, body + 24, 4);
 	memcpy(body + off + 4 * 2, &bad, 4); /* key 2's start offset */
-	cr_assert_eq(heap_chunk_seal(e.t, cid, body, used), 0);
+	at_reseal(&e, id, cid, body, used);
 	at_commit(&e, true);
 	cr_assert_eq(check(&e, id, true, msg, sizeof msg), AH_ECORRUPT);
 	cr_assert(strstr(msg, "not monotone (B4)"), "%s", msg);
@@ -177,7 +177,7 @@ Test(batch_check, bad_header_resealed)
 	at_open(&e);
 	uint64_t id = write10(&e, &body, &used, &cid);
 	memcpy(body + 16, &huge, 4); /* nupds */
-	cr_assert_eq(heap_chunk_seal(e.t, cid, body, used), 0);
+	at_reseal(&e, id, cid, body, used);
 	at_commit(&e, true);
 	cr_assert_eq(check(&e, id, false, msg, sizeof msg), AH_ECORRUPT);
 	cr_assert(strstr(msg, "bad batch chunk header"), "%s", msg);
@@ -310,7 +310,7 @@ Test(batch_check, walk_offsets_resealed_are_corrupt)
 		cr_assert_eq(merge_sums(&e, id), 0, "case %zu: clean merge", i);
 		memcpy(&off, body + cases[i].col, 4);
 		memcpy(body + off + 4 * cases[i].entry, &bad, 4);
-		cr_assert_eq(heap_chunk_seal(e.t, cid, body, used), 0);
+		at_reseal(&e, id, cid, body, used);
 		at_commit(&e, false);
 		cr_assert_eq(scan_sums(&e, id), AH_ECORRUPT, "case %zu", i);
 		cr_assert_eq(scan(&e, id), AH_ECORRUPT, "case %zu", i);
@@ -359,7 +359,7 @@ Test(batch_check, version2_headers_and_dictionaries_resealed_are_corrupt)
 		case TIME_INDEX: ck.body[off_t + 8 * 2 + 7] = 2; break;
 		case DIFF_INDEX: ck.body[off_d + 8 * 3 + 20] = 0xff; break;
 		}
-		cr_assert_eq(heap_chunk_seal(ck.e.t, ck.cid, ck.body, ck.used), 0);
+		at_reseal(&ck.e, ck.id, ck.cid, ck.body, ck.used);
 		at_commit(&ck.e, false);
 		cr_assert_eq(check(&ck.e, ck.id, true, msg, sizeof msg), AH_ECORRUPT,
 		             "%s", name[k]);
@@ -429,7 +429,7 @@ Test(batch_check, column_ends_resealed_are_corrupt_where_read)
 		cr_assert_eq(s, 9, "case %zu: clean", i);
 		memcpy(&off, body + cases[i].col, 4);
 		memcpy(body + off + 4 * cases[i].entry, &cases[i].bad, 4);
-		cr_assert_eq(heap_chunk_seal(e.t, cid, body, used), 0);
+		at_reseal(&e, id, cid, body, used);
 		at_commit(&e, true);
 		cr_assert_eq(check(&e, id, true, msg, sizeof msg), AH_ECORRUPT,
 		             "case %zu", i);
