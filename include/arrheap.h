@@ -74,8 +74,10 @@
  *    1 KiB checksum blocks, checked filter blocks; format 4 binaries read
  *    version-2 batch chunks but not these; format 6 once a batch of more
  *    than about 1,600 keys: filter blocks bound to their chunk, which
- *    format-5 binaries refuse), but one that opened the heap before does
- *    not notice it:
+ *    format-5 binaries refuse; format 7, which this library writes with
+ *    its first batch: records that list their chunks' XXH3, which format-6
+ *    binaries refuse), but one that opened the heap before does not notice
+ *    it:
  *    run one library version per heap at a time.  Hold records live in the
  *    meta DB beside the heap's meta record: a damaged page there (a hold's
  *    key flipped out of order, say) is a damaged meta, so ah_open fails
