@@ -124,6 +124,7 @@ static void fill(const batch *b, bool partial, arr_batch *ab)
 	ab->chunk_bytes = b->chunk_bytes;
 	ab->nchunks = b->nchunks;
 	ab->chunk_ids = b->chunk_ids;
+	ab->chunk_sums = b->chunk_sums;
 	ab->partial = partial;
 	ab->format = (b->rec_flags & BREC_COLS) ? BCHUNK_VERSION_COLS : BCHUNK_VERSION;
 	ab->filter_keys = b->filter_keys;

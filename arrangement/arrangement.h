@@ -133,6 +133,8 @@ typedef struct arr_batch {
 	uint64_t updates, keys, vals, bytes, chunk_bytes;
 	uint32_t nchunks;
 	const uint64_t *chunk_ids;
+	const uint64_t *chunk_sums; /* each chunk's XXH3 as the record lists
+	                             * it (heap format 7), or NULL */
 	bool partial;        /* a merge's output so far, not in the trace */
 	unsigned format;     /* chunk body version: 2 (every chunk), or 1 */
 	uint64_t filter_keys, filter_blocks; /* the key filter's (0: none) */

@@ -66,8 +66,10 @@
  * AH_ECORRUPT.  Never trust a byte of a page before its checksum passed.
  */
 #include <string.h>
+#include <sys/mman.h>
 
 #include "heap/chunk_int.h"
+#include "heap/codec.h"
 #include "heap/fault.h"
 
 const uint32_t heap_class_pages[HEAP_NCLASSES] = { 1, 4, 16, 64, 256 };
@@ -226,6 +228,63 @@ const char *heap_chunk_problem(const heap *h, uint64_t id, const MDB_val *v,
 	return problem;
 }
 
+/* LMDB's page flags (mdb.c; heap/pagecheck_int.h has the same). */
+#define OV_P_OVERFLOW 0x04u
+#define OV_P_META 0x08u
+#define OV_P_DIRTY 0x10u
+#define OV_MAGIC 0xBEEFC0DEu
+
+bool chunk_map_base_ok(const heap *h, const uint8_t *b)
+{
+	unsigned char vec[2];
+
+	if (b == NULL || (uintptr_t)b % h->psize != 0 ||
+	    mincore((void *)(uintptr_t)b, 2 * (size_t)h->psize, vec) != 0)
+		return false; /* not the start of a mapping of two pages */
+	for (uint64_t i = 0; i < 2; i++) {
+		const uint8_t *m = b + i * h->psize;
+		if (get_u64(m) != i || get_u16(m + 10) != OV_P_META ||
+		    get_u32(m + VALUE_PAD) != OV_MAGIC)
+			return false;
+	}
+	return true;
+}
+
+const char *chunk_page_check(heap_txn *t, uint64_t id, const MDB_val *v,
+                             bool strict)
+{
+	heap *h = t->h;
+	const uint8_t *pg = (const uint8_t *)v->mv_data - VALUE_PAD;
+	uint16_t flags = get_u16(pg + 10);
+	uint64_t need = (v->mv_size + VALUE_PAD + h->psize - 1) / h->psize;
+	const uint8_t *base = __atomic_load_n(&h->map_base, __ATOMIC_ACQUIRE);
+
+	if ((flags & ~OV_P_DIRTY) != OV_P_OVERFLOW || get_u32(pg + 12) != need)
+		return "chunk's LMDB page header: flags or page count";
+	/* LMDB sets P_DIRTY on the pages of a write txn and clears it at
+	 * commit: on a chunk this txn did not store it is the header of a
+	 * write that never committed, left in place by a later write the
+	 * storage lost (mdb_ovpage_free would assert on it). */
+	if ((flags & OV_P_DIRTY) && (t->rdonly || id < t->new_lo))
+		return "chunk's LMDB page header: dirty flag of a write that "
+		       "never committed (a lost write)";
+	if (base == NULL && strict) {
+		uint64_t pgno = get_u64(pg);
+		const uint8_t *b = pgno < h->map_bytes / h->psize &&
+		                   (uintptr_t)pg >= pgno * h->psize
+		                   ? pg - pgno * h->psize : NULL;
+		if (!chunk_map_base_ok(h, b))
+			return "chunk's LMDB page header: page number is not its place";
+		__atomic_store_n(&h->map_base, b, __ATOMIC_RELEASE);
+		return NULL;
+	}
+	if (base != NULL &&
+	    (pg < base || (uint64_t)(pg - base) >= h->map_bytes ||
+	     get_u64(pg) != (uint64_t)(pg - base) / h->psize))
+		return "chunk's LMDB page header: page number is not its place";
+	return NULL;
+}
+
 int chunk_lookup(heap_txn *t, uint64_t id, MDB_val *v, chdr *c)
 {
 	MDB_val k = { sizeof id, &id };
@@ -239,7 +298,8 @@ int chunk_lookup(heap_txn *t, uint64_t id, MDB_val *v, chdr *c)
 
 	if (rc != 0)
 		return rc;
-	if ((problem = chunk_parse(t->h, id, v, c)) != NULL)
+	if ((problem = chunk_page_check(t, id, v, false)) != NULL ||
+	    (problem = chunk_parse(t->h, id, v, c)) != NULL)
 		return CORRUPT(problem);
 	return 0;
 }

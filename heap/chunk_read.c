@@ -165,7 +165,8 @@ static int lookup_at(heap_txn *t, uint64_t id, uint64_t *loc, MDB_val *v,
 	    heap_trees_usable(h, CHUNKS) == 0) {
 		v->mv_data = (void *)(base + pg * h->psize + VALUE_PAD);
 		v->mv_size = pages * h->psize - VALUE_PAD;
-		if (chunk_parse(h, id, v, c) == NULL)
+		if (chunk_parse(h, id, v, c) == NULL &&
+		    chunk_page_check(t, id, v, false) == NULL)
 			return 0;
 		/* not what was remembered: from LMDB, as without a hint */
 	}
@@ -175,9 +176,17 @@ static int lookup_at(heap_txn *t, uint64_t id, uint64_t *loc, MDB_val *v,
 	if (chunk_file_offset(h, v, &off) == 0) {
 		pg = (off - VALUE_PAD) / h->psize;
 		pages = (v->mv_size + VALUE_PAD) / h->psize;
-		if (pages < (1u << LOC_BITS) && pg < (UINT64_MAX >> LOC_BITS)) {
-			const uint8_t *b = (const uint8_t *)v->mv_data - off;
-			__atomic_store_n(&h->map_base, b, __ATOMIC_RELEASE);
+		const uint8_t *b = (const uint8_t *)v->mv_data - off;
+		const uint8_t *known = __atomic_load_n(&h->map_base,
+		                                       __ATOMIC_ACQUIRE);
+		/* The base comes from the page's own number: taken only when
+		 * it puts LMDB's metas at the start (a page number left by a
+		 * misdirected write would put every remembered place out of
+		 * the map); once known, chunk_lookup checked the number. */
+		if (pages < (1u << LOC_BITS) && pg < (UINT64_MAX >> LOC_BITS) &&
+		    (known != NULL ? known == b : chunk_map_base_ok(h, b))) {
+			if (known == NULL)
+				__atomic_store_n(&h->map_base, b, __ATOMIC_RELEASE);
 			__atomic_store_n(loc, pg << LOC_BITS | pages, __ATOMIC_RELAXED);
 		}
 	}

@@ -179,6 +179,8 @@ int heap_chunk_reserve(heap_txn *t, size_t body_bytes, uint64_t *id,
 	 * the write buffer's last chunk (the same body, the same value) */
 	memset(val + HDR2, 0, body_off(hd.nblocks) - HDR2);
 	t->next_id++;
+	if (nid < t->new_lo)
+		t->new_lo = nid;
 	*id = nid;
 	*body = (char *)val + body_off(hd.nblocks);
 	if (body_cap != NULL)
@@ -345,6 +347,8 @@ int heap_chunk_image_put(heap_txn *t, void *img, size_t img_bytes,
 	                          MDB_RESERVE | MDB_APPEND))));
 	heap_fault_order();
 	t->next_id++;
+	if (nid < t->new_lo)
+		t->new_lo = nid;
 	memcpy(val + offsetof(struct hdr2, id), &nid, sizeof nid);
 	{
 		MDB_val w = { img_bytes, val };
@@ -383,6 +387,14 @@ int heap_chunk_free(heap_txn *t, uint64_t id)
 	rc = heap_trees_usable(t->h, CHUNKS | FREE);
 	if (rc == 0)
 		rc = heap_err(HEAP_MDB(mdb_get(t->txn, t->h->dbi[HEAP_DBI_CHUNKS], &k, &v)));
+	/* LMDB frees the pages its page header names, and asserts on a
+	 * P_DIRTY it did not set: a header left by a lost write must stop
+	 * here (chunk_page_check), never reach mdb_del. */
+	if (rc == 0) {
+		const char *problem = chunk_page_check(t, id, &v, true);
+		if (problem != NULL)
+			rc = CORRUPT(problem);
+	}
 	if (rc == 0) /* the free list grows by one u64 per freed page */
 		rc = heap_space_need(t, v.mv_size / t->h->psize / 500 + 1);
 	if (rc == 0)
@@ -419,6 +431,8 @@ int heap_chunk_put_raw(heap_txn *t, uint64_t id, const void *value,
 	}
 	TRY(heap_err(rc));
 	heap_fault_order();
+	if (id < t->new_lo)
+		t->new_lo = id;
 	/* Written like a sealed buffered chunk: one pwrite to its place,
 	 * not a page fault per fresh map page. */
 	if (writemap(t->h) && chunk_file_offset(t->h, &v, &off) == 0) {

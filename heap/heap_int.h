@@ -73,6 +73,9 @@ struct heap_txn {
 	bool rdonly;
 	bool poisoned;
 	uint64_t next_id;      /* next chunk id, 0 = not looked up yet */
+	uint64_t new_lo;       /* the least chunk id this write txn stored
+	                        * (UINT64_MAX: none): only such chunks may
+	                        * carry LMDB's P_DIRTY (chunk_page_check) */
 	/* names.c: the names digest as this txn has it. */
 	bool names_loaded, names_have, names_dirty;
 	unsigned names_ok;     /* tables (bits) walked and found in step */

@@ -111,6 +111,7 @@ int heap_txn_begin(heap *h, bool rdonly, heap_txn **out)
 		return AH_ENOMEM;
 	t->h = h;
 	t->rdonly = rdonly;
+	t->new_lo = UINT64_MAX;
 	pthread_mutex_lock(&h->mu);
 	if (!rdonly && h->writer_active &&
 	    pthread_equal(h->writer, pthread_self()))

@@ -790,7 +790,9 @@ typedef int (*ah_chunk_fn)(const ah_chunk_info *c, void *user);
  * counts it).  Reads each chunk's
  * header (one page), not its body; checksums are not recomputed.
  * Errors: as ah_batch_foreach; AH_ECORRUPT also for a chunk that is
- * missing or whose header is damaged (ah_verify names such chunks). */
+ * missing or whose header is damaged, or (batches written since heap
+ * format 7) whose XXH3 is not the one its batch record lists: a chunk of
+ * another write of its id (ah_verify names such chunks). */
 int ah_chunk_foreach(ah_txn *txn, const char *name, ah_chunk_fn fn,
                      void *user);
 
@@ -1009,8 +1011,12 @@ typedef struct ah_snapshot_info {
 /* Writes a snapshot of HEAP's latest commit into DIR (created if missing;
  * its parent must exist).  One read transaction: the writer, in this or
  * another process, goes on committing and merging meanwhile.  Every chunk
- * is read whole and its checksums checked (a damaged heap is refused:
- * AH_ECORRUPT, nothing published); chunks whose object an earlier
+ * is read whole and its checksums checked, and each data chunk's XXH3
+ * against the one its batch record lists (heap format 7; a damaged heap
+ * is refused: AH_ECORRUPT, nothing published; a key filter's chunk left
+ * by another write of its id passes its own checksums and is published,
+ * and ah_snapshot_restore, which verifies, refuses the snapshot); chunks
+ * whose object an earlier
  * snapshot of this heap already wrote are not read or written again, so a
  * push writes the chunks sealed since the last push, plus the manifest
  * (the heap's records: spines, batch records, source positions, about

@@ -115,6 +115,15 @@ static int each_chunk(const arr_batch *b, void *user)
 			         (unsigned long long)b->id, (unsigned long long)id);
 			break;
 		}
+		if (b->chunk_sums && hi.xxh3 != b->chunk_sums[i]) {
+			rc = CORRUPT("a chunk is not the one its batch record names");
+			txn_fail(t, rc, "batch %llu: chunk %llu: its XXH3 %016llx is "
+			         "not the %016llx its record lists (a lost or "
+			         "misplaced write)", (unsigned long long)b->id,
+			         (unsigned long long)id, (unsigned long long)hi.xxh3,
+			         (unsigned long long)b->chunk_sums[i]);
+			break;
+		}
 		memset(&ci, 0, sizeof ci);
 		ci.id = id;
 		ci.batch = b->id;
