@@ -233,10 +233,15 @@ const char *heap_chunk_problem(const heap *h, uint64_t id, const MDB_val *v,
 #define OV_P_META 0x08u
 #define OV_P_DIRTY 0x10u
 #define OV_MAGIC 0xBEEFC0DEu
+#define OV_META_TXNID 144u /* MDB_meta.mm_txnid, from the page's start */
 
-bool chunk_map_base_ok(const heap *h, const uint8_t *b)
+bool chunk_map_base_ok(heap_txn *t, const uint8_t *b)
 {
+	const heap *h = t->h;
 	unsigned char vec[2];
+	/* the txnid of the commit t sees: a read txn's own id, a write
+	 * txn's id less one (mdb_txn_id) */
+	uint64_t seen = (uint64_t)mdb_txn_id(t->txn) - (t->rdonly ? 0 : 1);
 
 	if (b == NULL || (uintptr_t)b % h->psize != 0 ||
 	    mincore((void *)(uintptr_t)b, 2 * (size_t)h->psize, vec) != 0)
@@ -247,7 +252,10 @@ bool chunk_map_base_ok(const heap *h, const uint8_t *b)
 		    get_u32(m + VALUE_PAD) != OV_MAGIC)
 			return false;
 	}
-	return true;
+	/* Pages that only look like LMDB's metas (a stored value may hold
+	 * some) would also need the commit t sees, in the meta page LMDB
+	 * writes it to (txnid & 1): only the map's own metas have it now. */
+	return get_u64(b + (seen & 1) * h->psize + OV_META_TXNID) == seen;
 }
 
 const char *chunk_page_check(heap_txn *t, uint64_t id, const MDB_val *v,
@@ -273,10 +281,16 @@ const char *chunk_page_check(heap_txn *t, uint64_t id, const MDB_val *v,
 		const uint8_t *b = pgno < h->map_bytes / h->psize &&
 		                   (uintptr_t)pg >= pgno * h->psize
 		                   ? pg - pgno * h->psize : NULL;
-		if (!chunk_map_base_ok(h, b))
-			return "chunk's LMDB page header: page number is not its place";
-		__atomic_store_n(&h->map_base, b, __ATOMIC_RELEASE);
-		return NULL;
+		if (chunk_map_base_ok(t, b)) {
+			__atomic_store_n(&h->map_base, b, __ATOMIC_RELEASE);
+			return NULL;
+		}
+		/* A read txn of an older commit cannot prove a base (a newer
+		 * commit rewrote its meta page): the number goes unchecked
+		 * here; a write txn sees the newest commit, so a free always
+		 * proves it. */
+		return t->rdonly ? NULL
+		       : "chunk's LMDB page header: page number is not its place";
 	}
 	if (base != NULL &&
 	    (pg < base || (uint64_t)(pg - base) >= h->map_bytes ||
@@ -385,7 +399,10 @@ int heap_chunk_next(heap_txn *t, uint64_t after, bool first,
 		rc = CORRUPT("chunk keys out of order");
 		goto out;
 	}
-	if ((problem = chunk_parse(t->h, key, &v, &c)) != NULL) {
+	/* the file offset below comes from LMDB's page header: checked
+	 * (strict: the base learned where unknown) */
+	if ((problem = chunk_parse(t->h, key, &v, &c)) != NULL ||
+	    (problem = chunk_page_check(t, key, &v, true)) != NULL) {
 		rc = CORRUPT(problem);
 		goto out;
 	}

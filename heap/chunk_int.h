@@ -143,15 +143,18 @@ int chunk_file_offset(const heap *h, const MDB_val *v, uint64_t *off);
  * number and count from it, and asserts on a P_DIRTY page it did not
  * dirty): flags P_OVERFLOW (and P_DIRTY only on a chunk this write txn
  * stored), the page count the value needs, and, when the map's base is
- * known, the page number of its place; strict (frees) also learns the
- * base from the page number when it is not known, only if page 0 and 1
- * there are LMDB's metas (chunk_map_base_ok).  The problem, or NULL. */
+ * known, the page number of its place; strict (frees, the chunk listing)
+ * also learns the base from the page number when it is not known, only
+ * if page 0 and 1 there are LMDB's metas of the commit t sees
+ * (chunk_map_base_ok); in a write txn a number that does not prove it is
+ * the problem.  The problem, or NULL. */
 const char *chunk_page_check(heap_txn *t, uint64_t id, const MDB_val *v,
                              bool strict);
-/* Whether b is the start of the map: mapped, page-aligned, and its pages
- * 0 and 1 LMDB meta pages (numbers 0 and 1, P_META, LMDB's magic); b is
+/* Whether b is the start of the map: mapped, page-aligned, its pages 0
+ * and 1 LMDB meta pages (numbers 0 and 1, P_META, LMDB's magic), and the
+ * one LMDB wrote the commit t sees to holds that commit's txnid; b is
  * read only once mincore says it is mapped. */
-bool chunk_map_base_ok(const heap *h, const uint8_t *b);
+bool chunk_map_base_ok(heap_txn *t, const uint8_t *b);
 
 /* chunk_write.c: a sealed value's zero tail, block sums, sum0 and xxh3
  * (body_used already in its header c describes); size bytes of a value

@@ -184,7 +184,7 @@ static int lookup_at(heap_txn *t, uint64_t id, uint64_t *loc, MDB_val *v,
 		 * misdirected write would put every remembered place out of
 		 * the map); once known, chunk_lookup checked the number. */
 		if (pages < (1u << LOC_BITS) && pg < (UINT64_MAX >> LOC_BITS) &&
-		    (known != NULL ? known == b : chunk_map_base_ok(h, b))) {
+		    (known != NULL ? known == b : chunk_map_base_ok(t, b))) {
 			if (known == NULL)
 				__atomic_store_n(&h->map_base, b, __ATOMIC_RELEASE);
 			__atomic_store_n(loc, pg << LOC_BITS | pages, __ATOMIC_RELAXED);
