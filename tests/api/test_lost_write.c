@@ -72,20 +72,16 @@ static uint64_t chunk_at(const uint8_t *img, uint64_t p, int *kind,
 	return id;
 }
 
-/* Builds the heap at path and loses the second write of every chunk of
- * the kinds in `what` (with LOST_PAGE_HEADER, from the start of its
- * first page: LMDB's page header of the aborted write too, P_DIRTY set);
- * returns how many chunks were lost. */
-#define LOST_PAGE_HEADER 4
-static unsigned build_and_lose(const char *path, int what)
+/* The heap at path: arrangement ARR holding every key (a- and b-keys)
+ * once at time 0, committed; the handle stays open in *h. */
+static void build_base(const char *path, ah_heap **h)
 {
 	static ah_update u[2 * NKEYS];
 	ah_open_opts o = tl_opts(AH_OPEN_CREATE, 64u << 20, 0);
-	ah_heap *h;
 	ah_txn *t;
 
-	cr_assert_eq(ah_open(path, &o, &h), 0);
-	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
+	cr_assert_eq(ah_open(path, &o, h), 0);
+	cr_assert_eq(ah_txn_begin(*h, 0, &t), 0);
 	cr_assert_eq(ah_arrangement_create(t, ARR), 0);
 	for (unsigned i = 0; i < 2 * NKEYS; i++) {
 		key_of(i, kb[i]);
@@ -93,6 +89,33 @@ static unsigned build_and_lose(const char *path, int what)
 	}
 	cr_assert_eq(ah_append(t, ARR, 0, 10, u, 2 * NKEYS), 0);
 	cr_assert_eq(ah_txn_commit(t), 0);
+}
+
+/* The committed append: the b-keys at time 10, diff 1 + i % 3. */
+static void append_b_keys(ah_heap *h)
+{
+	static ah_update u[NKEYS];
+	ah_txn *t;
+
+	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
+	for (unsigned i = 0; i < NKEYS; i++)
+		u[i] = (ah_update){ kb[NKEYS + i], 7, "v", 1, 10, 1 + i % 3 };
+	cr_assert_eq(ah_append(t, ARR, 10, 20, u, NKEYS), 0);
+	cr_assert_eq(ah_txn_commit(t), 0);
+}
+
+/* Builds the heap at path and loses the second write of every chunk of
+ * the kinds in `what` (with LOST_PAGE_HEADER, from the start of its
+ * first page: LMDB's page header of the aborted write too, P_DIRTY set);
+ * returns how many chunks were lost. */
+#define LOST_PAGE_HEADER 4
+static unsigned build_and_lose(const char *path, int what)
+{
+	static ah_update u[NKEYS];
+	ah_heap *h;
+	ah_txn *t;
+
+	build_base(path, &h);
 	/* aborted: the a-keys again at time 10 */
 	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
 	for (unsigned i = 0; i < NKEYS; i++)
@@ -104,12 +127,7 @@ static unsigned build_and_lose(const char *path, int what)
 	uint8_t *aborted = calloc(1, SPAN), *now = calloc(1, SPAN);
 	cr_assert(aborted && now);
 	cr_assert(pread(fd, aborted, SPAN, 0) > 0);
-	/* committed: the b-keys at time 10, diff 1 + i % 3 */
-	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
-	for (unsigned i = 0; i < NKEYS; i++)
-		u[i] = (ah_update){ kb[NKEYS + i], 7, "v", 1, 10, 1 + i % 3 };
-	cr_assert_eq(ah_append(t, ARR, 10, 20, u, NKEYS), 0);
-	cr_assert_eq(ah_txn_commit(t), 0);
+	append_b_keys(h);
 	cr_assert_eq(ah_close(h), 0);
 	cr_assert(pread(fd, now, SPAN, 0) > 0);
 
@@ -341,30 +359,17 @@ static int reads_in_child(const char *path)
 Test(api_lost_write, misplaced_page_number_is_corrupt_never_a_crash,
      .timeout = 300)
 {
-	static ah_update u[2 * NKEYS];
 	tl_dir d = tl_tmpdir("lost-pgno");
 	char path[256], copy[256], cmd[1024];
-	ah_open_opts o = tl_opts(AH_OPEN_CREATE, 64u << 20, 0);
+	ah_open_opts o = tl_opts(0, 0, 0);
 	ah_heap *h;
 	ah_txn *t;
 	int idle;
 
 	snprintf(path, sizeof path, "%s/heap", d.dir);
 	snprintf(copy, sizeof copy, "%s/copy", d.dir);
-	cr_assert_eq(ah_open(path, &o, &h), 0);
-	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
-	cr_assert_eq(ah_arrangement_create(t, ARR), 0);
-	for (unsigned i = 0; i < 2 * NKEYS; i++) {
-		key_of(i, kb[i]);
-		u[i] = (ah_update){ kb[i], 7, "v", 1, 0, 1 };
-	}
-	cr_assert_eq(ah_append(t, ARR, 0, 10, u, 2 * NKEYS), 0);
-	cr_assert_eq(ah_txn_commit(t), 0);
-	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
-	for (unsigned i = 0; i < NKEYS; i++)
-		u[i] = (ah_update){ kb[NKEYS + i], 7, "v", 1, 10, 1 + i % 3 };
-	cr_assert_eq(ah_append(t, ARR, 10, 20, u, NKEYS), 0);
-	cr_assert_eq(ah_txn_commit(t), 0);
+	build_base(path, &h);
+	append_b_keys(h);
 	cr_assert_eq(ah_close(h), 0);
 	cr_assert_eq(reads_in_child(path), 0, "the undamaged heap reads exact");
 
