@@ -108,8 +108,8 @@ static int record_decode(uint64_t id, const uint8_t *rec, size_t len,
 	if (b->filter_hash == BFILT_HASH_BOUND)
 		b->filter_bind = b->filter_chunk;
 	else if (b->filter_hash == BFILT_HASH_SUMS)
-		b->filter_bind = b->filter_chunk ^
-		                 XXH3_64bits(rec + BREC_HDR + 8 * n, 8 * n);
+		b->filter_bind = bfilt_bind_sums(b->filter_chunk,
+		                                 rec + BREC_HDR + 8 * n, (uint32_t)n);
 	/* One block: ids, sums, fence pointers, fence lengths, copied fence
 	 * bytes and what follows them (an inline filter). */
 	size_t ns = sums ? n : 0;

@@ -14,6 +14,7 @@
 #define ARRANGEMENT_BATCH_INT_H
 
 #include "arrangement/batch.h"
+#include "arrangement/filter.h" /* XXH3, inline */
 
 /* ------------------------------------------------- format 1 byte layouts */
 
@@ -187,6 +188,14 @@
 static inline bool bfilt_checked(uint8_t hash)
 {
 	return hash >= BFILT_HASH_CHECKED && hash <= BFILT_HASH_SUMS;
+}
+/* What the checks of a hash-4 filter in chunk cid are bound to: cid xor
+ * the XXH3-64 of the record's n chunk sums (8·n bytes as stored, S);
+ * the writer, the decoder and the tests take it from here. */
+static inline uint64_t bfilt_bind_sums(uint64_t cid, const void *sums,
+                                       uint32_t n)
+{
+	return cid ^ XXH3_64bits(sums, 8 * (size_t)n);
 }
 /* Blocks bound to their chunk (hash 3 or 4): a probe reads no header. */
 static inline bool bfilt_bound(uint8_t hash)

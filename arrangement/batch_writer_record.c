@@ -67,7 +67,7 @@ static uint64_t filter_bind(const batch *b, uint8_t hash, uint64_t cid)
 {
 	return hash == BFILT_HASH_BOUND ? cid
 	       : hash == BFILT_HASH_SUMS
-	       ? cid ^ XXH3_64bits(b->chunk_sums, 8 * (size_t)b->nchunks) : 0;
+	       ? bfilt_bind_sums(cid, b->chunk_sums, b->nchunks) : 0;
 }
 
 /* The XXH3 of each chunk named, as its header states it, for the record

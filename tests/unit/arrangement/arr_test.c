@@ -82,8 +82,8 @@ void at_reseal(at_env *e, uint64_t id, uint64_t cid, uint8_t *body,
 		if (b->filter_hash == BFILT_HASH_SUMS) {
 			const void *fb;
 			size_t fused;
-			uint64_t bind = b->filter_chunk ^
-			                XXH3_64bits(b->chunk_sums, 8 * (size_t)b->nchunks);
+			uint64_t bind = bfilt_bind_sums(b->filter_chunk,
+			                                b->chunk_sums, b->nchunks);
 			cr_assert_eq(heap_chunk_get(e->t, b->filter_chunk, &fb,
 			                            &fused), 0);
 			/* test-only writes through the map */
