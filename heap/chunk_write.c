@@ -118,8 +118,8 @@ static int claim(heap_txn *t, uint64_t pages)
 	TRY(heap_trees_usable(t->h, CHUNKS | FREE));
 	if (t->next_id == 0)
 		TRY(next_id(t));
-	TRY(heap_space_need(t, pages));
-	TRY(mark_blocks(t, pages));
+	TRY(mark_blocks(t, pages)); /* its record first: pending is the put's */
+	TRY(heap_space_need_chunk(t, pages));
 out:
 	return rc;
 }
@@ -147,6 +147,7 @@ int heap_chunk_reserve(heap_txn *t, size_t body_bytes, uint64_t *id,
 	v.mv_data = NULL;
 	TRY(heap_err(HEAP_MDB(mdb_put(t->txn, t->h->dbi[HEAP_DBI_CHUNKS], &k, &v,
 	                          MDB_RESERVE | MDB_APPEND))));
+	heap_space_placed(t, &v, pages);
 	heap_fault_order();
 	if ((uintptr_t)v.mv_data % 16 != 0) {
 		rc = CORRUPT("reserved chunk not 16-byte aligned");
@@ -345,6 +346,7 @@ int heap_chunk_image_put(heap_txn *t, void *img, size_t img_bytes,
 	v.mv_data = NULL;
 	TRY(heap_err(HEAP_MDB(mdb_put(t->txn, t->h->dbi[HEAP_DBI_CHUNKS], &k, &v,
 	                          MDB_RESERVE | MDB_APPEND))));
+	heap_space_placed(t, &v, pages);
 	heap_fault_order();
 	t->next_id++;
 	if (nid < t->new_lo)
@@ -421,7 +423,7 @@ int heap_chunk_put_raw(heap_txn *t, uint64_t id, const void *value,
 	    (checksums && (problem = chunk_check_all(&v, &c)) != NULL))
 		return CORRUPT(problem);
 	TRY(heap_trees_usable(t->h, CHUNKS | FREE));
-	TRY(heap_space_need(t, (len + VALUE_PAD) / t->h->psize));
+	TRY(heap_space_need_chunk(t, (len + VALUE_PAD) / t->h->psize));
 	v.mv_data = NULL;
 	rc = HEAP_MDB(mdb_put(t->txn, t->h->dbi[HEAP_DBI_CHUNKS], &k, &v,
 	                      MDB_RESERVE | MDB_NOOVERWRITE));
@@ -430,6 +432,7 @@ int heap_chunk_put_raw(heap_txn *t, uint64_t id, const void *value,
 		goto out;
 	}
 	TRY(heap_err(rc));
+	heap_space_placed(t, &v, (len + VALUE_PAD) / t->h->psize);
 	heap_fault_order();
 	if (id < t->new_lo)
 		t->new_lo = id;

@@ -81,7 +81,13 @@ struct heap_txn {
 	unsigned names_ok;     /* tables (bits) walked and found in step */
 	uint64_t names[4];
 	uint32_t format_mark;  /* format.c: the file format t made (or saw) */
-	uint64_t bound_pages;  /* pages this write txn may touch (space.c) */
+	/* space.c: pages this write txn may touch, bound_pages = max(hw,
+	 * fresh_end) + fixed + pending: the committed high-water mark at
+	 * begin, the end of the last chunk LMDB placed past it, the
+	 * allowances of every call (and the values of those whose place is
+	 * not learnt), the value of a chunk put whose place is not yet
+	 * learnt */
+	uint64_t bound_pages, hw_pages, fresh_end, fixed_pages, pending_pages;
 	/* chunk_write.c: the reserved chunk being assembled in memory (0:
 	 * none), the buffer (its value at wb_val), the value's size and its
 	 * offset in the file; chunk_writeback.c: the chunk whose write is in
@@ -128,6 +134,8 @@ uint64_t heap_space_map_bytes(uint64_t fs_bytes, uint64_t max_bytes,
                               uint32_t psize);
 int heap_space_begin(heap_txn *t);
 int heap_space_need(heap_txn *t, uint64_t pages);
+int heap_space_need_chunk(heap_txn *t, uint64_t pages);
+void heap_space_placed(heap_txn *t, const MDB_val *v, uint64_t pages);
 int heap_space_ensure(heap *h, uint64_t bytes);
 int heap_space_lockfile(const char *path, unsigned readers, int *keep,
                         struct stat *st);

@@ -15,14 +15,21 @@
  *     The map size is thus the only hard limit, and reaching it is LMDB's
  *     MDB_MAP_FULL, which we report as AH_EFULL.
  *  2. An upper bound of the pages a write txn may touch.  At begin it is the
- *     committed high-water mark (mdb_env_info me_last_pgno + 1) plus a fixed
- *     slack (SLACK_PAGES: the named DBs' roots, the meta DB, the free-list
- *     records written at commit).  Before every LMDB call that may allocate
- *     pages, the caller adds what that call can need: the value's own pages
- *     plus TREE_PAGES for the copy-on-write path and a split; a chunk free
- *     also adds one page per FREE_IDL_PAGES freed pages, for the free list.
- *     LMDB may reuse freed pages instead, so the bound is conservative: it
- *     never falls below the last page LMDB can write in this txn.
+ *     committed high-water mark hw (mdb_env_info me_last_pgno + 1) plus a
+ *     fixed slack (SLACK_PAGES: the named DBs' roots, the meta DB, the
+ *     free-list records written at commit).  Before every LMDB call that
+ *     may allocate pages, the caller adds what that call can need: the
+ *     value's own pages plus TREE_PAGES for the copy-on-write path and a
+ *     split; a chunk free also adds one page per FREE_IDL_PAGES freed
+ *     pages, for the free list.  A chunk's pages (an MDB_RESERVE put,
+ *     heap_space_need_chunk) count only until LMDB placed it
+ *     (heap_space_placed reads the page its header names): then the bound
+ *     is max(hw, fresh_end) + the rest, fresh_end the end of the last
+ *     chunk placed past hw.  Sound because LMDB takes pages past hw in
+ *     order (mdb_page_alloc: mt_next_pgno += the run), so the fresh pages
+ *     taken after that chunk are tree and record pages, each counted in
+ *     the rest; a chunk put on reused free pages adds nothing.  So the
+ *     bound never falls below the last page LMDB can write in this txn.
  *  3. Preallocation.  heap->reserved_to says that bytes [0, reserved_to) of
  *     the file have blocks (posix_fallocate, which on Linux allocates
  *     without writing).  Whenever the bound passes it, we fallocate before
@@ -55,6 +62,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "heap/chunk_int.h"
 #include "heap/fault.h"
 #include "heap/heap_int.h"
 
@@ -144,6 +152,15 @@ int heap_space_ensure(heap *h, uint64_t bytes)
 	return 0;
 }
 
+/* bound_pages from its terms (heap_int.h), and blocks for it. */
+static int space_bound(heap_txn *t)
+{
+	uint64_t base = t->fresh_end > t->hw_pages ? t->fresh_end : t->hw_pages;
+
+	t->bound_pages = base + t->fixed_pages + t->pending_pages;
+	return heap_space_ensure(t->h, t->bound_pages * t->h->psize);
+}
+
 int heap_space_begin(heap_txn *t)
 {
 	MDB_envinfo info;
@@ -151,16 +168,58 @@ int heap_space_begin(heap_txn *t)
 
 	if (rc != 0)
 		return rc;
-	t->bound_pages = (uint64_t)info.me_last_pgno + 1 + SLACK_PAGES;
-	return heap_space_ensure(t->h, t->bound_pages * t->h->psize);
+	t->hw_pages = (uint64_t)info.me_last_pgno + 1;
+	t->fresh_end = 0;
+	t->fixed_pages = SLACK_PAGES;
+	t->pending_pages = 0;
+	return space_bound(t);
+}
+
+/* A chunk put whose place was never learnt (its put failed, or its page
+ * header was not readable) counts whole, as if past the high-water. */
+static void settle_pending(heap_txn *t)
+{
+	t->fixed_pages += t->pending_pages;
+	t->pending_pages = 0;
 }
 
 /* Called before each LMDB call that may allocate: pages is what the value
  * itself needs (0 for a delete); the tree allowance is added here. */
 int heap_space_need(heap_txn *t, uint64_t pages)
 {
-	t->bound_pages += pages + TREE_PAGES;
-	return heap_space_ensure(t->h, t->bound_pages * t->h->psize);
+	settle_pending(t);
+	t->fixed_pages += pages + TREE_PAGES;
+	return space_bound(t);
+}
+
+/* Before an MDB_RESERVE put of a chunk of pages, followed by
+ * heap_space_placed once LMDB placed it: its pages count only until
+ * then, and afterwards only as far as they lie past the high-water. */
+int heap_space_need_chunk(heap_txn *t, uint64_t pages)
+{
+	settle_pending(t);
+	t->fixed_pages += TREE_PAGES;
+	t->pending_pages = pages;
+	return space_bound(t);
+}
+
+/* v: the value the reserve returned (its first page's header, LMDB's
+ * own, names the page).  LMDB hands out pages past the high-water in
+ * order (mdb_page_alloc: mt_next_pgno grows by each run it takes), so the
+ * last page it can have written is below the end of the last chunk it
+ * placed there plus every allowance since: max(hw, fresh_end) + fixed
+ * bounds it.  A chunk placed on reused free pages adds nothing. */
+void heap_space_placed(heap_txn *t, const MDB_val *v, uint64_t pages)
+{
+	uint64_t off;
+
+	if (t->pending_pages == 0 || chunk_file_offset(t->h, v, &off) != 0)
+		return; /* left pending: counted whole at the next call */
+	uint64_t end = off / t->h->psize + pages;
+
+	if (end > t->fresh_end)
+		t->fresh_end = end;
+	t->pending_pages = 0;
 }
 
 /* The reader table LMDB maps from the lock file for this many readers:
