@@ -410,7 +410,7 @@ int heap_chunk_put_raw(heap_txn *t, uint64_t id, const void *value,
 {
 	MDB_val k = { sizeof id, &id }, v = { len, (void *)value };
 	const char *problem;
-	uint64_t off = 0;
+	uint64_t off = 0, pages;
 	chdr c;
 	int rc;
 
@@ -423,7 +423,9 @@ int heap_chunk_put_raw(heap_txn *t, uint64_t id, const void *value,
 	    (checksums && (problem = chunk_check_all(&v, &c)) != NULL))
 		return CORRUPT(problem);
 	TRY(heap_trees_usable(t->h, CHUNKS | FREE));
-	TRY(heap_space_need_chunk(t, (len + VALUE_PAD) / t->h->psize));
+	/* LMDB's overflow pages for it: header and value, rounded up */
+	pages = (len + VALUE_PAD + t->h->psize - 1) / t->h->psize;
+	TRY(heap_space_need_chunk(t, pages));
 	v.mv_data = NULL;
 	rc = HEAP_MDB(mdb_put(t->txn, t->h->dbi[HEAP_DBI_CHUNKS], &k, &v,
 	                      MDB_RESERVE | MDB_NOOVERWRITE));
@@ -432,7 +434,7 @@ int heap_chunk_put_raw(heap_txn *t, uint64_t id, const void *value,
 		goto out;
 	}
 	TRY(heap_err(rc));
-	heap_space_placed(t, &v, (len + VALUE_PAD) / t->h->psize);
+	heap_space_placed(t, &v, pages);
 	heap_fault_order();
 	if (id < t->new_lo)
 		t->new_lo = id;
