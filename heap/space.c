@@ -16,8 +16,9 @@
  *     MDB_MAP_FULL, which we report as AH_EFULL.
  *  2. An upper bound of the pages a write txn may touch.  At begin it is the
  *     committed high-water mark hw (mdb_env_info me_last_pgno + 1) plus a
- *     fixed slack (SLACK_PAGES: the named DBs' roots, the meta DB, the
- *     free-list records written at commit).  Before every LMDB call that
+ *     fixed slack (SLACK_PAGES: the named DBs' roots, the meta DB) and the
+ *     free list's rewrite at commit (freelist_pages: twice the free DB's
+ *     pages and a page per record).  Before every LMDB call that
  *     may allocate pages, the caller adds what that call can need: the
  *     value's own pages plus TREE_PAGES for the copy-on-write path and a
  *     split; a chunk free also adds one page per FREE_IDL_PAGES freed
@@ -152,6 +153,18 @@ int heap_space_ensure(heap *h, uint64_t bytes)
 	return 0;
 }
 
+/* What a commit may write fresh for LMDB's free list (heap_space_begin):
+ * LMDB 0.9's mdb_freelist_save deletes the free-list records the txn
+ * loaded and writes what is left of them back, split into records of
+ * whole pages (each rounded up), besides the record of the pages the txn
+ * freed (counted by each free: heap_chunk_free, heap_del).  So
+ * twice the free DB's pages and a page per record bound it. */
+static uint64_t freelist_pages(const MDB_stat *fs)
+{
+	return 2 * ((uint64_t)fs->ms_branch_pages + fs->ms_leaf_pages +
+	            fs->ms_overflow_pages) + fs->ms_entries;
+}
+
 /* bound_pages from its terms (heap_int.h), and blocks for it. */
 static int space_bound(heap_txn *t)
 {
@@ -168,9 +181,18 @@ int heap_space_begin(heap_txn *t)
 
 	if (rc != 0)
 		return rc;
+	MDB_stat fs;
+
+	if ((rc = heap_err(mdb_stat(t->txn, 0 /* FREE_DBI */, &fs))) != 0)
+		return rc;
 	t->hw_pages = (uint64_t)info.me_last_pgno + 1;
 	t->fresh_end = 0;
-	t->fixed_pages = SLACK_PAGES;
+	/* The commit's mdb_freelist_save writes back what is left of the
+	 * free list it loaded (up to all of it) as records of its own,
+	 * multi-page ones in a young heap, which take fresh pages when no
+	 * free run is long enough: at most the free DB's pages again, with
+	 * a page of rounding per record (FREELIST_PAGES). */
+	t->fixed_pages = SLACK_PAGES + freelist_pages(&fs);
 	t->pending_pages = 0;
 	return space_bound(t);
 }
