@@ -250,13 +250,34 @@ static int open_locked(heap *h, const char *path, const ah_open_opts *o)
 	 * pre-check's descriptor is the claim's (kept or closed there): it
 	 * is the file whose identity was checked, and no LMDB lock exists
 	 * yet that closing it could drop. */
+	/* The map-size lock, shared, from the claim to the environment's
+	 * start (path.c): no other process shrinks the file meanwhile, and
+	 * the map is never smaller than the file another process has open
+	 * (LMDB truncates the file to the map). */
+	if ((rc = heap_path_resize_lock(fd, false)) != 0) {
+		close(fd);
+		goto out;
+	}
 	TRY(heap_path_claim(h, path, fd));
+	if (!(o->flags & AH_OPEN_RDONLY) && heap_path_shared(h)) {
+		struct stat now;
+
+		if ((h->claim_fd >= 0 ? fstat(h->claim_fd, &now)
+		                      : stat(path, &now)) != 0) {
+			rc = AH_EIO;
+			goto out;
+		}
+		if ((uint64_t)now.st_size > h->map_bytes)
+			h->map_bytes = ((uint64_t)now.st_size + h->psize - 1) /
+			               h->psize * h->psize;
+	}
 	/* Only what the pread checks could not prove (a foreign or damaged
 	 * catalog, or a walk a live writer kept moving) costs an
 	 * environment more. */
 	if (!unborn && !known && !(o->flags & AH_OPEN_RDONLY))
 		TRY(heap_env_check_catalog(h, path, readers));
 	TRY(heap_env_start(h, path, mdb_flags(o->flags), readers, &h->env));
+	heap_path_resize_unlock(h->claim_fd);
 	TRY(heap_err(mdb_env_get_fd(h->env, &h->fd)));
 	{
 		MDB_envinfo info;

@@ -53,7 +53,26 @@ int heap_set_max_bytes(heap *h, uint64_t max_bytes)
 		rc = AH_EINVAL;
 		goto out;
 	}
-	TRY(heap_err(mdb_env_set_mapsize(h->env, map)));
+	/* LMDB truncates the file to the map: below its size only alone on
+	 * the heap (path.c, the map-size lock), else AH_EBUSY. */
+	struct stat fs;
+	bool locked = false;
+
+	if (!(h->flags & AH_OPEN_RDONLY) && fstat(h->fd, &fs) == 0 &&
+	    (uint64_t)fs.st_size > map) {
+		TRY(heap_path_resize_lock(h->fd, true));
+		locked = true;
+		if (heap_path_shared(h)) {
+			heap_path_resize_unlock(h->fd);
+			rc = AH_EBUSY;
+			goto out;
+		}
+	}
+	rc = heap_err(mdb_env_set_mapsize(h->env, map));
+	if (locked)
+		heap_path_resize_unlock(h->fd);
+	if (rc != 0)
+		goto out;
 	__atomic_store_n(&h->map_base, NULL, __ATOMIC_RELEASE); /* remapped */
 	TRY(heap_err(mdb_env_info(h->env, &info)));
 	h->map_bytes = info.me_mapsize;

@@ -151,6 +151,13 @@ int heap_space_lockfile(const char *path, unsigned readers, int *keep,
  * already (its identity h->lock_dev/ino), else opens it to read. */
 int heap_path_claim(heap *h, const char *path, int fd);
 void heap_path_unclaim(heap *h);
+/* The map-size lock (path.c): shared around an opener's claim and
+ * environment start, exclusive around a resize that shrinks the map;
+ * heap_path_shared: another process has the heap open (or it cannot be
+ * ruled out). */
+int heap_path_resize_lock(int fd, bool exclusive);
+void heap_path_resize_unlock(int fd);
+bool heap_path_shared(const heap *h);
 
 /* record.c: the checksum frame of every table value (see there). */
 #define HEAP_RECORD_FRAME 8

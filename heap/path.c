@@ -255,6 +255,55 @@ void heap_path_unclaim(heap *h)
 	h->lclaim_fd = -1;
 }
 
+/* The map-size lock: one byte of the data file below the claim range.
+ * LMDB (MDB_WRITEMAP) truncates the data file to its map at every
+ * mdb_env_open and mdb_env_set_mapsize, also below the size another
+ * process maps: that process then dies of SIGBUS on its next store past
+ * the new end (found by outside testing).  So a map is made smaller than
+ * the file only by a handle alone on the heap, and an opener holds this
+ * byte shared from its claim to its environment's start while a resize
+ * holds it exclusive from its check to its remap: neither runs inside the
+ * other. */
+#define RESIZE_BYTE (CLAIM_BASE - 1)
+
+static int resize_lock(int fd, short type)
+{
+	struct flock fl = { .l_type = type, .l_whence = SEEK_SET,
+	                    .l_start = RESIZE_BYTE, .l_len = 1 };
+	int err;
+
+	do
+		err = fcntl(fd, F_OFD_SETLKW, &fl) != 0 ? errno : 0;
+	while (err == EINTR);
+	return no_ofd_locks(err) ? 0 : err;
+}
+
+int heap_path_resize_lock(int fd, bool exclusive)
+{
+	return heap_err(resize_lock(fd, exclusive ? F_WRLCK : F_RDLCK));
+}
+
+void heap_path_resize_unlock(int fd)
+{
+	(void)resize_lock(fd, F_UNLCK);
+}
+
+bool heap_path_shared(const heap *h)
+{
+	bool other = true;
+
+	/* Another open file description holding our claim byte (an opener
+	 * through the same lock file, in another process: this process
+	 * opens a file once).  Without a claim (no OFD locks here) nobody
+	 * can be ruled out. */
+	if (h->claim_fd < 0)
+		return true;
+	if (probe(h->claim_fd, CLAIM_BASE + (h->lock_ino != 0 ?
+	          claim_slot(h->lock_dev, h->lock_ino) : 0), 1, &other) != 0)
+		return true;
+	return other;
+}
+
 /* Removes PATH.creating.<pid> files (and their locks) left by creators
  * that died: a pid that no longer exists.  Best effort. */
 static void sweep_stale(const char *path)

@@ -182,7 +182,12 @@ typedef struct ah_builder ah_builder;
 typedef struct ah_open_opts {
 	size_t size;          /* sizeof(ah_open_opts) */
 	unsigned flags;       /* AH_OPEN_* */
-	uint64_t max_bytes;   /* heap size limit in bytes; 0 = bounded by disk */
+	uint64_t max_bytes;   /* heap size limit in bytes; 0 = bounded by disk.
+	                       * A writable open while another process has
+	                       * the heap open maps at least the file's size
+	                       * (the largest map of those processes; LMDB
+	                       * would truncate the file under theirs): the
+	                       * limit is then the larger of the two */
 	unsigned max_readers; /* LMDB reader slots; 0 = 126 */
 	uint64_t merge_quantum; /* updates a suspended merge waits to have fuel
 	                         * for before it runs again, and the size up to
@@ -231,8 +236,10 @@ int ah_sync(ah_heap *heap);
  * first waits for a slice of the merge thread in flight, and holds the
  * thread meanwhile).  Errors: AH_ESTATE (a txn is open), AH_EINVAL
  * (max_bytes below the data already held: the pages in
- * use, ah_heap_stat's pages_used * page_size; nothing changes), AH_EIO,
- * AH_EFORK.  A limit under 1 MiB is accepted as 1 MiB (the map's minimum:
+ * use, ah_heap_stat's pages_used * page_size; nothing changes), AH_EBUSY
+ * (a limit below the file's size while another process has the heap
+ * open: LMDB would truncate the file under that process's map; nothing
+ * changes), AH_EIO, AH_EFORK.  A limit under 1 MiB is accepted as 1 MiB (the map's minimum:
  * map_bytes reports it).  Source: mdb_env_set_mapsize. */
 int ah_set_max_bytes(ah_heap *heap, uint64_t max_bytes);
 

@@ -473,3 +473,116 @@ Test(heap_space, free_list_rewrite_has_its_blocks, .timeout = 120)
 	cr_assert_eq(umount2(d.dir, MNT_DETACH), 0);
 	tl_rmdir(&d);
 }
+
+/* Process A of smaller_map_never_truncates_another_process: opens the heap
+ * with the disk's map, puts a chunk, reserves blocks for 16 MiB more (a
+ * txn it aborts), tells the test (ready), waits for B (go), then puts the
+ * 16 MiB, past B's limit, into the blocks it reserved.  Exit 0, or the
+ * step. */
+static void map_writer(const char *path, int ready, int go)
+{
+	ah_open_opts o = tl_opts(AH_OPEN_NOSYNC, 0, 0);
+	heap *h;
+	heap_txn *t;
+	char c = 1;
+	int rc;
+
+	if (heap_open(path, &o, &h) != 0 || heap_txn_begin(h, false, &t) != 0)
+		_exit(20);
+	put_big(t, 3 * MiB, &rc);
+	if (rc != 0 || heap_txn_commit(t) != 0)
+		_exit(21);
+	/* blocks for the 16 MiB put later (reserved, so not fallocated
+	 * again), as a txn that gave up leaves them */
+	if (heap_txn_begin(h, false, &t) != 0)
+		_exit(22);
+	for (int i = 0; i < 4; i++) {
+		put_big(t, 4 * MiB, &rc);
+		if (rc != 0)
+			_exit(22);
+	}
+	heap_txn_abort(t);
+	if (write(ready, &c, 1) != 1 || read(go, &c, 1) != 1)
+		_exit(22);
+	if (heap_txn_begin(h, false, &t) != 0)
+		_exit(23);
+	for (int i = 0; i < 4; i++) {
+		put_big(t, 4 * MiB, &rc);
+		if (rc != 0)
+			_exit(24);
+	}
+	if (heap_txn_commit(t) != 0)
+		_exit(25);
+	_exit(heap_close(h) == 0 ? 0 : 26);
+}
+
+/* Process B: a writable open with a 4 MiB limit, and a lower limit. */
+static void map_shrinker(const char *path, uint64_t file_bytes)
+{
+	ah_open_opts o = tl_opts(0, 4 * MiB, 0);
+	ah_heap_stat st;
+	heap *h;
+
+	if (heap_open(path, &o, &h) != 0)
+		_exit(30);
+	if (heap_stat(h, &st) != 0 || st.map_bytes < file_bytes)
+		_exit(31); /* it mapped less than the file A maps */
+	if (heap_set_max_bytes(h, st.pages_used * st.page_size) != AH_EBUSY)
+		_exit(32);
+	if (heap_stat(h, &st) != 0 || st.file_bytes < file_bytes)
+		_exit(33);
+	_exit(heap_close(h) == 0 ? 0 : 34);
+}
+
+/* LMDB (MDB_WRITEMAP) truncates the file to its map at every open and
+ * resize.  A writable open with a smaller max_bytes than another
+ * process's map, or ah_set_max_bytes lowered below the file's size, used
+ * to cut the file under that process, which died of SIGBUS at its next
+ * store past the new end (found by an outside test, no full disk
+ * needed).  Now the open maps at least the file's size while another
+ * process has it open, and the lower limit is AH_EBUSY; alone, the limit
+ * lowers as before. */
+Test(heap_space, smaller_map_never_truncates_another_process, .timeout = 60)
+{
+	tl_dir d = tl_tmpdir("heap");
+	ah_open_opts o = tl_opts(AH_OPEN_CREATE, 0, 0);
+	int ready[2], go[2], sa, sb;
+	struct stat fs;
+	heap *h;
+	char c;
+
+	cr_assert_eq(heap_open(d.path, &o, &h), 0); /* created, then closed */
+	cr_assert_eq(heap_close(h), 0);
+	cr_assert_eq(pipe(ready), 0);
+	cr_assert_eq(pipe(go), 0);
+	pid_t a = fork();
+	cr_assert_neq(a, -1);
+	if (a == 0)
+		map_writer(d.path, ready[1], go[0]);
+	cr_assert_eq(read(ready[0], &c, 1), 1);
+	cr_assert_eq(stat(d.path, &fs), 0);
+	pid_t b = fork();
+	cr_assert_neq(b, -1);
+	if (b == 0)
+		map_shrinker(d.path, (uint64_t)fs.st_size);
+	cr_assert_eq(waitpid(b, &sb, 0), b);
+	cr_assert_eq(write(go[1], &c, 1), 1);
+	cr_assert_eq(waitpid(a, &sa, 0), a);
+	cr_assert(!WIFSIGNALED(sa), "A died of signal %d", WTERMSIG(sa));
+	cr_assert(WIFEXITED(sb) && WEXITSTATUS(sb) == 0, "B: status %d", sb);
+	cr_assert(WIFEXITED(sa) && WEXITSTATUS(sa) == 0, "A: status %d", sa);
+
+	/* alone again: the limit lowers to the data held, and reads back */
+	o = tl_opts(0, 0, 0);
+	cr_assert_eq(heap_open(d.path, &o, &h), 0);
+	ah_heap_stat st;
+	heap_txn *t;
+	cr_assert_eq(heap_stat(h, &st), 0);
+	cr_assert_eq(heap_set_max_bytes(h, st.pages_used * st.page_size +
+	                                   MiB), 0);
+	cr_assert_eq(heap_txn_begin(h, true, &t), 0);
+	cr_assert_eq(ht_count_chunks(t), 5);
+	heap_txn_abort(t);
+	cr_assert_eq(heap_close(h), 0);
+	tl_rmdir(&d);
+}
