@@ -206,7 +206,7 @@ static int open_locked(heap *h, const char *path, const ah_open_opts *o)
 	unsigned readers = o->max_readers ? o->max_readers : DEFAULT_READERS;
 	struct stat st;
 	bool unborn = false, known = false, exists;
-	int fd, rc;
+	int fd, rc, resize_fd = -1;
 
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0 && errno == ENOENT) {
@@ -250,13 +250,21 @@ static int open_locked(heap *h, const char *path, const ah_open_opts *o)
 	 * pre-check's descriptor is the claim's (kept or closed there): it
 	 * is the file whose identity was checked, and no LMDB lock exists
 	 * yet that closing it could drop. */
-	/* The map-size lock, shared, from the claim to the environment's
-	 * start (path.c): no other process shrinks the file meanwhile, and
-	 * the map is never smaller than the file another process has open
-	 * (LMDB truncates the file to the map). */
-	if ((rc = heap_path_resize_lock(fd, false)) != 0) {
-		close(fd);
-		goto out;
+	/* A writable open holds the map-size lock (path.c) exclusive from
+	 * before its claim to after its environment's start: LMDB truncates
+	 * the file to the map there, so the map must not be smaller than the
+	 * file while another process has the heap open, and that other
+	 * process's open must not run between our look and our truncate.  A
+	 * read-only environment never truncates. */
+	if (!(o->flags & AH_OPEN_RDONLY)) {
+		resize_fd = open(path, O_RDWR | O_CLOEXEC);
+		if (resize_fd < 0 ||
+		    (rc = heap_path_resize_lock(resize_fd, true)) != 0) {
+			rc = resize_fd < 0 ? heap_err(errno) : rc;
+			close(fd);
+			goto out;
+		}
+		h->resize_held = true;
 	}
 	TRY(heap_path_claim(h, path, fd));
 	if (!(o->flags & AH_OPEN_RDONLY) && heap_path_shared(h)) {
@@ -277,7 +285,6 @@ static int open_locked(heap *h, const char *path, const ah_open_opts *o)
 	if (!unborn && !known && !(o->flags & AH_OPEN_RDONLY))
 		TRY(heap_env_check_catalog(h, path, readers));
 	TRY(heap_env_start(h, path, mdb_flags(o->flags), readers, &h->env));
-	heap_path_resize_unlock(h->claim_fd);
 	TRY(heap_err(mdb_env_get_fd(h->env, &h->fd)));
 	{
 		MDB_envinfo info;
@@ -287,6 +294,9 @@ static int open_locked(heap *h, const char *path, const ah_open_opts *o)
 	}
 	TRY(heap_env_catalog(h, h->env, unborn, true));
 out:
+	h->resize_held = false;
+	if (resize_fd >= 0)
+		close(resize_fd); /* its lock with it (OFD: only this one) */
 	if (rc != 0) {
 		if (h->env != NULL)
 			mdb_env_close(h->env);

@@ -93,8 +93,16 @@ int heap_env_catalog(heap *h, MDB_env *env, bool create, bool prealloc)
 		/* Before LMDB writes the first pages of the new file. */
 		TRY(heap_space_ensure(h, 256 * (uint64_t)h->psize));
 	}
-	TRY(heap_err(HEAP_MDB(mdb_txn_begin(env, NULL, create ? 0 : MDB_RDONLY,
-	                                &txn))));
+	rc = HEAP_MDB(mdb_txn_begin(env, NULL, create ? 0 : MDB_RDONLY, &txn));
+	/* Another process committed past our map since our open mapped it
+	 * (found by outside testing: AH_EIO from ah_open): remap as a txn
+	 * begin does, the file's size or more, and again. */
+	if (rc == MDB_MAP_RESIZED && env == h->env &&
+	    (rc = heap_path_adopt_map(h, env,
+	                              !(h->flags & AH_OPEN_RDONLY))) == 0)
+		rc = HEAP_MDB(mdb_txn_begin(env, NULL,
+		                            create ? 0 : MDB_RDONLY, &txn));
+	TRY(heap_err(rc));
 	TRY(open_dbi(h, txn, HEAP_DBI_META, create));
 	rc = HEAP_MDB(mdb_get(txn, h->dbi[HEAP_DBI_META], &k, &v));
 	if (rc == MDB_NOTFOUND && create) {

@@ -28,6 +28,7 @@ struct heap {
 	int fd;                /* the data file (LMDB's descriptor; not ours) */
 	int claim_fd;          /* ours: holds the opener claim (path.c), or -1 */
 	int lclaim_fd;         /* ours: holds the claim on the lock file, or -1 */
+	bool resize_held;      /* the open holds the map-size lock (path.c) */
 	dev_t lock_dev;        /* (dev, ino) of PATH-lock when it existed at */
 	ino_t lock_ino;        /* open (lock_ino 0: none) */
 	pid_t pid;             /* opener: any other pid gets AH_EFORK */
@@ -158,6 +159,9 @@ void heap_path_unclaim(heap *h);
 int heap_path_resize_lock(int fd, bool exclusive);
 void heap_path_resize_unlock(int fd);
 bool heap_path_shared(const heap *h);
+/* After MDB_MAP_RESIZED (no txn of env open): maps the file's size, or
+ * more, never less (path.c); h->fd and h->map_bytes are env's. */
+int heap_path_adopt_map(heap *h, MDB_env *env, bool writable);
 
 /* record.c: the checksum frame of every table value (see there). */
 #define HEAP_RECORD_FRAME 8

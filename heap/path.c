@@ -260,10 +260,12 @@ void heap_path_unclaim(heap *h)
  * mdb_env_open and mdb_env_set_mapsize, also below the size another
  * process maps: that process then dies of SIGBUS on its next store past
  * the new end (found by outside testing).  So a map is made smaller than
- * the file only by a handle alone on the heap, and an opener holds this
- * byte shared from its claim to its environment's start while a resize
- * holds it exclusive from its check to its remap: neither runs inside the
- * other. */
+ * the file only by a handle alone on the heap, and every step that may
+ * truncate holds this byte exclusive from its look at the file and the
+ * other openers to its remap: a writable open from before its claim to
+ * after its environment's start, a shrinking ah_set_max_bytes, and the
+ * remap after MDB_MAP_RESIZED (which maps the file's size, never less,
+ * heap_path_adopt_map).  None runs inside another. */
 #define RESIZE_BYTE (CLAIM_BASE - 1)
 
 static int resize_lock(int fd, short type)
@@ -302,6 +304,40 @@ bool heap_path_shared(const heap *h)
 	          claim_slot(h->lock_dev, h->lock_ino) : 0), 1, &other) != 0)
 		return true;
 	return other;
+}
+
+int heap_path_adopt_map(heap *h, MDB_env *env, bool writable)
+{
+	struct stat fs;
+	MDB_envinfo info;
+	int rc;
+
+	/* LMDB asks for a remap (MDB_MAP_RESIZED) when another process's
+	 * commits outgrew our map.  mdb_env_set_mapsize(env, 0) would map
+	 * the size the last committer recorded, below the file another
+	 * process may have grown since (and truncate it there): map the
+	 * file's size instead, never less than ours, under the map-size
+	 * lock so that no shrink runs meanwhile. */
+	bool lock = writable && !h->resize_held; /* the open holds it */
+
+	if (lock && (rc = heap_path_resize_lock(h->fd, true)) != 0)
+		return rc;
+	rc = fstat(h->fd, &fs) != 0 ? AH_EIO : 0;
+	if (rc == 0)
+		rc = heap_err(mdb_env_info(env, &info));
+	if (rc == 0) {
+		uint64_t map = (uint64_t)fs.st_size > info.me_mapsize ?
+		               (uint64_t)fs.st_size : info.me_mapsize;
+		map = (map + h->psize - 1) / h->psize * h->psize;
+		rc = heap_err(mdb_env_set_mapsize(env, map));
+	}
+	if (rc == 0)
+		rc = heap_err(mdb_env_info(env, &info));
+	if (rc == 0)
+		h->map_bytes = info.me_mapsize;
+	if (lock)
+		heap_path_resize_unlock(h->fd);
+	return rc;
 }
 
 /* Removes PATH.creating.<pid> files (and their locks) left by creators

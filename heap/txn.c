@@ -77,18 +77,14 @@ static void release(heap_txn *t)
  * ours open, as mdb_env_set_mapsize requires). */
 static int adopt_map(heap *h)
 {
-	MDB_envinfo info;
 	int rc = AH_EBUSY;
 
 	pthread_mutex_lock(&h->mu);
 	if (h->ntxn == 1) {
-		rc = heap_err(mdb_env_set_mapsize(h->env, 0));
+		rc = heap_path_adopt_map(h, h->env,
+		                         !(h->flags & AH_OPEN_RDONLY));
 		/* remapped: chunk_read.c learns the new base again */
 		__atomic_store_n(&h->map_base, NULL, __ATOMIC_RELEASE);
-		if (rc == 0)
-			rc = heap_err(mdb_env_info(h->env, &info));
-		if (rc == 0)
-			h->map_bytes = info.me_mapsize;
 	}
 	pthread_mutex_unlock(&h->mu);
 	return rc;

@@ -586,3 +586,106 @@ Test(heap_space, smaller_map_never_truncates_another_process, .timeout = 60)
 	cr_assert_eq(heap_close(h), 0);
 	tl_rmdir(&d);
 }
+
+/* Process S of remap_never_truncates_another_process: a small map, then
+ * a read txn once another process's commit outgrew it (MDB_MAP_RESIZED:
+ * the remap).  Exit 0, or the step. */
+static void small_reader(const char *path, int ready, int go)
+{
+	ah_open_opts o = tl_opts(0, MiB, 0);
+	heap *h;
+	heap_txn *t;
+	char c = 1;
+
+	if (heap_open(path, &o, &h) != 0)
+		_exit(40);
+	if (write(ready, &c, 1) != 1 || read(go, &c, 1) != 1)
+		_exit(41);
+	if (heap_txn_begin(h, true, &t) != 0)
+		_exit(42);
+	heap_txn_abort(t);
+	_exit(heap_close(h) == 0 ? 0 : 43);
+}
+
+/* Process X: the disk's map, blocks reserved for 32 MiB (a txn it
+ * aborts), then, after S's remap, the 32 MiB put into them. */
+static void big_writer(const char *path, int ready, int go)
+{
+	ah_open_opts o = tl_opts(AH_OPEN_NOSYNC, 0, 0);
+	heap *h;
+	heap_txn *t;
+	char c = 1;
+	int rc;
+
+	if (heap_open(path, &o, &h) != 0)
+		_exit(50);
+	for (int round = 0; round < 2; round++) {
+		if (round == 1 && (write(ready, &c, 1) != 1 ||
+		                   read(go, &c, 1) != 1))
+			_exit(51);
+		if (heap_txn_begin(h, false, &t) != 0)
+			_exit(52);
+		for (int i = 0; i < 8; i++) {
+			put_big(t, 4 * MiB, &rc);
+			if (rc != 0)
+				_exit(53);
+		}
+		if (round == 0)
+			heap_txn_abort(t);
+		else if (heap_txn_commit(t) != 0)
+			_exit(54);
+	}
+	_exit(heap_close(h) == 0 ? 0 : 55);
+}
+
+/* The remap after MDB_MAP_RESIZED used mdb_env_set_mapsize(env, 0): the
+ * map the last committer recorded, which LMDB truncates the file to, below
+ * what a process that opened since (and did not commit yet) maps: it died
+ * of SIGBUS at its next store past that size (found by outside testing).
+ * The remap now maps the file's size, never less. */
+Test(heap_space, remap_never_truncates_another_process, .timeout = 60)
+{
+	tl_dir d = tl_tmpdir("heap");
+	ah_open_opts o = tl_opts(AH_OPEN_CREATE, 0, 0);
+	int sr[2], sg[2], xr[2], xg[2], ss, sx, rc;
+	heap *h;
+	heap_txn *t;
+	char c = 1;
+
+	cr_assert_eq(heap_open(d.path, &o, &h), 0);
+	cr_assert_eq(heap_close(h), 0);
+	cr_assert(pipe(sr) == 0 && pipe(sg) == 0 && pipe(xr) == 0 &&
+	          pipe(xg) == 0);
+	pid_t s = fork();
+	cr_assert_neq(s, -1);
+	if (s == 0)
+		small_reader(d.path, sr[1], sg[0]);
+	cr_assert_eq(read(sr[0], &c, 1), 1);
+	/* W: a 24 MiB map commits 3 MiB (the size LMDB records) and closes */
+	o = tl_opts(0, 24 * MiB, 0);
+	cr_assert_eq(heap_open(d.path, &o, &h), 0);
+	cr_assert_eq(heap_txn_begin(h, false, &t), 0);
+	put_big(t, 3 * MiB, &rc);
+	cr_assert_eq(rc, 0);
+	cr_assert_eq(heap_txn_commit(t), 0);
+	cr_assert_eq(heap_close(h), 0);
+	pid_t x = fork();
+	cr_assert_neq(x, -1);
+	if (x == 0)
+		big_writer(d.path, xr[1], xg[0]);
+	cr_assert_eq(read(xr[0], &c, 1), 1);
+	cr_assert_eq(write(sg[1], &c, 1), 1); /* S remaps */
+	cr_assert_eq(waitpid(s, &ss, 0), s);
+	cr_assert_eq(write(xg[1], &c, 1), 1); /* X writes its 32 MiB */
+	cr_assert_eq(waitpid(x, &sx, 0), x);
+	cr_assert(!WIFSIGNALED(sx), "X died of signal %d", WTERMSIG(sx));
+	cr_assert(WIFEXITED(ss) && WEXITSTATUS(ss) == 0, "S: status %d", ss);
+	cr_assert(WIFEXITED(sx) && WEXITSTATUS(sx) == 0, "X: status %d", sx);
+	o = tl_opts(0, 0, 0);
+	cr_assert_eq(heap_open(d.path, &o, &h), 0);
+	cr_assert_eq(heap_txn_begin(h, true, &t), 0);
+	cr_assert_eq(ht_count_chunks(t), 9);
+	heap_txn_abort(t);
+	cr_assert_eq(heap_close(h), 0);
+	tl_rmdir(&d);
+}
