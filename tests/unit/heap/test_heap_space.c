@@ -161,6 +161,28 @@ static void write_filler(const char *path, size_t bytes)
 	close(fd);
 }
 
+/* Commits one chunk of n bytes per txn until a put fails, which must be
+ * AH_EFULL; *failed gets that txn, still open.  Returns the chunks
+ * committed. */
+static uint64_t fill_to_full(heap *h, size_t n, heap_txn **failed)
+{
+	uint64_t n_ok = 0;
+	int rc = 0;
+
+	for (;;) {
+		cr_assert_eq(heap_txn_begin(h, false, failed), 0);
+		put_big(*failed, n, &rc);
+		if (rc != 0)
+			break;
+		rc = heap_txn_commit(*failed);
+		cr_assert_eq(rc, 0, "%s", ah_err_name(rc));
+		n_ok++;
+	}
+	cr_log_info("full after %lu chunks", (unsigned long)n_ok);
+	cr_assert_eq(rc, AH_EFULL);
+	return n_ok;
+}
+
 Test(heap_space, full_disk_tmpfs, .timeout = 60)
 {
 	tl_dir d;
@@ -181,17 +203,7 @@ Test(heap_space, full_disk_tmpfs, .timeout = 60)
 	cr_assert_eq(heap_stat(h, &st), 0);
 	cr_assert_eq(st.map_bytes, 32 * MiB); /* the filesystem's size */
 	write_filler(filler, 12 * MiB);
-	for (;;) {
-		cr_assert_eq(heap_txn_begin(h, false, &t), 0);
-		id = put_big(t, n, &rc);
-		if (rc != 0)
-			break;
-		rc = heap_txn_commit(t);
-		cr_assert_eq(rc, 0, "%s", ah_err_name(rc));
-		n_ok++;
-	}
-	cr_log_info("full after %lu chunks", (unsigned long)n_ok);
-	cr_assert_eq(rc, AH_EFULL);
+	n_ok = fill_to_full(h, n, &t);
 	cr_assert_geq(n_ok, 10);
 	cr_assert_eq(heap_txn_commit(t), AH_EBADTXN);
 	cr_assert_eq(heap_close(h), 0);
@@ -325,15 +337,7 @@ Test(heap_space, full_disk_reuses_freed_pages, .timeout = 60)
 	write_filler(filler, 2 * MiB);
 	cr_assert_eq(heap_open(path, &o, &h), 0);
 	n = heap_chunk_max_body(h);
-	for (;;) {
-		cr_assert_eq(heap_txn_begin(h, false, &t), 0);
-		put_big(t, n, &rc);
-		if (rc != 0)
-			break;
-		cr_assert_eq(heap_txn_commit(t), 0);
-		n_ok++;
-	}
-	cr_assert_eq(rc, AH_EFULL);
+	n_ok = fill_to_full(h, n, &t);
 	heap_txn_abort(t);
 	cr_assert_geq(n_ok, 12);
 	free_chunks(h, 1, 8, 9); /* 9 MiB freed, 8 of it reusable now */
