@@ -183,6 +183,10 @@ typedef struct ah_open_opts {
 	size_t size;          /* sizeof(ah_open_opts) */
 	unsigned flags;       /* AH_OPEN_* */
 	uint64_t max_bytes;   /* heap size limit in bytes; 0 = bounded by disk.
+	                       * Under 1 MiB it is taken as 1 MiB, and below
+	                       * the data already held (the pages in use) as
+	                       * that: never an error (ah_set_max_bytes
+	                       * refuses such a limit).
 	                       * A writable open while another process has
 	                       * the heap open maps at least the file's size
 	                       * (the largest map of those processes; LMDB
@@ -235,12 +239,15 @@ int ah_sync(ah_heap *heap);
  * Only with no transaction open in this process (with AH_OPEN_BGMERGE it
  * first waits for a slice of the merge thread in flight, and holds the
  * thread meanwhile).  Errors: AH_ESTATE (a txn is open), AH_EINVAL
- * (max_bytes below the data already held: the pages in
- * use, ah_heap_stat's pages_used * page_size; nothing changes), AH_EBUSY
+ * (max_bytes, as given, below the data already held: the pages in
+ * use, ah_heap_stat's pages_used * page_size; nothing changes; so 1 on a
+ * heap holding 16 KiB is AH_EINVAL, where ah_open's max_bytes 1 maps
+ * 1 MiB), AH_EBUSY
  * (a limit below the file's size while another process has the heap
  * open: LMDB would truncate the file under that process's map; nothing
- * changes), AH_EIO, AH_EFORK.  A limit under 1 MiB is accepted as 1 MiB (the map's minimum:
- * map_bytes reports it).  Source: mdb_env_set_mapsize. */
+ * changes), AH_EIO, AH_EFORK.  A limit under 1 MiB that is not below the
+ * data held is accepted as 1 MiB (the map's minimum: map_bytes reports
+ * it).  Source: mdb_env_set_mapsize. */
 int ah_set_max_bytes(ah_heap *heap, uint64_t max_bytes);
 
 typedef struct ah_heap_stat {

@@ -149,6 +149,67 @@ Test(heap_space, full_at_max_bytes)
 	tl_rmdir(&d);
 }
 
+/* An open whose max_bytes is below the data already held (here 1 byte,
+ * under 1 MiB too) is no error: the map holds exactly the pages in use,
+ * nothing is cut, every chunk reads back; a write that needs a page more
+ * is AH_EFULL and leaves nothing, and succeeds once the limit is raised.
+ * (ah_set_max_bytes with the same value is AH_EINVAL: full_at_max_bytes,
+ * api_errors::set_max_bytes_below_data.) */
+Test(heap_space, open_below_the_data_maps_the_data)
+{
+	tl_dir d;
+	heap *h;
+	heap_txn *t;
+	ah_open_opts o = tl_opts(AH_OPEN_CREATE, 64 * MiB, 0);
+	ah_heap_stat st;
+	struct stat fs;
+	size_t n;
+	int rc = 0;
+
+	d = tl_tmpdir("heap");
+	cr_assert_eq(heap_open(d.path, &o, &h), 0);
+	n = heap_chunk_max_body(h);
+	for (int i = 0; i < 7; i++) {
+		cr_assert_eq(heap_txn_begin(h, false, &t), 0);
+		put_big(t, n, &rc);
+		cr_assert_eq(rc, 0);
+		cr_assert_eq(heap_txn_commit(t), 0);
+	}
+	cr_assert_eq(heap_close(h), 0);
+
+	o = tl_opts(0, 1, 0);
+	cr_assert_eq(heap_open(d.path, &o, &h), 0);
+	cr_assert_eq(heap_stat(h, &st), 0);
+	uint64_t held = st.pages_used * st.page_size;
+	cr_assert_gt(held, 7 * (uint64_t)n, "the data is larger than 1 MiB");
+	cr_assert_eq(st.map_bytes, held, "the map holds the pages in use");
+	cr_assert_eq(stat(d.path, &fs), 0);
+	cr_assert_geq((uint64_t)fs.st_size, held, "nothing cut");
+	cr_assert_eq(heap_txn_begin(h, true, &t), 0);
+	cr_assert_eq(ht_count_chunks(t), 7);
+	for (uint64_t i = 1; i <= 7; i++)
+		check_big(t, i, n);
+	heap_txn_abort(t);
+	cr_assert_eq(heap_txn_begin(h, false, &t), 0);
+	put_big(t, n, &rc);
+	cr_assert_eq(rc, AH_EFULL, "%s", ah_err_name(rc));
+	heap_txn_abort(t);
+	cr_assert_eq(heap_set_max_bytes(h, 1), AH_EINVAL);
+	cr_assert_eq(heap_set_max_bytes(h, 16 * MiB), 0);
+	cr_assert_eq(heap_txn_begin(h, false, &t), 0);
+	uint64_t id = put_big(t, n, &rc);
+	cr_assert_eq(rc, 0);
+	cr_assert_eq(id, 8);
+	cr_assert_eq(heap_txn_commit(t), 0);
+	cr_assert_eq(heap_txn_begin(h, true, &t), 0);
+	for (uint64_t i = 1; i <= 8; i++)
+		check_big(t, i, n);
+	heap_txn_abort(t);
+	check_stat_covers(h);
+	cr_assert_eq(heap_close(h), 0);
+	tl_rmdir(&d);
+}
+
 static void write_filler(const char *path, size_t bytes)
 {
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
