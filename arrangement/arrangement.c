@@ -49,7 +49,7 @@ int arr_load(heap_txn *t, const char *name, arrangement **out)
 	*out = NULL;
 	if (n > AH_NAME_MAX)
 		return AH_EINVAL;
-	if ((a = calloc(1, sizeof *a)) == NULL)
+	if ((a = heap_zalloc(1, sizeof *a)) == NULL)
 		return AH_ENOMEM;
 	if ((rc = spine_load(t, name, &a->sp)) != 0) {
 		free(a);
@@ -233,7 +233,7 @@ int arr_cursor(heap_txn *t, const arrangement *a, bool at, const void *key,
                size_t len, trace_cursor **out)
 {
 	const spine *sp = &a->sp;
-	batch **bs = calloc(sp->nbatches ? sp->nbatches : 1, sizeof *bs);
+	batch **bs = heap_zalloc(sp->nbatches ? sp->nbatches : 1, sizeof *bs);
 	uint32_t n = 0;
 	int rc = 0;
 
@@ -278,7 +278,7 @@ int arr_batch_cursor(heap_txn *t, const arrangement *a, uint64_t id,
 	*out = NULL;
 	if (id == 0 || !has_batch(&a->sp, id))
 		return AH_ENOTFOUND;
-	if ((bs = calloc(1, sizeof *bs)) == NULL)
+	if ((bs = heap_zalloc(1, sizeof *bs)) == NULL)
 		return AH_ENOMEM;
 	/* Since the minimum time: the stored times, not advanced. */
 	if ((rc = batch_load_listed(t, id, &bs[0])) == 0 &&

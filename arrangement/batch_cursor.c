@@ -106,7 +106,7 @@ int bcur_rewind_keys(batch_cursor *c)
 /* A fresh cursor on b with no position yet (NULL when out of memory). */
 static batch_cursor *cursor_new(heap_txn *t, const batch *b, frontier since)
 {
-	batch_cursor *c = calloc(1, sizeof *c);
+	batch_cursor *c = heap_zalloc(1, sizeof *c);
 	if (c) {
 		c->t = t;
 		c->b = b;

@@ -200,13 +200,13 @@ static int open_cursor(heap_txn *t, batch *const *batches, size_t n,
 	int rc = 0;
 	if (!t || (n && !batches) || !out || n > UINT32_MAX)
 		return AH_EINVAL;
-	trace_cursor *c = calloc(1, sizeof *c);
+	trace_cursor *c = heap_zalloc(1, sizeof *c);
 	if (!c)
 		return AH_ENOMEM;
-	c->bc = calloc(n + 1, sizeof *c->bc);
-	c->kat = calloc(n + 1, sizeof *c->kat);
-	c->vat = c->vbase = calloc(n + 1, sizeof *c->vbase);
-	c->deferred = calloc(n + 1, sizeof *c->deferred);
+	c->bc = heap_zalloc(n + 1, sizeof *c->bc);
+	c->kat = heap_zalloc(n + 1, sizeof *c->kat);
+	c->vat = c->vbase = heap_zalloc(n + 1, sizeof *c->vbase);
+	c->deferred = heap_zalloc(n + 1, sizeof *c->deferred);
 	if (!c->bc || !c->kat || !c->vbase || !c->deferred) {
 		rc = AH_ENOMEM;
 		goto out;

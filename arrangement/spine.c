@@ -108,8 +108,8 @@ int spine_load(heap_txn *t, const char *name, spine *sp)
 	    !frontier_le(sp->since, sp->upper) || (uint64_t)nb * 16 > r.left ||
 	    nm > nb)
 		return CORRUPT("arrangement record header");
-	sp->batches = calloc(nb ? nb : 1, sizeof *sp->batches);
-	sp->merges = calloc(nm ? nm : 1, sizeof *sp->merges);
+	sp->batches = heap_zalloc(nb ? nb : 1, sizeof *sp->batches);
+	sp->merges = heap_zalloc(nm ? nm : 1, sizeof *sp->merges);
 	if (!sp->batches || !sp->merges) {
 		spine_clear(sp);
 		return AH_ENOMEM;

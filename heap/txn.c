@@ -103,7 +103,7 @@ int heap_txn_begin(heap *h, bool rdonly, heap_txn **out)
 		return rc;
 	if (!rdonly && (h->flags & AH_OPEN_RDONLY))
 		return AH_EREADONLY;
-	if ((t = calloc(1, sizeof *t)) == NULL)
+	if ((t = heap_zalloc(1, sizeof *t)) == NULL)
 		return AH_ENOMEM;
 	t->h = h;
 	t->rdonly = rdonly;

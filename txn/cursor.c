@@ -92,7 +92,7 @@ static int cursor_new(ah_txn *t, const char *name, enum how how,
 	*out = NULL;
 	if ((rc = arr_load(t->ht, name, &a)))
 		return txn_fail(t, rc, "no arrangement named '%s'", name);
-	if ((c = calloc(1, sizeof *c)) == NULL) {
+	if ((c = heap_zalloc(1, sizeof *c)) == NULL) {
 		arr_free(a);
 		return AH_ENOMEM;
 	}

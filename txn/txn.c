@@ -213,7 +213,7 @@ int ah_txn_begin(ah_heap *ah, unsigned flags, ah_txn **out)
 	if (rc)
 		return rc;
 	bool rdonly = flags & AH_TXN_RDONLY;
-	ah_txn *t = calloc(1, sizeof *t);
+	ah_txn *t = heap_zalloc(1, sizeof *t);
 	if (!t)
 		return AH_ENOMEM;
 	t->heap = ah;
