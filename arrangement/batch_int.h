@@ -311,7 +311,7 @@ static inline uint32_t bchunk_guess_span(uint32_t nkeys)
  * and puts it.  Errors: AH_ENOMEM, AH_ELIMIT, heap_put's. */
 int batch_record_put(heap_txn *t, const batch *b);
 
-#define BCUR_TSCRATCH 16
+#define BCUR_TSCRATCH 12
 
 /* The batch cursor's state: private to batch_cursor.c, defined here only so
  * that the accessors below inline (merges call them per (key, val)). */
