@@ -103,6 +103,12 @@ int bcur_rewind_keys(batch_cursor *c)
 	return set_key(c, 0);
 }
 
+/* A point query makes one a batch it visits: small enough for glibc's
+ * per-thread cache (requests up to 1,032 bytes), which serves it without
+ * a trip into the allocator (heap_zalloc, BENCHMARKS.md). */
+_Static_assert(sizeof(batch_cursor) <= 1032,
+               "batch_cursor past glibc's thread-cache size");
+
 /* A fresh cursor on b with no position yet (NULL when out of memory). */
 static batch_cursor *cursor_new(heap_txn *t, const batch *b, frontier since)
 {
