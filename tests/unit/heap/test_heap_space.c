@@ -222,6 +222,17 @@ static void write_filler(const char *path, size_t bytes)
 	close(fd);
 }
 
+/* A tmpfs of `size` (tl_tmpfs_dir), with path naming a heap in it and
+ * filler a file beside it (each 160 bytes). */
+static tl_dir tmpfs_heap(const char *size, char *path, char *filler)
+{
+	tl_dir d = tl_tmpfs_dir("heap", size);
+
+	snprintf(path, 160, "%s/heap", d.dir);
+	snprintf(filler, 160, "%s/filler", d.dir);
+	return d;
+}
+
 /* Commits one chunk of n bytes per txn until a put fails, which must be
  * AH_EFULL; *failed gets that txn, still open.  Returns the chunks
  * committed. */
@@ -256,9 +267,7 @@ Test(heap_space, full_disk_tmpfs, .timeout = 60)
 	uint64_t n_ok = 0, id;
 	int rc = 0;
 
-	d = tl_tmpfs_dir("heap", "32m");
-	snprintf(path, sizeof path, "%s/heap", d.dir);
-	snprintf(filler, sizeof filler, "%s/filler", d.dir);
+	d = tmpfs_heap("32m", path, filler);
 	cr_assert_eq(heap_open(path, &o, &h), 0);
 	n = heap_chunk_max_body(h);
 	cr_assert_eq(heap_stat(h, &st), 0);
@@ -392,9 +401,7 @@ Test(heap_space, full_disk_reuses_freed_pages, .timeout = 60)
 	uint64_t n_ok = 0, id;
 	int rc = 0;
 
-	d = tl_tmpfs_dir("heap", "32m");
-	snprintf(path, sizeof path, "%s/heap", d.dir);
-	snprintf(filler, sizeof filler, "%s/filler", d.dir);
+	d = tmpfs_heap("32m", path, filler);
 	write_filler(filler, 2 * MiB);
 	cr_assert_eq(heap_open(path, &o, &h), 0);
 	n = heap_chunk_max_body(h);
@@ -472,9 +479,7 @@ Test(heap_space, free_list_rewrite_has_its_blocks, .timeout = 120)
 	const int pairs = 5000;
 	int rc, status;
 
-	d = tl_tmpfs_dir("heap", "800m");
-	snprintf(path, sizeof path, "%s/heap", d.dir);
-	snprintf(filler, sizeof filler, "%s/filler", d.dir);
+	d = tmpfs_heap("800m", path, filler);
 	cr_assert_eq(heap_open(path, &o, &h), 0);
 	cr_assert_eq(heap_txn_begin(h, false, &t), 0);
 	for (int i = 0; i < pairs; i++) { /* odd ids big, even ids small */
