@@ -8,13 +8,14 @@
  *   ah-bench gen N LOG        only writes the log of N updates
  *
  * Per size: generate the flat log of N updates (bench/common.c); then
- * arrheap, rocksdb and lmdb (and rebuild, R runs, right after arrheap):
- * load once (ingest),
+ * arrheap, arrheap-bg (arrheap with the merge thread in every process, in
+ * a directory of its own), rocksdb and lmdb (and rebuild, R runs, right
+ * after arrheap): load once (ingest),
  * one discarded warm-up start, R warm starts, a warm scan, R cold starts
  * (each after evicting the system's files from the page cache, confirmed
  * with mincore), a cold scan; then rocksdb's reopen after kill -9, and
- * arrheap's full merge and its load again with the merge thread
- * (ingest_bg_ups).  Start-up figures are medians of R runs with min
+ * arrheap's full merge (after which its heap is removed unless --keep).
+ * Start-up figures are medians of R runs with min
  * and max (--max-rebuild-s S: the rebuild stops after 3 runs once its runs
  * took S seconds, for the largest sizes on a slow machine; the row's "runs"
  * says how many).  The answers of all systems are compared run by run.
@@ -200,15 +201,20 @@ static uint64_t evict(const char *path, uint64_t *pages)
 /* ---------------------------------------------------------- systems */
 
 typedef struct sysdef {
-	const char *name;     /* "arrheap", "rocksdb", "lmdb-kv" */
+	const char *name;     /* "arrheap", "arrheap-bg", "rocksdb", "lmdb-kv" */
 	const char *bin;
-	const char *files;    /* under the size's data dir */
+	const char *files;    /* under the system's data dir */
+	const char *sub;      /* the system's data dir under the size's, or NULL */
+	int bgmerge;          /* AH_BENCH_BGMERGE=1 for all its processes */
 } sysdef;
 
+/* arrheap-bg is arrheap with the merge thread (AH_OPEN_BGMERGE) in every
+ * process: the same program and workload, in a directory of its own. */
 static const sysdef SYS[] = {
-	{ "arrheap", "ah-bench-arrheap", "heap" },
-	{ "rocksdb", "ah-bench-rocksdb", "rocks" },
-	{ "lmdb-kv", "ah-bench-lmdb", "lmdb.mdb" },
+	{ "arrheap", "ah-bench-arrheap", "heap", NULL, 0 },
+	{ "arrheap-bg", "ah-bench-arrheap", "heap", "bgmerge", 1 },
+	{ "rocksdb", "ah-bench-rocksdb", "rocks", NULL, 0 },
+	{ "lmdb-kv", "ah-bench-lmdb", "lmdb.mdb", NULL, 0 },
 };
 
 static void gen_log(const char *path, uint64_t n)
@@ -285,50 +291,26 @@ static void scan(const sysdef *s, const char *dir, uint64_t n, int cold, row *w,
 
 static void rm_rf(const char *path);
 
-/* arrheap's load again with the merge thread (AH_OPEN_BGMERGE), into a
- * directory of its own after the first heap was removed (unless --keep):
- * ingest_bg_ups, the same workload with the second core merging. */
-static void ingest_bg(const sysdef *s, const char *dir, const char *log,
-                      uint64_t n, row *warm, row *cold)
+static void measure_system(const sysdef *s, const char *sizedir,
+                           const char *log, uint64_t n, figs *answers)
 {
-	char bg[4096], heap[4096], ns[32];
-	figs f;
-
-	snprintf(ns, sizeof ns, "%llu", (unsigned long long)n);
-	if (snprintf(bg, sizeof bg, "%s/bgmerge", dir) >= (int)sizeof bg)
-		bench_die("data directory name too long: %s", dir);
-	if (!O.keep) {
-		for (int lock = 0; lock < 2; lock++) {
-			if (snprintf(heap, sizeof heap, "%s/%s%s", dir, s->files,
-			             lock ? "-lock" : "") >= (int)sizeof heap)
-				bench_die("data directory name too long: %s", dir);
-			rm_rf(heap);
-		}
-	}
-	rm_rf(bg);
-	if (mkdir(bg, 0755) != 0)
-		bench_die("mkdir %s: %s", bg, strerror(errno));
-	figs_clear(&f);
-	setenv("AH_BENCH_BGMERGE", "1", 1);
-	const char *a[] = { "load", bg, log, ns, NULL };
-	must(run_child(s->bin, &f, a), s->bin);
-	unsetenv("AH_BENCH_BGMERGE");
-	if (!O.keep)
-		rm_rf(bg);
-	progress("  ingest with the merge thread %.0f updates/s\n",
-	         figs_get(&f, "ingest_ups"));
-	row_set(warm, "ingest_bg_ups", figs_get(&f, "ingest_ups"));
-	row_set(cold, "ingest_bg_ups", figs_get(&f, "ingest_ups"));
-}
-
-static void measure_system(const sysdef *s, const char *dir, const char *log,
-                           uint64_t n, figs *answers)
-{
-	char ns[32];
+	char ns[32], subdir[4096];
+	const char *dir = sizedir;
 	figs load, f;
 	row *warm = rows_add(s->name, "-warm", n), *cold;
 
 	snprintf(ns, sizeof ns, "%llu", (unsigned long long)n);
+	if (s->sub) {
+		if (snprintf(subdir, sizeof subdir, "%s/%s", sizedir, s->sub) >=
+		    (int)sizeof subdir)
+			bench_die("data directory name too long: %s", sizedir);
+		rm_rf(subdir);
+		if (mkdir(subdir, 0755) != 0)
+			bench_die("mkdir %s: %s", subdir, strerror(errno));
+		dir = subdir;
+	}
+	if (s->bgmerge)
+		setenv("AH_BENCH_BGMERGE", "1", 1);
 	figs_clear(&load);
 	progress("%s: loading %llu updates\n", s->name, (unsigned long long)n);
 	const char *a[] = { "load", dir, log, ns, NULL };
@@ -349,7 +331,7 @@ static void measure_system(const sysdef *s, const char *dir, const char *log,
 
 	for (row *w = warm; w; w = w == warm ? cold : NULL) {
 		row_copy_load(w, &load, n);
-		if (strcmp(s->name, "arrheap") == 0)
+		if (strncmp(s->name, "arrheap", 7) == 0)
 			row_set(w, "page_reads_estimate",
 			        drv_page_reads_estimate(dir, &load));
 	}
@@ -378,8 +360,19 @@ static void measure_system(const sysdef *s, const char *dir, const char *log,
 			row_set(w, "bytes_after_merge", figs_get(&f, "after_chunk_bytes"));
 			row_set(w, "live_bytes_after_merge", figs_get(&f, "after_live_bytes"));
 		}
-		ingest_bg(s, dir, log, n, warm, cold);
 	}
+	unsetenv("AH_BENCH_BGMERGE");
+	/* arrheap-bg comes next: the first heap goes first, for the space */
+	if (!O.keep && strcmp(s->name, "arrheap") == 0)
+		for (int lock = 0; lock < 2; lock++) {
+			char heap[4096];
+			if (snprintf(heap, sizeof heap, "%s/%s%s", dir, s->files,
+			             lock ? "-lock" : "") >= (int)sizeof heap)
+				bench_die("data directory name too long: %s", dir);
+			rm_rf(heap);
+		}
+	if (!O.keep && s->sub)
+		rm_rf(dir);
 }
 
 static void measure_rebuild(const char *log, uint64_t n, figs *answers)
@@ -439,7 +432,8 @@ static void stop_now(void)
 	exit(128 + stop_signal);
 }
 
-/* --systems: a comma-separated subset of arrheap, rebuild, rocksdb, lmdb-kv */
+/* --systems: a comma-separated subset of arrheap, arrheap-bg, rebuild,
+ * rocksdb, lmdb-kv */
 static int selected(const char *name)
 {
 	const char *p = O.systems;
@@ -488,8 +482,8 @@ static void measure_size(uint64_t n)
 #define BYTES_PER_UPDATE 320ull
 #define MAX_SIZE 1000000000ull /* 10^9 updates: 320 GB of data */
 
-static const char *const SYSTEM_NAMES[] = { "arrheap", "rebuild", "rocksdb",
-	                                    "lmdb-kv" };
+static const char *const SYSTEM_NAMES[] = { "arrheap", "arrheap-bg",
+	                                    "rebuild", "rocksdb", "lmdb-kv" };
 
 static void bad(const char *what, const char *v)
 {
@@ -522,7 +516,8 @@ static void check_systems(const char *list)
 			if (strcmp(tok, SYSTEM_NAMES[i]) == 0)
 				break;
 		if (i == sizeof SYSTEM_NAMES / sizeof SYSTEM_NAMES[0])
-			bad("--systems: unknown system (arrheap, rebuild, rocksdb, lmdb-kv)",
+			bad("--systems: unknown system (arrheap, arrheap-bg, rebuild, "
+			    "rocksdb, lmdb-kv)",
 			    tok);
 	}
 	free(s);
@@ -550,7 +545,7 @@ static void usage(void)
 {
 	fprintf(stderr, "usage: ah-bench [--sizes N,N,...] [--runs R] [--out DIR] "
 	        "[--data DIR] [--bin DIR] [--keep] [--max-rebuild-s S]\n"
-	        "       [--systems arrheap,rebuild,rocksdb,lmdb-kv]\n       ah-bench gen N LOG\n");
+	        "       [--systems arrheap,arrheap-bg,rebuild,rocksdb,lmdb-kv]\n       ah-bench gen N LOG\n");
 	exit(2);
 }
 
