@@ -215,9 +215,9 @@ void arr_set_since(arrangement *a, frontier since)
 }
 
 int arr_maintain(heap_txn *t, pool *p, arrangement *a, uint64_t fuel,
-                 uint64_t quantum, bool *idle)
+                 uint64_t quantum, bool bg, uint64_t avoid, bool *idle)
 {
-	return spine_maintain(t, p, &a->sp, fuel, quantum, idle);
+	return spine_maintain(t, p, &a->sp, fuel, quantum, bg, avoid, idle);
 }
 
 int arr_drop(heap_txn *t, arrangement *a)

@@ -75,7 +75,7 @@ void arr_set_since(arrangement *a, frontier since);
  * merges an idle arrangement still deserves; *idle when nothing is left.
  * Errors: as arr_append. */
 int arr_maintain(heap_txn *t, pool *p, arrangement *a, uint64_t fuel,
-                 uint64_t quantum, bool *idle);
+                 uint64_t quantum, bool bg, uint64_t avoid, bool *idle);
 /* Frees every batch of a's trace, every merge's output so far and all
  * their chunks (spine_drop_all), and deletes a's record, in t; a is only
  * to be freed afterwards.  Snapshots older than t still see all of it.

@@ -500,8 +500,34 @@ static int maintain_all(heap_txn *t, pool *p, spine *sp, bool *idle)
 	return rc;
 }
 
+/* Fueled maintenance with a merge thread: the merges the policy asks for
+ * are started, not run, and the fuel is credit for the thread (run here
+ * only past its slack, as at a push). */
+static int maintain_bg(heap_txn *t, pool *p, spine *sp, uint64_t fuel,
+                       uint64_t quantum, uint64_t avoid, bool *idle)
+{
+	int rc = spine_tidy(t, p, sp, quantum, true);
+
+	if (rc == 0 && sp->nmerges == 0) {
+		bool lag;
+		if ((rc = lagging(t, sp, &lag)))
+			return rc;
+		if (sp->nbatches < 2 && !(sp->nbatches == 1 && lag)) {
+			*idle = true;
+			return 0;
+		}
+		rc = start_merge(t, p, sp, 0, sp->nbatches, quantum, true);
+	}
+	/* at most a quantum a call: a thread that makes no progress (failing
+	 * slices) still sees its merges run here after SPINE_BG_SLACK calls */
+	if (rc == 0)
+		rc = spend(t, p, sp, fuel < quantum ? fuel : quantum, quantum, true,
+		           avoid);
+	return rc;
+}
+
 int spine_maintain(heap_txn *t, pool *p, spine *sp, uint64_t fuel,
-                   uint64_t quantum, bool *idle)
+                   uint64_t quantum, bool bg, uint64_t avoid, bool *idle)
 {
 	uint64_t used = 0;
 	int rc;
@@ -510,6 +536,8 @@ int spine_maintain(heap_txn *t, pool *p, spine *sp, uint64_t fuel,
 		return maintain_all(t, p, sp, idle);
 	if (!quantum)
 		quantum = SPINE_MERGE_QUANTUM;
+	if (bg)
+		return maintain_bg(t, p, sp, fuel, quantum, avoid, idle);
 	if ((rc = spine_tidy(t, p, sp, quantum, false)))
 		return rc;
 	for (;;) {

@@ -81,9 +81,12 @@ int spine_complete(heap_txn *t, spine *sp, uint32_t mi, batch *const *in,
 /* Input updates merge m still has to read (size - done). */
 uint64_t spine_merge_left(const spine *sp, const spine_merge *m);
 /* Spends up to fuel units (0 = unbounded) on merges, starting the merges an
- * idle arrangement still deserves.  *idle = true when nothing is left. */
+ * idle arrangement still deserves.  *idle = true when nothing is left.
+ * bg (fuel > 0 only): a merge thread works; the merges are started and the
+ * fuel granted to each as credit, run here only past the thread's slack
+ * (as spine_push; avoid likewise). */
 int spine_maintain(heap_txn *t, pool *p, spine *sp, uint64_t fuel,
-                   uint64_t quantum, bool *idle);
+                   uint64_t quantum, bool bg, uint64_t avoid, bool *idle);
 /* Checks S1-S4 against the batch records.  Errors: AH_ECORRUPT (msg). */
 int spine_check(heap_txn *t, const spine *sp, char *msg, size_t msglen);
 /* Frees every batch, partial merge output and chunk of the spine. */

@@ -133,6 +133,12 @@ int heap_txn_begin(heap *h, bool rdonly, heap_txn **out)
 	rc = HEAP_MDB(mdb_txn_begin(h->env, NULL, mflags, &t->txn));
 	if (rc == MDB_MAP_RESIZED && (rc = adopt_map(h)) == 0)
 		rc = mdb_txn_begin(h->env, NULL, mflags, &t->txn);
+	/* A read txn finds the table full: slots of dead processes are
+	 * cleared here too (else only the next write txn would), then once
+	 * more. */
+	if (rc == MDB_READERS_FULL && rdonly &&
+	    (rc = HEAP_MDB(mdb_reader_check(h->env, NULL))) == 0)
+		rc = HEAP_MDB(mdb_txn_begin(h->env, NULL, mflags, &t->txn));
 	if ((rc = heap_err(rc)) != 0) {
 		release(t);
 		return rc;

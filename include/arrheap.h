@@ -313,7 +313,8 @@ int ah_pool_stats_get(ah_heap *heap, ah_pool_stats *st);
  * ah_builder_abandon (see ah_txn_abort).  *out is owned by the caller until
  * commit or abort.
  * Errors: AH_EINVAL, AH_EREADONLY (write txn on a read-only heap), AH_EBUSY
- * (no free reader slot), AH_ESTATE (this thread already has a write txn),
+ * (no free reader slot: every slot is held by a live process; those of
+ * dead processes are cleared first), AH_ESTATE (this thread already has a write txn),
  * AH_EFORK, AH_ENOMEM, AH_EIO, AH_EFULL.  Source: mdb_txn_begin. */
 int ah_txn_begin(ah_heap *heap, unsigned flags, ah_txn **out);
 
@@ -481,8 +482,16 @@ int ah_set_since(ah_txn *txn, const char *name, uint64_t since);
  * so that retracted and compacted data gives its space back.  fuel 0 is one
  * merge of the whole trace (merges in progress are given up, not finished
  * first, so each update is read once), after which the arrangement is one
- * batch.  *idle (may be NULL) is set to 1 when nothing is left to do.  Errors: as ah_append.
- * Source: differential dataflow's Spine::exert (spine_fueled). */
+ * batch.  *idle (may be NULL) is set to 1 when nothing is left to do.
+ * With AH_OPEN_BGMERGE and fuel > 0 the merge work is the merge thread's:
+ * the call starts the merges the policy and an idle arrangement ask for
+ * (as above) and leaves their computing to the thread, so *idle stays 0
+ * until the thread has done it; each call grants at most the heap's
+ * merge_quantum of credit, and a merge that falls 8 quanta behind runs
+ * inline as at an append (backpressure: a loop of ah_maintain calls ends
+ * even when the thread makes no progress).  fuel 0 runs inline always.
+ * Errors: as ah_append.  Source: differential dataflow's Spine::exert
+ * (spine_fueled). */
 int ah_maintain(ah_txn *txn, const char *name, uint64_t fuel, int *idle);
 
 /* The merge thread (AH_OPEN_BGMERGE; ARCHITECTURE.md §6 "The merge
@@ -490,8 +499,8 @@ int ah_maintain(ah_txn *txn, const char *name, uint64_t fuel, int *idle);
  * first commit that leaves a merge in progress starts it, ah_close stops
  * and joins it (a slice being computed is dropped; the spine stays as
  * last committed, every merge resumable from its stored boundary).  It
- * computes each slice of a merge (1 to 32 MiB of output) in a read txn,
- * outside any write txn, and installs it in a short write txn of its own:
+ * computes each slice of a merge (8 to 32 MiB of output, less at its
+ * end) in a read txn, outside any write txn, and installs it in a short write txn of its own:
  * a write ah_txn_begin of this process waits only for such an install,
  * never for the compute.  Appends then spend no merge fuel themselves,
  * unless a merge falls behind the inline schedule by more than
@@ -499,8 +508,9 @@ int ah_maintain(ah_txn *txn, const char *name, uint64_t fuel, int *idle);
  * backpressure: it then runs inline as without the flag), so batches and
  * space stay bounded as without it.  Each install is a durable commit of
  * its own (with the syncs of the heap's mode).
- * Answers, durability and recovery are exactly as without it; ah_maintain
- * runs inline as always.  Only a merge in progress at a commit of this
+ * Answers, durability and recovery are exactly as without it;
+ * ah_maintain with fuel > 0 leaves its merges to the thread too (above),
+ * with fuel 0 runs inline.  Only a merge in progress at a commit of this
  * handle is picked up (one left by an earlier process waits for the next
  * append or ah_maintain of its arrangement).  Never fork with the flag and
  * use the handle in the child (Caveats: the child has no merge thread). */

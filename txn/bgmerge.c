@@ -31,7 +31,7 @@
  * txn of this process holds the writer lock (the install would wait for
  * it anyway) on up to BG_MAX_BYTES: one install per user commit, sized
  * to what the thread computed meanwhile. */
-#define BG_MIN_BYTES (1u << 20)
+#define BG_MIN_BYTES (8u << 20)
 #define BG_MAX_BYTES (32u << 20)
 
 struct bgm {

@@ -367,7 +367,9 @@ int ah_maintain(ah_txn *t, const char *name, uint64_t fuel, int *idle)
 	if (rc)
 		return rc;
 	TRY(load(t, name, &a));
+	bool bg = fuel > 0 && bgm_active(t->heap);
 	if ((rc = arr_maintain(t->ht, txn_pool(t), a, fuel, t->heap->merge_quantum,
+	                       bg, bg ? bgm_current(t->heap, name) : 0,
 	                       &is_idle))) {
 		txn_poison(t, rc, "arrangement '%s': %s", name, ah_strerror(rc));
 		goto out;

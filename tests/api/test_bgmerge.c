@@ -293,3 +293,157 @@ Test(bgmerge, fork_child_gets_efork, .timeout = 120)
 	OK(ah_close(h));
 	tl_rmdir(&d);
 }
+
+/* Two appends of n updates at times 0 and 1 and their content hash: two
+ * batches of one size, which the size policy leaves unmerged. */
+static uint64_t two_batches(ah_heap *h, uint64_t seed, size_t n)
+{
+	ah_update *u = calloc(n, sizeof *u);
+	uint64_t *keys = calloc(n, sizeof *keys), s = seed, hash, cnt, m;
+	ah_arrangement_info in;
+	ah_txn *t;
+
+	cr_assert(u && keys);
+	for (uint64_t c = 0; c < 2; c++) {
+		fill(&s, u, keys, n, 4 * n, c);
+		OK(ah_txn_begin(h, 0, &t));
+		if (c == 0)
+			OK(ah_arrangement_create(t, "a"));
+		OK(ah_append(t, "a", c, c + 1, u, n));
+		OK(ah_source_put(t, "model", &(uint64_t){ c + 1 }, 8));
+		OK(ah_txn_commit(t));
+	}
+	OK(ah_txn_begin(h, 0, &t));
+	OK(ah_arrangement_info_get(t, "a", &in));
+	ah_txn_abort(t);
+	cr_assert_eq(in.batches, 2);
+	cr_assert_eq(in.merging, 0);
+	tl_content(h, "a", &hash, &cnt, &m);
+	free(u);
+	free(keys);
+	return hash;
+}
+
+/* ah_maintain(fuel > 0) on a heap with the merge thread starts the merge
+ * an idle arrangement deserves and leaves its computing to the thread:
+ * inside the txn the two batches are still there, the merge recorded and
+ * *idle 0; after the commit the thread merges them into one.  Without
+ * the flag the same call merges inline: one batch and *idle 1 at once. */
+Test(bgmerge, maintain_leaves_merges_to_the_thread, .timeout = 120)
+{
+	tl_dir d = tl_tmpdir("bgmaint");
+	ah_heap *h[2] = {
+		tl_open(d.dir, "inline", AH_OPEN_NOSYNC, 1024),
+		tl_open(d.dir, "bg", AH_OPEN_NOSYNC | AH_OPEN_BGMERGE, 1024),
+	};
+	uint64_t want = 0;
+
+	for (int i = 0; i < 2; i++) {
+		ah_arrangement_info in;
+		ah_merge_stats st;
+		uint64_t got, n, m;
+		ah_txn *t;
+		int idle = -1;
+
+		got = two_batches(h[i], 1305, 3000);
+		if (i == 0)
+			want = got;
+		cr_assert_eq(got, want);
+		OK(ah_txn_begin(h[i], 0, &t));
+		OK(ah_maintain(t, "a", 1000000, &idle));
+		OK(ah_arrangement_info_get(t, "a", &in));
+		cr_assert_eq(idle, i == 0 ? 1 : 0, "heap %d: idle %d", i, idle);
+		cr_assert_eq(in.batches, i == 0 ? 1 : 2, "heap %d", i);
+		cr_assert_eq(in.merging, i == 0 ? 0 : 1, "heap %d", i);
+		OK(ah_txn_commit(t));
+		OK(ah_merge_wait(h[i], &st));
+		cr_assert_eq(st.installed > 0, i == 1, "heap %d: %" PRIu64
+		             " slices installed", i, st.installed);
+		cr_assert_eq(st.errors, 0);
+		OK(ah_txn_begin(h[i], AH_TXN_RDONLY, &t));
+		OK(ah_arrangement_info_get(t, "a", &in));
+		ah_txn_abort(t);
+		cr_assert_eq(in.batches, 1, "heap %d", i);
+		cr_assert_eq(in.merging, 0, "heap %d", i);
+		OK(tl_verify(h[i], NULL));
+		tl_content(h[i], "a", &got, &n, &m);
+		cr_assert_eq(got, want, "heap %d: contents changed", i);
+		OK(ah_txn_begin(h[i], 0, &t));
+		OK(ah_maintain(t, "a", 1000000, &idle));
+		cr_assert_eq(idle, 1, "heap %d: one batch, nothing to do", i);
+		OK(ah_txn_commit(t));
+		OK(ah_close(h[i]));
+	}
+	tl_rmdir(&d);
+}
+
+/* The merge thread can make no progress when another process holds every
+ * reader slot (each slice is computed in a read txn: AH_EBUSY).  A loop
+ * of ah_maintain(fuel) calls, one commit each, still ends: each call
+ * grants credit, and the merge runs inline once it is 8 quanta behind.
+ * The thread installed nothing and reports AH_EBUSY; the contents are
+ * unchanged and the trace is one batch. */
+Test(bgmerge, maintain_loop_ends_when_the_thread_is_stuck, .timeout = 120)
+{
+	tl_dir d = tl_tmpdir("bgstuck");
+	int go[2], ready[2];
+	char b = 0;
+
+	cr_assert_eq(pipe(go), 0);
+	cr_assert_eq(pipe(ready), 0);
+	pid_t pid = fork(); /* before this process opens anything */
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		ah_open_opts o = tl_opts(AH_OPEN_RDONLY, 0, 0);
+		ah_heap *ro;
+		ah_txn *t;
+		int rc;
+		uint32_t held = 0;
+
+		if (read(go[0], &b, 1) != 1 || ah_open(d.path, &o, &ro) != 0)
+			_exit(1);
+		while ((rc = ah_txn_begin(ro, AH_TXN_RDONLY, &t)) == 0)
+			held++;
+		b = rc == AH_EBUSY && held > 0 ? 'r' : 'x';
+		if (write(ready[1], &b, 1) != 1 || read(go[0], &b, 1) != 1)
+			_exit(1);
+		_exit(0);
+	}
+	ah_heap *h = tl_open_path(d.path, AH_OPEN_NOSYNC | AH_OPEN_BGMERGE, 1024);
+	uint64_t want = two_batches(h, 1306, 3000), got, n, m;
+	ah_arrangement_info in;
+	ah_merge_stats st;
+	int idle = 0, calls = 0, status;
+
+	cr_assert_eq(write(go[1], "g", 1), 1);
+	cr_assert_eq(read(ready[0], &b, 1), 1);
+	cr_assert_eq(b, 'r', "the child could not fill the reader table");
+	while (!idle && calls < 64) {
+		ah_txn *t;
+
+		OK(ah_txn_begin(h, 0, &t));
+		OK(ah_maintain(t, "a", 1000000, &idle));
+		OK(ah_txn_commit(t));
+		calls++;
+	}
+	cr_log_info("bgmerge/maintain_loop_ends_when_the_thread_is_stuck: idle "
+	            "after %d calls", calls);
+	cr_assert_eq(idle, 1, "still not idle after %d calls", calls);
+	cr_assert_eq(ah_merge_wait(h, &st), AH_EBUSY);
+	cr_assert_eq(st.installed, 0);
+	cr_assert_gt(st.errors, 0);
+	ah_txn *t; /* a write txn: every reader slot is taken */
+	OK(ah_txn_begin(h, 0, &t));
+	OK(ah_arrangement_info_get(t, "a", &in));
+	ah_txn_abort(t);
+	cr_assert_eq(in.batches, 1);
+	cr_assert_eq(in.merging, 0);
+	cr_assert_eq(write(go[1], "e", 1), 1);
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	tl_content(h, "a", &got, &n, &m);
+	cr_assert_eq(got, want, "contents changed");
+	OK(tl_verify(h, NULL));
+	OK(ah_close(h));
+	tl_rmdir(&d);
+}

@@ -306,3 +306,56 @@ Test(stress, dead_reader_released_without_reopen, .timeout = 120)
 	cr_assert_eq(ah_close(h), 0);
 	tl_rmdir(&d);
 }
+
+/* A process killed while it holds every reader slot never blocks another
+ * process's read txn: while it lives a read txn gets AH_EBUSY (the table
+ * is full), and once it is dead the same handle's next read txn clears
+ * the dead slots and begins, with no write txn or reopen between. */
+Test(stress, dead_readers_never_block_a_reader, .timeout = 60)
+{
+	tl_dir d = tl_tmpdir("stress");
+	ah_open_opts o = opts();
+	ah_heap *h;
+	ah_txn *t;
+	int up[2], status;
+	pid_t pid;
+	char c = 0;
+
+	cr_assert_eq(ah_open(d.path, &o, &h), 0);
+	round_(h, 0);
+	cr_assert_eq(pipe(up), 0);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		ah_open_opts ro = tl_opts(AH_OPEN_RDONLY, 0, 0);
+		ah_heap *hc;
+		ah_txn *tc;
+		unsigned held = 0;
+		int rc;
+
+		close(up[0]);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (ah_open(d.path, &ro, &hc) != 0)
+			_exit(1);
+		while ((rc = ah_txn_begin(hc, AH_TXN_RDONLY, &tc)) == 0)
+			held++;
+		c = rc == AH_EBUSY && held >= 100 ? 'r' : 'x';
+		(void)!write(up[1], &c, 1);
+		for (;;)
+			pause();
+	}
+	close(up[1]);
+	cr_assert_eq(read(up[0], &c, 1), 1);
+	close(up[0]);
+	cr_assert_eq(c, 'r', "the child could not fill the reader table");
+	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), AH_EBUSY);
+	cr_assert_eq(kill(pid, SIGKILL), 0);
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFSIGNALED(status));
+	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0,
+	             "a dead process's slots blocked a read txn");
+	ah_txn_abort(t);
+	cr_assert_eq(tl_verify(h, NULL), 0);
+	cr_assert_eq(ah_close(h), 0);
+	tl_rmdir(&d);
+}
