@@ -2,7 +2,7 @@
 # bench/bench.sh - runs ah-bench and draws the start-up plot.
 #
 #   [BENCH_OUT=DIR] bash bench/bench.sh BUILD [ah-bench options: --sizes N,N
-#        --runs R --keep --max-rebuild-s S --systems arrheap,rebuild,...]
+#        --runs R --keep --max-rebuild-s S --systems arrheap,arrheap-bg,...]
 #
 # Called by `make bench` and `make bench-quick` after the programs are built.
 # ah-bench checks the free disk space first (~320 bytes per update of the
