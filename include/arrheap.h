@@ -489,10 +489,11 @@ int ah_set_since(ah_txn *txn, const char *name, uint64_t since);
  * until the thread has done it; each call grants at most the heap's
  * merge_quantum of credit, and a merge that falls 8 quanta behind runs
  * inline as at an append (backpressure: a loop of ah_maintain calls ends
- * even when the thread makes no progress, after at most about
- * 9 x merge_quantum / min(fuel, merge_quantum) calls; a loop with no pause
- * on an AH_OPEN_NOSYNC heap can outrun the thread and end that way, where
- * a durable heap's loop ends in a few calls).  fuel 0 runs inline always.
+ * even when the thread makes no progress: for merges reading U updates,
+ * after about max(U, 9 x merge_quantum) / min(fuel, merge_quantum) calls.
+ * A loop with no pause on an AH_OPEN_NOSYNC heap can outrun the thread and
+ * end that way; a durable heap's ends in a few calls).  fuel 0 runs inline
+ * always.
  * Errors: as ah_append.  Source: differential dataflow's Spine::exert
  * (spine_fueled). */
 int ah_maintain(ah_txn *txn, const char *name, uint64_t fuel, int *idle);
