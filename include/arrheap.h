@@ -218,7 +218,8 @@ typedef struct ah_open_opts {
  * wrong page, both 0 on a used heap, >= 2^48), a damaged page of the main
  * or "meta" tree, a named DB missing or of other flags), AH_EBUSY (already open
  * in this process, or open in another process through a lock file of
- * another name: see Caveats), AH_EREADONLY (AH_OPEN_CREATE with AH_OPEN_RDONLY on a
+ * another name: see Caveats; or every reader slot is held by a live
+ * process: opening takes one briefly), AH_EREADONLY (AH_OPEN_CREATE with AH_OPEN_RDONLY on a
  * missing file), AH_EIO, AH_ENOMEM, AH_EFULL (no space to create).
  * A failed open changes nothing on disk, except that a heap AH_OPEN_CREATE
  * created and published stays (another process may be using it already).
@@ -280,7 +281,8 @@ typedef struct ah_heap_stat {
 } ah_heap_stat;
 
 /* Fills *st (sizes in bytes, counts in pages of page_size).  Errors:
- * AH_EINVAL, AH_EIO, AH_EFORK.  Source: mdb_env_info, mdb_stat on the free
+ * AH_EINVAL, AH_EIO, AH_EFORK, AH_EBUSY (every reader slot is held by a
+ * live process: the free DB is read in a read txn).  Source: mdb_env_info, mdb_stat on the free
  * DB, fstat. */
 int ah_heap_stat_get(ah_heap *heap, ah_heap_stat *st);
 
@@ -489,11 +491,13 @@ int ah_set_since(ah_txn *txn, const char *name, uint64_t since);
  * until the thread has done it; each call grants at most the heap's
  * merge_quantum of credit, and a merge that falls 8 quanta behind runs
  * inline as at an append (backpressure: a loop of ah_maintain calls ends
- * even when the thread makes no progress: for merges reading U updates,
- * after about max(U, 9 x merge_quantum) / min(fuel, merge_quantum) calls.
- * A loop with no pause on an AH_OPEN_NOSYNC heap can outrun the thread and
- * end that way; a durable heap's ends in a few calls).  fuel 0 runs inline
- * always.
+ * even when the thread makes no progress: each merge, reading U updates,
+ * takes about max(U, 9 x merge_quantum) / min(fuel, merge_quantum) calls,
+ * and the merges a finished one starts add theirs, so fuel 1 is slow, as
+ * inline).  A loop with no pause on an AH_OPEN_NOSYNC heap can outrun the
+ * thread and end that way; a durable heap's ends once the thread's
+ * installs land (20-26 calls in an outside test's durable runs).  fuel 0
+ * runs inline always.
  * Errors: as ah_append.  Source: differential dataflow's Spine::exert
  * (spine_fueled). */
 int ah_maintain(ah_txn *txn, const char *name, uint64_t fuel, int *idle);
@@ -932,8 +936,10 @@ typedef struct ah_space_info {
 /* Fills *si from txn's snapshot (the free list) and the reader table.
  * Readers of the calling process are not counted as holding pages back;
  * slots of dead processes are cleared first, so a dead pid is never named.
- * Cost: reads the whole free list.  Errors: AH_EINVAL, AH_ECORRUPT,
- * AH_ENOMEM, AH_EIO, AH_EBADTXN, AH_EFORK. */
+ * Cost: reads the whole free list.  txn must be a read txn (LMDB walks
+ * its free list only there).  Errors: AH_EINVAL (also a write txn, which
+ * it leaves usable), AH_ECORRUPT, AH_ENOMEM, AH_EIO, AH_EBADTXN,
+ * AH_EFORK. */
 int ah_space_get(ah_txn *txn, ah_space_info *si);
 
 typedef struct ah_reader_info {
@@ -960,7 +966,8 @@ int ah_reader_foreach(ah_heap *heap, ah_reader_fn fn, void *user);
  * published complete, never replacing a file, so PATH never holds a partial
  * copy, even if the process is killed; on failure nothing is left.  Errors: AH_EINVAL, AH_EEXIST,
  * AH_ENOTFOUND (no such directory), AH_EREADONLY (no permission), AH_EFULL,
- * AH_EIO, AH_EFORK. */
+ * AH_EIO, AH_EFORK, AH_EBUSY (every reader slot is held by a live
+ * process: the copy runs in a read snapshot). */
 int ah_backup(ah_heap *heap, const char *path);
 
 /* ah_backup_opts.flags */
@@ -1058,7 +1065,8 @@ typedef struct ah_snapshot_info {
  * parent missing, or DIR not a directory), AH_EREADONLY (DIR not writable), AH_ECORRUPT (a damaged
  * chunk or record in the heap), AH_EEXIST (DIR holds another heap whose
  * UUID starts with the same 8 digits), AH_EFULL, AH_EIO, AH_ENOMEM,
- * AH_EFORK, AH_EBUSY (as ah_verify_pages). */
+ * AH_EFORK, AH_EBUSY (as ah_verify_pages, or every reader slot is held
+ * by a live process: the push reads in a snapshot). */
 int ah_snapshot_push(ah_heap *heap, const char *dir, ah_snapshot_info *out);
 
 /* ah_snapshot_restore flags */

@@ -175,6 +175,8 @@ int ah_space_get(ah_txn *t, ah_space_info *si)
 		return rc;
 	if (!si)
 		return AH_EINVAL;
+	if (!t->rdonly) /* LMDB walks its free list only in a read txn */
+		return txn_fail(t, AH_EINVAL, "space: needs a read transaction");
 	h = heap_txn_heap(t->ht);
 	memset(si, 0, sizeof *si);
 	si->page_size = heap_page_size(h);

@@ -251,6 +251,28 @@ Test(api_ops, drop_with_merges_in_progress, .init = setup, .fini = teardown)
 	OK(ah_close(h));
 }
 
+/* ah_space_get needs a read txn: in a write txn it refuses with AH_EINVAL
+ * and a message, and the txn stays usable (its write commits). */
+Test(api_ops, space_in_a_write_txn_is_refused, .init = setup,
+     .fini = teardown)
+{
+	ah_heap *h = open_heap("h", 64);
+	ah_space_info si;
+	ah_txn *t;
+
+	OK(ah_txn_begin(h, 0, &t));
+	OK(ah_arrangement_create(t, "a"));
+	cr_assert_eq(ah_space_get(t, &si), AH_EINVAL);
+	cr_assert_str_eq(ah_txn_errmsg(t), "space: needs a read transaction");
+	append_n(t, "a", 0, 100, 100);
+	OK(ah_txn_commit(t));
+	OK(ah_txn_begin(h, AH_TXN_RDONLY, &t));
+	OK(ah_space_get(t, &si));
+	cr_assert_gt(si.chunks, 0);
+	ah_txn_abort(t);
+	OK(ah_close(h));
+}
+
 Test(api_ops, drop_errors_poison, .init = setup, .fini = teardown)
 {
 	ah_heap *h = open_heap("h", 0);

@@ -349,12 +349,22 @@ Test(stress, dead_readers_never_block_a_reader, .timeout = 60)
 	close(up[0]);
 	cr_assert_eq(c, 'r', "the child could not fill the reader table");
 	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), AH_EBUSY);
+	/* the calls that read in a snapshot of their own say so too */
+	ah_heap_stat hs;
+	char copy[600];
+	snprintf(copy, sizeof copy, "%s.copy", d.path);
+	cr_assert_eq(ah_heap_stat_get(h, &hs), AH_EBUSY);
+	cr_assert_eq(ah_backup(h, copy), AH_EBUSY);
+	cr_assert_eq(access(copy, F_OK), -1, "a refused backup left a file");
 	cr_assert_eq(kill(pid, SIGKILL), 0);
 	cr_assert_eq(waitpid(pid, &status, 0), pid);
 	cr_assert(WIFSIGNALED(status));
 	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0,
 	             "a dead process's slots blocked a read txn");
 	ah_txn_abort(t);
+	cr_assert_eq(ah_heap_stat_get(h, &hs), 0);
+	cr_assert_eq(ah_backup(h, copy), 0);
+	cr_assert_eq(unlink(copy), 0);
 	cr_assert_eq(tl_verify(h, NULL), 0);
 	cr_assert_eq(ah_close(h), 0);
 	tl_rmdir(&d);
