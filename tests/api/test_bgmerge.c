@@ -153,15 +153,15 @@ Test(bgmerge, same_answers_default_quantum, .timeout = 300)
 	run_twins("bgmerge/same_answers_default_quantum", 1302, 40, 60000, 0);
 }
 
-/* Two appends of n updates at times 0 and 1 (a merge of 2n starts). */
-/* TL_FANIN appends of n: the size policy's first merge. */
-static void fanin_appends(ah_heap *h, uint64_t seed, size_t n)
+/* k appends of n updates at times 0..k-1 (k = TL_FANIN: the size
+ * policy's first merge; fewer of one size: none). */
+static void appends(ah_heap *h, uint64_t seed, uint64_t k, size_t n)
 {
 	ah_update *u = calloc(n, sizeof *u);
 	uint64_t *keys = calloc(n, sizeof *keys), s = seed;
 
 	cr_assert(u && keys);
-	for (uint64_t c = 0; c < TL_FANIN; c++) {
+	for (uint64_t c = 0; c < k; c++) {
 		ah_txn *t;
 
 		fill(&s, u, keys, n, 4 * n, c);
@@ -184,7 +184,7 @@ Test(bgmerge, close_while_computing, .timeout = 300)
 	ah_heap *h = tl_open(d.dir, "model", AH_OPEN_NOSYNC, 0);
 
 	tl_seed("bgmerge/close_while_computing", 1303);
-	fanin_appends(h, 1303, 140000);
+	appends(h, 1303, TL_FANIN, 140000);
 	tl_content(h, "a", &want, &n, &m);
 	OK(ah_close(h));
 	for (uint64_t r = 0; r < 8; r++) {
@@ -194,7 +194,7 @@ Test(bgmerge, close_while_computing, .timeout = 300)
 		tl_rmdir(&d);
 		d = tl_tmpdir("bgclose");
 		h = tl_open_path(d.path, AH_OPEN_NOSYNC | AH_OPEN_BGMERGE, 0);
-		fanin_appends(h, 1303, 140000);
+		appends(h, 1303, TL_FANIN, 140000);
 		usleep((useconds_t)(r * r * 2000));
 		OK(ah_close(h)); /* the thread is stopped mid-slice */
 		h = tl_open_path(d.path, AH_OPEN_NOSYNC, 0);
@@ -268,7 +268,7 @@ Test(bgmerge, fork_child_gets_efork, .timeout = 120)
 	int status;
 	pid_t pid;
 
-	fanin_appends(h, 1304, 70000); /* the thread is merging */
+	appends(h, 1304, TL_FANIN, 70000); /* the thread is merging */
 	pid = fork();
 	cr_assert_geq(pid, 0);
 	if (pid == 0) {
@@ -298,29 +298,17 @@ Test(bgmerge, fork_child_gets_efork, .timeout = 120)
  * batches of one size, which the size policy leaves unmerged. */
 static uint64_t two_batches(ah_heap *h, uint64_t seed, size_t n)
 {
-	ah_update *u = calloc(n, sizeof *u);
-	uint64_t *keys = calloc(n, sizeof *keys), s = seed, hash, cnt, m;
+	uint64_t hash, cnt, m;
 	ah_arrangement_info in;
 	ah_txn *t;
 
-	cr_assert(u && keys);
-	for (uint64_t c = 0; c < 2; c++) {
-		fill(&s, u, keys, n, 4 * n, c);
-		OK(ah_txn_begin(h, 0, &t));
-		if (c == 0)
-			OK(ah_arrangement_create(t, "a"));
-		OK(ah_append(t, "a", c, c + 1, u, n));
-		OK(ah_source_put(t, "model", &(uint64_t){ c + 1 }, 8));
-		OK(ah_txn_commit(t));
-	}
+	appends(h, seed, 2, n);
 	OK(ah_txn_begin(h, 0, &t));
 	OK(ah_arrangement_info_get(t, "a", &in));
 	ah_txn_abort(t);
 	cr_assert_eq(in.batches, 2);
 	cr_assert_eq(in.merging, 0);
 	tl_content(h, "a", &hash, &cnt, &m);
-	free(u);
-	free(keys);
 	return hash;
 }
 
