@@ -7,6 +7,7 @@
  * Criterion: plain checks and _exit codes.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -307,10 +308,40 @@ Test(stress, dead_reader_released_without_reopen, .timeout = 120)
 	tl_rmdir(&d);
 }
 
+/* Files in DIR/SUB: 0 when it is missing. */
+static int count_files(const char *dir, const char *sub)
+{
+	char path[700];
+	DIR *dp;
+	struct dirent *e;
+	int n = 0;
+
+	snprintf(path, sizeof path, "%s/%s", dir, sub);
+	if (!(dp = opendir(path)))
+		return 0;
+	while ((e = readdir(dp)) != NULL)
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+			n++;
+	closedir(dp);
+	return n;
+}
+
+/* What a push left in DIR: manifests, objects and temporary files (its
+ * lock file and empty directories, made first, not counted). */
+static int count_entries(const char *dir)
+{
+	return count_files(dir, "manifests") + count_files(dir, "objects") +
+	       count_files(dir, "tmp");
+}
+
 /* A process killed while it holds every reader slot never blocks another
  * process's read txn: while it lives a read txn gets AH_EBUSY (the table
  * is full), and once it is dead the same handle's next read txn clears
- * the dead slots and begins, with no write txn or reopen between. */
+ * the dead slots and begins, with no write txn or reopen between.  The
+ * calls that read in a snapshot of their own (ah_heap_stat_get,
+ * ah_backup, ah_snapshot_push) and ah_open (which takes a slot briefly)
+ * say AH_EBUSY too while it lives, leave nothing behind, and work once
+ * it is dead. */
 Test(stress, dead_readers_never_block_a_reader, .timeout = 60)
 {
 	tl_dir d = tl_tmpdir("stress");
@@ -356,15 +387,29 @@ Test(stress, dead_readers_never_block_a_reader, .timeout = 60)
 	cr_assert_eq(ah_heap_stat_get(h, &hs), AH_EBUSY);
 	cr_assert_eq(ah_backup(h, copy), AH_EBUSY);
 	cr_assert_eq(access(copy, F_OK), -1, "a refused backup left a file");
+	char snaps[600];
+	snprintf(snaps, sizeof snaps, "%s.snaps", d.path);
+	cr_assert_eq(ah_snapshot_push(h, snaps, NULL), AH_EBUSY);
+	cr_assert_eq(count_entries(snaps), 0,
+	             "a refused push left a snapshot or manifest");
+	/* opening takes a slot briefly: refused too, and leaves the heap
+	 * openable once a slot is free */
+	cr_assert_eq(ah_close(h), 0);
+	cr_assert_eq(ah_open(d.path, &o, &h), AH_EBUSY);
 	cr_assert_eq(kill(pid, SIGKILL), 0);
 	cr_assert_eq(waitpid(pid, &status, 0), pid);
 	cr_assert(WIFSIGNALED(status));
+	cr_assert_eq(ah_open(d.path, &o, &h), 0,
+	             "a dead process's slots blocked an open");
 	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0,
 	             "a dead process's slots blocked a read txn");
 	ah_txn_abort(t);
 	cr_assert_eq(ah_heap_stat_get(h, &hs), 0);
 	cr_assert_eq(ah_backup(h, copy), 0);
 	cr_assert_eq(unlink(copy), 0);
+	ah_snapshot_info si;
+	cr_assert_eq(ah_snapshot_push(h, snaps, &si), 0);
+	cr_assert_gt(count_entries(snaps), 0);
 	cr_assert_eq(tl_verify(h, NULL), 0);
 	cr_assert_eq(ah_close(h), 0);
 	tl_rmdir(&d);
