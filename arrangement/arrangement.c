@@ -159,6 +159,27 @@ int arr_batches(heap_txn *t, const arrangement *a, bool partials,
 	return rc;
 }
 
+int arr_filters_check(heap_txn *t, const arrangement *a, uint64_t *bad)
+{
+	const spine *sp = &a->sp;
+
+	for (uint32_t i = 0; i < sp->nbatches; i++) {
+		const uint8_t *blocks;
+		batch *b;
+		int rc = batch_load_listed(t, sp->batches[i].id, &b);
+
+		if (rc == 0) {
+			rc = batch_filter_blocks(t, b, &blocks);
+			batch_free(b);
+		}
+		if (rc) {
+			*bad = sp->batches[i].id;
+			return rc;
+		}
+	}
+	return 0;
+}
+
 static int add_info(const arr_batch *b, void *user)
 {
 	ah_arrangement_info *in = user;

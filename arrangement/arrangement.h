@@ -149,6 +149,13 @@ typedef int (*arr_batch_fn)(const arr_batch *b, void *user);
 int arr_batches(heap_txn *t, const arrangement *a, bool partials,
                 arr_batch_fn fn, void *user, uint64_t *bad);
 
+/* Reads each batch's key filter whole and checks it against its record
+ * (batch_filter_blocks: the chunk's own checksums, its header, and the
+ * record's XXH3 of the blocks, which a filter chunk of another write of
+ * its id fails).  Errors: AH_ECORRUPT, AH_ENOMEM, AH_EIO, with the batch
+ * in *bad. */
+int arr_filters_check(heap_txn *t, const arrangement *a, uint64_t *bad);
+
 /* A trace cursor over a's batches, times advanced by its since, positioned
  * at the first key (at = false) or the first key >= key (at = true: one
  * chunk read per batch).  The cursor owns what it loaded: tcur_close frees

@@ -1046,11 +1046,11 @@ typedef struct ah_snapshot_info {
 /* Writes a snapshot of HEAP's latest commit into DIR (created if missing;
  * its parent must exist).  One read transaction: the writer, in this or
  * another process, goes on committing and merging meanwhile.  Every chunk
- * is read whole and its checksums checked, and each data chunk's XXH3
- * against the one its batch record lists (heap format 7; a damaged heap
- * is refused: AH_ECORRUPT, nothing published; a key filter's chunk left
- * by another write of its id passes its own checksums and is published,
- * and ah_snapshot_restore, which verifies, refuses the snapshot); chunks
+ * is read whole and its checksums checked, each data chunk's XXH3
+ * against the one its batch record lists (heap format 7), and each key
+ * filter against its record's XXH3 of its blocks; a damaged heap, or one
+ * holding a chunk of another write of the same id (a lost write), is
+ * refused: AH_ECORRUPT, nothing published.  Chunks
  * whose object an earlier
  * snapshot of this heap already wrote are not read or written again, so a
  * push writes the chunks sealed since the last push, plus the manifest

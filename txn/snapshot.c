@@ -194,6 +194,22 @@ static int chunk_named(const ah_chunk_info *c, void *user)
 	return 0;
 }
 
+static int filters_named(ah_txn *t, const char *name, ah_snapshot_info *si)
+{
+	arrangement *a;
+	uint64_t bad = 0;
+	int rc = arr_load(t->ht, name, &a);
+
+	if (rc == 0) {
+		rc = arr_filters_check(t->ht, a, &bad);
+		arr_free(a);
+	}
+	if (rc)
+		SAY(si, "arrangement %s: batch %llu: key filter: %s", name,
+		    (unsigned long long)bad, ah_strerror(rc));
+	return rc;
+}
+
 static int push_records(push *p, ah_txn *t, ah_snapshot_info *si)
 {
 	char name[AH_NAME_MAX + 1], *after = NULL;
@@ -218,6 +234,11 @@ static int push_records(push *p, ah_txn *t, ah_snapshot_info *si)
 			SAY(si, "arrangement %s: %s", name, ah_txn_errmsg(t));
 			return rc;
 		}
+		/* and every key filter is the one its record names (the chunk
+		 * of a lost write passes its own checksums; the restore, which
+		 * verifies, would refuse the snapshot) */
+		if ((rc = filters_named(t, name, si)) != 0)
+			return rc;
 		si->arrangements++;
 		after = name;
 	}
