@@ -203,10 +203,13 @@ int chunk_write_at(heap *h, const uint8_t *val, size_t size, uint64_t off)
 			return n < 0 && errno == ENOSPC ? AH_EFULL : AH_EIO;
 		done += (size_t)n;
 	}
-	/* Start writeback now, so that the commit's sync waits for less. */
-	if (!(h->flags & AH_OPEN_NOSYNC))
+	/* Start writeback now, and every so many bytes a device flush
+	 * (flush.c), so that the commit's sync waits for less. */
+	if (!(h->flags & AH_OPEN_NOSYNC)) {
 		(void)sync_file_range(h->fd, (off_t)off, (off_t)size,
 		                      SYNC_FILE_RANGE_WRITE);
+		heap_flush_note(h, size);
+	}
 	return 0;
 }
 

@@ -364,6 +364,10 @@ int heap_open(const char *path, const ah_open_opts *opts, heap **out)
 		free(h);
 		return rc;
 	}
+	if ((rc = heap_flush_init(h)) != 0) {
+		heap_close(h);
+		return rc;
+	}
 	*out = h;
 	return 0;
 }
@@ -384,6 +388,7 @@ int heap_close(heap *h)
 	pthread_mutex_lock(&registry_mu);
 	unregister(h);
 	pthread_mutex_unlock(&registry_mu);
+	heap_flush_free(h); /* it syncs LMDB's descriptor: stopped first */
 	mdb_env_close(h->env);
 	heap_path_unclaim(h);
 	heap_vcache_free(h);

@@ -55,6 +55,9 @@ struct heap {
 	 * in (page-aligned, the value at +16 as in the map) and the thread
 	 * that writes them; NULL until the first buffered chunk */
 	struct heap_wb *wb;
+	/* flush.c: the thread that asks for early device flushes while a
+	 * write txn writes (NULL: read-only or AH_OPEN_NOSYNC) */
+	struct heap_flush *flush;
 	pthread_mutex_t mu;    /* guards ntxn and the writer fields */
 	unsigned ntxn;         /* open txns (heap_close refuses while > 0) */
 	bool writer_active;
@@ -108,6 +111,19 @@ struct heap_txn {
 int heap_wb_drain(heap_txn *t);
 int heap_wb_settle(heap_txn *t, uint64_t id);
 void heap_wb_free(heap *h);
+
+/* flush.c (see there): init at open (nothing for a read-only or NOSYNC
+ * handle; AH_ENOMEM), note after each chunk write (may wake the thread
+ * for an fdatasync), block before a write txn's commit or abort (waits
+ * for an fdatasync in flight, keeps others from starting, and returns the
+ * error one saw: AH_EIO, AH_EFULL; 0), unblock after it, count (tests),
+ * free at close (before LMDB closes the descriptor). */
+int heap_flush_init(heap *h);
+void heap_flush_note(heap *h, uint64_t bytes);
+int heap_flush_block(heap *h);
+void heap_flush_unblock(heap *h);
+uint64_t heap_flush_count(heap *h);
+void heap_flush_free(heap *h);
 
 /* error.c */
 int heap_err(int mdb_rc);

@@ -177,6 +177,13 @@ int heap_txn_commit(heap_txn *t)
 	rc = heap_wb_drain(t);
 	if (!t->poisoned && !t->rdonly && (rc = heap_names_store(t)) != 0)
 		t->poisoned = true;
+	/* No early flush while LMDB commits, and the error one saw (which
+	 * LMDB's msync would no longer see: flush.c) fails the commit. */
+	int frc = t->rdonly ? 0 : heap_flush_block(t->h);
+	if (frc != 0 && !t->poisoned) {
+		t->poisoned = true;
+		rc = frc;
+	}
 	writer_end(t);
 	if (t->poisoned) {
 		mdb_txn_abort(t->txn);
@@ -188,6 +195,8 @@ int heap_txn_commit(heap_txn *t)
 		if (rc == 0)
 			heap_format_raise(t->h, t->format_mark); /* heap_format_mark */
 	}
+	if (!t->rdonly)
+		heap_flush_unblock(t->h);
 	release(t);
 	return rc;
 }
@@ -203,8 +212,13 @@ void heap_txn_abort(heap_txn *t)
 	heap_fault_order();
 	/* no write may land in pages the next writer reuses */
 	(void)heap_wb_drain(t);
+	/* an early flush's error was about these writes: dropped with them */
+	if (!t->rdonly)
+		(void)heap_flush_block(t->h);
 	writer_end(t);
 	mdb_txn_abort(t->txn);
+	if (!t->rdonly)
+		heap_flush_unblock(t->h);
 	release(t);
 }
 

@@ -59,6 +59,13 @@
  *    or lock, and lives until ah_close.  Commit and abort wait for its
  *    last write; its errors (AH_EIO, AH_EFULL) are returned by a later
  *    call of the same write transaction, at the latest ah_txn_commit.
+ *  - A write transaction that writes 32 MiB of chunks or more on a heap
+ *    opened without AH_OPEN_NOSYNC starts one flusher thread, which runs
+ *    fdatasync on the file every 32 MiB while the transaction goes on, so
+ *    that its commit waits for less; it blocks every signal, never runs
+ *    while a commit syncs, and lives until ah_close.  A write error it
+ *    sees fails the next ah_txn_commit of the handle (AH_EIO, AH_EFULL),
+ *    of which nothing is then committed; an abort drops it.
  *  - A long-lived read transaction pins every page it can see: the file
  *    grows while it lives.  Keep read snapshots short.
  *  - One write transaction at a time per heap (LMDB's writer lock): a second
@@ -326,7 +333,10 @@ int ah_txn_begin(ah_heap *heap, unsigned flags, ah_txn **out);
  * mode.  A read transaction is simply ended.  The transaction is freed
  * whatever the result.  Errors: AH_EBADTXN (it was poisoned: nothing is
  * written), AH_EFULL and AH_ENOMEM (LMDB's commit could not grow its page
- * lists: nothing is written), AH_EFORK, and AH_EIO: the final
+ * lists, or the flusher's fdatasync of this transaction's writes found the
+ * disk full: nothing is written), AH_EFORK, and AH_EIO: the flusher's
+ * fdatasync of this transaction's writes failed (Caveats; nothing is
+ * written, and the handle stays usable), or the final
  * sync failed, so the outcome is unknown (the commit may or may not be in
  * the file) and the handle refuses new transactions; close, reopen and read
  * the source positions to learn which.  A write transaction committed

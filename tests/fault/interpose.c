@@ -20,6 +20,21 @@ static _Atomic uint64_t calls[IO__COUNT], off_main[IO__COUNT];
 static _Atomic uint64_t fail_at, seen, injected;
 static _Atomic unsigned fail_mask;
 static _Atomic int fail_err;
+/* fdatasyncs in flight, msyncs that began while one was, and a delay
+ * before each fdatasync (microseconds) that widens the window */
+static _Atomic int fds_inflight;
+static _Atomic uint64_t overlaps;
+static _Atomic unsigned fds_delay_us;
+
+void io_fdatasync_delay(unsigned us)
+{
+	atomic_store(&fds_delay_us, us);
+}
+
+uint64_t io_msync_overlaps(void)
+{
+	return atomic_load(&overlaps);
+}
 
 void io_fault_arm(uint64_t nth, unsigned mask, int err)
 {
@@ -96,6 +111,9 @@ int msync(void *addr, size_t len, int flags)
 {
 	int err = hit(IO_MSYNC);
 
+	if (atomic_load(&fds_inflight) > 0)
+		atomic_fetch_add(&overlaps, 1);
+
 	if (err) {
 		errno = err;
 		return -1;
@@ -105,13 +123,20 @@ int msync(void *addr, size_t len, int flags)
 
 int fdatasync(int fd)
 {
-	int err = hit(IO_FDATASYNC);
+	atomic_fetch_add(&fds_inflight, 1);
+	unsigned us = atomic_load(&fds_delay_us);
+	if (us)
+		usleep(us);
+	int err = hit(IO_FDATASYNC), rc;
 
 	if (err) {
 		errno = err;
-		return -1;
+		rc = -1;
+	} else {
+		rc = real_fdatasync(fd);
 	}
-	return real_fdatasync(fd);
+	atomic_fetch_sub(&fds_inflight, 1);
+	return rc;
 }
 
 int fsync(int fd)

@@ -26,5 +26,10 @@ uint64_t io_calls_off_main(enum io_kind k);
 uint64_t io_fault_seen(void);
 /* Faults injected since the process started. */
 uint64_t io_fault_injected(void);
+/* Sleeps us microseconds at the start of every fdatasync (0: none). */
+void io_fdatasync_delay(unsigned us);
+/* msync calls that began while an fdatasync was in flight, since the
+ * process started. */
+uint64_t io_msync_overlaps(void);
 
 #endif

@@ -333,3 +333,94 @@ Test(stress, writer_threads_with_merge_thread, .timeout = 240)
 	run_writers(AH_OPEN_BGMERGE, "writersbg",
 	            (wshared){ .commits = 150, .nupd = NUPD, .vlen = 1 });
 }
+
+/* Large synced write transactions (34 MB each, past the flusher's 32 MiB:
+ * heap/flush.c runs fdatasync while the append goes on, and every commit
+ * blocks it) beside a reader thread and the merge thread: every snapshot
+ * holds whole appends only, the end holds all of them, and the heap
+ * verifies clean.  Also run by `make tsan` (the flusher, the writeback
+ * thread, the merge thread and a reader in one process). */
+#define FL_N 34000u
+#define FL_VAL 1000u
+
+typedef struct farg {
+	ah_heap *h;
+	atomic_int done, bad;
+	uint64_t reads;
+} farg;
+
+static void *flush_reader(void *p)
+{
+	farg *a = p;
+
+	while (!atomic_load(&a->done)) {
+		ah_arrangement_info in;
+		ah_txn *t;
+		int rc = ah_txn_begin(a->h, AH_TXN_RDONLY, &t);
+
+		if (rc != 0) {
+			atomic_store(&a->bad, rc);
+			break;
+		}
+		rc = ah_arrangement_info_get(t, "big", &in);
+		if (rc == 0 && in.updates % FL_N != 0)
+			atomic_store(&a->bad, 1); /* part of an append */
+		else if (rc != 0 && rc != AH_ENOTFOUND)
+			atomic_store(&a->bad, rc);
+		ah_txn_abort(t);
+		a->reads++;
+	}
+	return NULL;
+}
+
+Test(stress, large_synced_txns_with_the_flusher, .timeout = 300)
+{
+	tl_dir d = tl_tmpdir("flushers");
+	ah_open_opts o = { .size = sizeof o,
+	                   .flags = AH_OPEN_CREATE | AH_OPEN_BGMERGE,
+	                   .max_bytes = 1u << 30 };
+	static char keys[FL_N][16], vals[FL_N][FL_VAL];
+	static ah_update u[FL_N];
+	farg a = { 0 };
+	pthread_t th;
+	ah_merge_stats st;
+	ah_arrangement_info in;
+	ah_txn *t;
+	int problems = 0;
+
+	/* distinct vals of pseudo-random bytes: 34 MB of chunks an append */
+	uint64_t x = 20261206u;
+	for (unsigned i = 0; i < FL_N; i++)
+		for (unsigned j = 0; j < FL_VAL; j++) {
+			x = x * 6364136223846793005ull + 1442695040888963407ull;
+			vals[i][j] = (char)(x >> 56);
+		}
+	cr_assert_eq(ah_open(d.path, &o, &a.h), 0);
+	cr_assert_eq(ah_txn_begin(a.h, 0, &t), 0);
+	cr_assert_eq(ah_arrangement_create(t, "big"), 0);
+	cr_assert_eq(ah_txn_commit(t), 0);
+	cr_assert_eq(pthread_create(&th, NULL, flush_reader, &a), 0);
+	for (unsigned r = 0; r < 4; r++) {
+		for (unsigned i = 0; i < FL_N; i++) {
+			snprintf(keys[i], sizeof keys[i], "%u-%06u", r, i);
+			u[i] = (ah_update){ keys[i], strlen(keys[i]), vals[i],
+			                    FL_VAL, r, 1 };
+		}
+		cr_assert_eq(ah_txn_begin(a.h, 0, &t), 0);
+		cr_assert_eq(ah_append(t, "big", r, r + 1, u, FL_N), 0);
+		cr_assert_eq(ah_txn_commit(t), 0, "round %u", r);
+	}
+	atomic_store(&a.done, 1);
+	pthread_join(th, NULL);
+	cr_assert_eq(atomic_load(&a.bad), 0, "a reader saw %d", atomic_load(&a.bad));
+	cr_assert_eq(ah_merge_wait(a.h, &st), 0);
+	cr_assert_eq(ah_txn_begin(a.h, AH_TXN_RDONLY, &t), 0);
+	cr_assert_eq(ah_arrangement_info_get(t, "big", &in), 0);
+	cr_assert_eq(in.updates, 4 * FL_N);
+	cr_assert_eq(ah_verify(t, count_problem, &problems, NULL), 0);
+	ah_txn_abort(t);
+	cr_assert_eq(problems, 0);
+	cr_log_info("flushers: %" PRIu64 " reads", a.reads);
+	cr_assert_eq(ah_close(a.h), 0);
+	tl_rmdir(&d);
+}

@@ -1,0 +1,298 @@
+/*
+ * tests/fault/test_fault_flush.c - the flusher (heap/flush.c): every
+ * FLUSH_EVERY (32 MiB) bytes of chunk writes in a write txn, a thread of
+ * the handle runs fdatasync, so that the commit waits for less.  Each
+ * test tries to break one of its promises from outside:
+ * - it never runs while a commit syncs: every fdatasync is slowed down,
+ *   and txns commit right after the 32nd MiB, when one has just been
+ *   asked for; no LMDB msync may begin while an fdatasync is in flight;
+ * - an error it sees fails the next commit (AH_EIO; ENOSPC: AH_EFULL), so
+ *   LMDB's msync, which would no longer see it, never acknowledges writes
+ *   that failed; nothing of that txn lands, and the next txn commits;
+ * - an abort drops such an error with its writes;
+ * - a read-only or AH_OPEN_NOSYNC handle never starts it, and close joins
+ *   it (the process's thread count is back where it was).
+ * Seeds are fixed and printed.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "heap/heap.h"
+#include "heap/heap_int.h"
+#include "interpose.h"
+#include "tests/unit/heap/heap_test.h"
+
+#define SEED 20261206u
+#define CHUNK 1040000u
+/* chunks of a txn: 34 MB, past the flusher's 32 MiB */
+#define PER_TXN 34u
+
+static heap *open_heap(tl_dir *d, unsigned flags)
+{
+	ah_open_opts o = tl_opts(AH_OPEN_CREATE | flags, 512 * MiB, 0);
+	heap *h;
+
+	cr_assert_eq(heap_open(d->path, &o, &h), 0);
+	return h;
+}
+
+/* Writes PER_TXN chunks in t (ids into ids). */
+static void write_txn(heap_txn *t, uint64_t seed, uint64_t *ids)
+{
+	for (unsigned i = 0; i < PER_TXN; i++)
+		ids[i] = ht_put_chunk(t, CHUNK, seed + i);
+}
+
+/* Waits (up to 10 s) until the flusher ran n fdatasyncs in all. */
+static void wait_flushes(heap *h, uint64_t n)
+{
+	for (int i = 0; i < 10000 && heap_flush_count(h) < n; i++)
+		usleep(1000);
+	cr_assert_geq(heap_flush_count(h), n, "the flusher did not run");
+}
+
+static unsigned threads(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	unsigned n = 0;
+
+	cr_assert_not_null(f);
+	while (fgets(line, sizeof line, f))
+		if (sscanf(line, "Threads: %u", &n) == 1)
+			break;
+	fclose(f);
+	return n;
+}
+
+Test(flush, never_runs_while_a_commit_syncs, .timeout = 120)
+{
+	tl_dir d = tl_tmpdir("flush");
+	heap *h = open_heap(&d, 0);
+	heap_txn *t;
+	uint64_t ids[2][PER_TXN];
+	uint64_t over0 = io_msync_overlaps(), fds0 = io_calls_off_main(IO_FDATASYNC);
+
+	printf("flush/never_runs_while_a_commit_syncs: seed %u\n", SEED);
+	io_fdatasync_delay(20000);
+	for (unsigned r = 0; r < 8; r++) {
+		cr_assert_eq(heap_txn_begin(h, false, &t), 0);
+		if (r > 0) /* last round's: the file stays bounded */
+			for (unsigned i = 0; i < PER_TXN; i++)
+				cr_assert_eq(heap_chunk_free(t, ids[(r - 1) % 2][i]), 0);
+		write_txn(t, SEED + 100 * r, ids[r % 2]);
+		/* at once: an fdatasync was just asked for, and is slow */
+		cr_assert_eq(heap_txn_commit(t), 0, "round %u", r);
+	}
+	io_fdatasync_delay(0);
+	uint64_t ran = io_calls_off_main(IO_FDATASYNC) - fds0;
+	cr_log_info("flush: %" PRIu64 " early flushes in 8 commits, %" PRIu64
+	            " overlapped", ran, io_msync_overlaps() - over0);
+	cr_assert_eq(io_msync_overlaps(), over0,
+	             "an LMDB msync began while an early flush was in flight");
+	cr_assert_geq(heap_flush_count(h), 1, "the flusher never ran");
+	cr_assert_eq(heap_txn_begin(h, true, &t), 0);
+	for (unsigned i = 0; i < PER_TXN; i++) {
+		const void *body;
+		size_t used;
+		cr_assert_eq(heap_chunk_get(t, ids[7 % 2][i], &body, &used), 0);
+		cr_assert(used == CHUNK && ht_same(body, used, SEED + 700 + i,
+		                                   ids[7 % 2][i]));
+	}
+	cr_assert_eq(ht_count_chunks(t), PER_TXN);
+	heap_txn_abort(t);
+	cr_assert_eq(heap_close(h), 0);
+	tl_rmdir(&d);
+}
+
+static void failed_flush_case(int err, int want)
+{
+	tl_dir d = tl_tmpdir("flush");
+	heap *h = open_heap(&d, 0);
+	heap_txn *t;
+	uint64_t base[PER_TXN], lost[PER_TXN], again[PER_TXN];
+
+	/* a committed base */
+	cr_assert_eq(heap_txn_begin(h, false, &t), 0);
+	write_txn(t, SEED, base);
+	cr_assert_eq(heap_txn_commit(t), 0);
+	uint64_t n0 = heap_flush_count(h), inj0 = io_fault_injected();
+
+	/* the flusher's next fdatasync fails; the commit must say so */
+	io_fault_arm(1, 1u << IO_FDATASYNC, err);
+	cr_assert_eq(heap_txn_begin(h, false, &t), 0);
+	write_txn(t, SEED + 1000, lost);
+	wait_flushes(h, n0 + 1);
+	cr_assert_eq(io_fault_injected(), inj0 + 1, "no fault was injected");
+	int rc = heap_txn_commit(t);
+	cr_assert_eq(rc, want, "a commit after a failed early flush returned "
+	             "%d, not %d", rc, want);
+	io_fault_arm(0, 0, 0);
+
+	/* nothing of that txn landed, in this handle or after a reopen */
+	cr_assert_eq(heap_txn_begin(h, true, &t), 0);
+	cr_assert_eq(ht_count_chunks(t), PER_TXN);
+	heap_txn_abort(t);
+	cr_assert_eq(heap_close(h), 0);
+	h = open_heap(&d, 0);
+	cr_assert_eq(heap_txn_begin(h, true, &t), 0);
+	cr_assert_eq(ht_count_chunks(t), PER_TXN);
+	for (unsigned i = 0; i < PER_TXN; i++) {
+		const void *body;
+		size_t used;
+		cr_assert_eq(heap_chunk_get(t, base[i], &body, &used), 0);
+		cr_assert(used == CHUNK && ht_same(body, used, SEED + i, base[i]));
+	}
+	heap_txn_abort(t);
+
+	/* and the next txn commits */
+	cr_assert_eq(heap_txn_begin(h, false, &t), 0);
+	write_txn(t, SEED + 2000, again);
+	cr_assert_eq(heap_txn_commit(t), 0);
+	cr_assert_eq(heap_txn_begin(h, true, &t), 0);
+	cr_assert_eq(ht_count_chunks(t), 2 * PER_TXN);
+	heap_txn_abort(t);
+	cr_assert_eq(heap_close(h), 0);
+	tl_rmdir(&d);
+}
+
+Test(flush, a_failed_early_flush_fails_the_commit_eio, .timeout = 120)
+{
+	failed_flush_case(EIO, AH_EIO);
+}
+
+Test(flush, a_failed_early_flush_fails_the_commit_enospc, .timeout = 120)
+{
+	failed_flush_case(ENOSPC, AH_EFULL);
+}
+
+Test(flush, an_abort_drops_the_error_with_its_writes, .timeout = 120)
+{
+	tl_dir d = tl_tmpdir("flush");
+	heap *h = open_heap(&d, 0);
+	heap_txn *t;
+	uint64_t ids[PER_TXN];
+
+	cr_assert_eq(heap_txn_begin(h, false, &t), 0);
+	uint64_t n0 = heap_flush_count(h), inj0 = io_fault_injected();
+	io_fault_arm(1, 1u << IO_FDATASYNC, EIO);
+	write_txn(t, SEED, ids);
+	wait_flushes(h, n0 + 1);
+	cr_assert_eq(io_fault_injected(), inj0 + 1);
+	io_fault_arm(0, 0, 0);
+	heap_txn_abort(t);
+	/* a small txn after it commits: the error went with the abort */
+	cr_assert_eq(heap_txn_begin(h, false, &t), 0);
+	uint64_t id = ht_put_chunk(t, 1000, SEED + 5);
+	cr_assert_eq(heap_txn_commit(t), 0);
+	cr_assert_eq(heap_txn_begin(h, true, &t), 0);
+	cr_assert_eq(ht_count_chunks(t), 1);
+	const void *body;
+	size_t used;
+	cr_assert_eq(heap_chunk_get(t, id, &body, &used), 0);
+	cr_assert(used == 1000 && ht_same(body, used, SEED + 5, id));
+	heap_txn_abort(t);
+	cr_assert_eq(heap_close(h), 0);
+	tl_rmdir(&d);
+}
+
+Test(flush, nosync_never_flushes_early_and_close_joins_it, .timeout = 120)
+{
+	tl_dir d = tl_tmpdir("flush");
+	unsigned before = threads();
+	uint64_t ids[PER_TXN];
+	heap_txn *t;
+
+	/* AH_OPEN_NOSYNC: no fdatasync at all, no flusher thread */
+	heap *h = open_heap(&d, AH_OPEN_NOSYNC);
+	uint64_t fds0 = io_calls(IO_FDATASYNC);
+	cr_assert_eq(heap_txn_begin(h, false, &t), 0);
+	write_txn(t, SEED, ids);
+	cr_assert_eq(heap_txn_commit(t), 0);
+	cr_assert_eq(io_calls(IO_FDATASYNC), fds0, "a NOSYNC heap was flushed");
+	cr_assert_eq(heap_flush_count(h), 0);
+	cr_assert_eq(heap_close(h), 0);
+	cr_assert_eq(threads(), before);
+
+	/* a synced heap starts the thread, and its close joins it (and the
+	 * writeback thread's) */
+	h = open_heap(&d, 0);
+	cr_assert_eq(heap_txn_begin(h, false, &t), 0);
+	for (unsigned i = 0; i < PER_TXN; i++)
+		cr_assert_eq(heap_chunk_free(t, ids[i]), 0);
+	write_txn(t, SEED + 1, ids);
+	wait_flushes(h, 1);
+	cr_assert_gt(threads(), before);
+	cr_assert_eq(heap_txn_commit(t), 0);
+	cr_assert_eq(heap_close(h), 0);
+	cr_assert_eq(threads(), before, "a thread outlived its heap's close");
+
+	/* read-only: never */
+	ah_open_opts ro = tl_opts(AH_OPEN_RDONLY, 0, 0);
+	cr_assert_eq(heap_open(d.path, &ro, &h), 0);
+	cr_assert_eq(heap_flush_count(h), 0);
+	cr_assert_eq(heap_close(h), 0);
+	tl_rmdir(&d);
+}
+
+/* Through the public API: an append of 40 MB whose early flush fails is
+ * AH_EIO at ah_txn_commit, nothing of it is there, and the same handle
+ * goes on (the header: "nothing is written, and the handle stays
+ * usable"); a verify finds the heap whole. */
+Test(flush, the_handle_goes_on_after_a_failed_early_flush, .timeout = 120)
+{
+	tl_dir d = tl_tmpdir("flush");
+	ah_open_opts o = tl_opts(AH_OPEN_CREATE, 512 * MiB, 0);
+	enum { N = 40000, VAL = 1000 };
+	static char vals[N][VAL];
+	static char keys[N][8];
+	static ah_update u[N];
+	ah_heap *h;
+	ah_txn *t;
+	ah_arrangement_info ai;
+
+	for (unsigned i = 0; i < N; i++) {
+		snprintf(keys[i], sizeof keys[i], "%07u", i);
+		memset(vals[i], 'a' + (int)(i % 26), VAL);
+		u[i] = (ah_update){ keys[i], 7, vals[i], VAL, 1, 1 };
+	}
+	cr_assert_eq(ah_open(d.path, &o, &h), 0);
+	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
+	cr_assert_eq(ah_arrangement_create(t, "a"), 0);
+	cr_assert_eq(ah_append(t, "a", 0, 2, u, 1000), 0);
+	cr_assert_eq(ah_txn_commit(t), 0);
+
+	for (unsigned i = 0; i < N; i++)
+		u[i].time = 2;
+	uint64_t inj0 = io_fault_injected();
+	io_fault_arm(1, 1u << IO_FDATASYNC, EIO);
+	cr_assert_eq(ah_txn_begin(h, 0, &t), 0);
+	cr_assert_eq(ah_append(t, "a", 2, 4, u, N), 0);
+	/* the flusher ran during the append, or runs now: wait for it */
+	for (int i = 0; i < 10000 && io_fault_injected() == inj0; i++)
+		usleep(1000);
+	cr_assert_eq(io_fault_injected(), inj0 + 1, "the flusher never ran");
+	io_fault_arm(0, 0, 0);
+	cr_assert_eq(ah_txn_commit(t), AH_EIO);
+
+	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
+	cr_assert_eq(ah_arrangement_info_get(t, "a", &ai), 0);
+	cr_assert_eq(ai.updates, 1000, "the failed append left %llu updates",
+	             (unsigned long long)ai.updates);
+	cr_assert_eq(ai.upper, 2);
+	ah_txn_abort(t);
+	cr_assert_eq(ah_txn_begin(h, 0, &t), 0, "the handle refuses txns");
+	cr_assert_eq(ah_append(t, "a", 2, 4, u, N), 0);
+	cr_assert_eq(ah_txn_commit(t), 0);
+	cr_assert_eq(ah_txn_begin(h, AH_TXN_RDONLY, &t), 0);
+	cr_assert_eq(ah_arrangement_info_get(t, "a", &ai), 0);
+	cr_assert_eq(ai.updates, 1000 + N);
+	cr_assert_eq(ai.upper, 4);
+	ah_txn_abort(t);
+	cr_assert_eq(tl_verify(h, NULL), 0);
+	cr_assert_eq(ah_close(h), 0);
+	tl_rmdir(&d);
+}
