@@ -24,7 +24,14 @@ int heap_sync(heap *h)
 		return rc;
 	if (h->flags & AH_OPEN_RDONLY)
 		return 0;
-	return heap_err(HEAP_MDB(mdb_env_sync(h->env, 1)));
+	/* Its msync may take a writeback error of a write txn another thread
+	 * has open (Linux reports one once per file description, and this is
+	 * LMDB's): that txn's commit must fail too (flush.c). */
+	int fe = heap_flush_block(h); /* the thread's, put back below */
+	rc = heap_err(HEAP_MDB(mdb_env_sync(h->env, 1)));
+	heap_flush_fail(h, fe ? fe : rc);
+	heap_flush_unblock(h);
+	return rc;
 }
 
 int heap_set_max_bytes(heap *h, uint64_t max_bytes)

@@ -22,8 +22,10 @@
  * saw, if any: the commit then fails (AH_EIO, AH_EFULL for ENOSPC) and
  * the txn is aborted.  An error after the thread's last fdatasync is the
  * commit's own msync's.  An abort takes and drops it (the writes it was
- * about are discarded).  A heap opened with AH_OPEN_NOSYNC never starts
- * the thread.
+ * about are discarded).  ah_sync's msync (heap_sync) can take such an
+ * error too, of another thread's open write txn: it blocks the thread the
+ * same way and leaves its error for that txn's commit (heap_flush_fail).
+ * A heap opened with AH_OPEN_NOSYNC never starts the thread.
  *
  * It must never run while a commit is under way, never drop an error
  * before a commit has taken it, and never touch the descriptor after
@@ -148,6 +150,18 @@ int heap_flush_block(heap *h)
 	f->err = 0;
 	pthread_mutex_unlock(&f->mu);
 	return e == 0 ? 0 : e == ENOSPC ? AH_EFULL : AH_EIO;
+}
+
+void heap_flush_fail(heap *h, int rc)
+{
+	struct heap_flush *f = h->flush;
+
+	if (f == NULL || (rc != AH_EIO && rc != AH_EFULL))
+		return;
+	pthread_mutex_lock(&f->mu);
+	if (f->err == 0)
+		f->err = rc == AH_EFULL ? ENOSPC : EIO;
+	pthread_mutex_unlock(&f->mu);
 }
 
 void heap_flush_unblock(heap *h)

@@ -121,6 +121,9 @@ void heap_wb_free(heap *h);
 int heap_flush_init(heap *h);
 void heap_flush_note(heap *h, uint64_t bytes);
 int heap_flush_block(heap *h);
+/* An error (AH_EIO, AH_EFULL) some other sync of LMDB's descriptor took
+ * (heap_sync): kept for the next commit, as the thread's. */
+void heap_flush_fail(heap *h, int rc);
 void heap_flush_unblock(heap *h);
 uint64_t heap_flush_count(heap *h);
 void heap_flush_free(heap *h);

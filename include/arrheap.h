@@ -240,7 +240,10 @@ int ah_open(const char *path, const ah_open_opts *opts, ah_heap **out);
 int ah_close(ah_heap *heap);
 
 /* Flushes every commit to disk (for AH_OPEN_NOSYNC/NOMETASYNC heaps; a no-op
- * cost otherwise).  Errors: AH_EIO, AH_EFORK.  Source: mdb_env_sync(force). */
+ * cost otherwise).  Errors: AH_EIO, AH_EFORK.  A write error it sees may be
+ * of a write transaction open in another thread (the kernel reports one
+ * once): that transaction's ah_txn_commit then fails too (AH_EIO, nothing
+ * of it written).  Source: mdb_env_sync(force). */
 int ah_sync(ah_heap *heap);
 
 /* Raises or lowers the heap's size limit in bytes (0 = bounded by disk).

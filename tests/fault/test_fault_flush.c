@@ -296,3 +296,35 @@ Test(flush, the_handle_goes_on_after_a_failed_early_flush, .timeout = 120)
 	cr_assert_eq(ah_close(h), 0);
 	tl_rmdir(&d);
 }
+
+/* ah_sync (heap_sync) runs msync on LMDB's descriptor too: an error it
+ * takes may be about the writes of a write txn open beside it, whose
+ * commit's msync would then not see it.  So it is kept for that commit,
+ * which fails; the next commit lands. */
+Test(flush, a_sync_leaves_its_error_for_the_open_txn, .timeout = 60)
+{
+	tl_dir d = tl_tmpdir("flush");
+	heap *h = open_heap(&d, 0);
+	heap_txn *t;
+
+	cr_assert_eq(heap_txn_begin(h, false, &t), 0);
+	uint64_t id = ht_put_chunk(t, 100000, SEED);
+	cr_assert_neq(id, 0);
+	io_fault_arm(1, 1u << IO_MSYNC, EIO);
+	cr_assert_eq(heap_sync(h), AH_EIO);
+	io_fault_arm(0, 0, 0);
+	int rc = heap_txn_commit(t);
+	cr_assert_eq(rc, AH_EIO, "the commit after a failed sync returned %d", rc);
+	cr_assert_eq(heap_txn_begin(h, true, &t), 0);
+	cr_assert_eq(ht_count_chunks(t), 0);
+	heap_txn_abort(t);
+	cr_assert_eq(heap_txn_begin(h, false, &t), 0);
+	id = ht_put_chunk(t, 100000, SEED + 1);
+	cr_assert_eq(heap_txn_commit(t), 0);
+	cr_assert_eq(heap_sync(h), 0);
+	cr_assert_eq(heap_txn_begin(h, true, &t), 0);
+	cr_assert_eq(ht_count_chunks(t), 1);
+	heap_txn_abort(t);
+	cr_assert_eq(heap_close(h), 0);
+	tl_rmdir(&d);
+}
