@@ -24,11 +24,24 @@ int heap_sync(heap *h)
 		return rc;
 	if (h->flags & AH_OPEN_RDONLY)
 		return 0;
+	/* A failed sync is sticky: Linux reports a writeback error once per
+	 * file description, so a second msync would say 0 for pages that were
+	 * never written (found by an outside test on a NOSYNC heap).  What is
+	 * on disk is unknown: no sync succeeds and no write txn begins or
+	 * commits on this handle again (close, reopen, verify). */
+	if ((rc = __atomic_load_n(&h->sync_err, __ATOMIC_ACQUIRE)) != 0)
+		return rc;
 	/* Its msync may take a writeback error of a write txn another thread
-	 * has open (Linux reports one once per file description, and this is
-	 * LMDB's): that txn's commit must fail too (flush.c). */
+	 * has open (this is LMDB's descriptor): that txn's commit must fail
+	 * too (flush.c, and sync_err). */
 	int fe = heap_flush_block(h); /* the thread's, put back below */
 	rc = heap_err(HEAP_MDB(mdb_env_sync(h->env, 1)));
+	if (rc == AH_EIO || rc == AH_EFULL) {
+		int none = 0;
+		(void)__atomic_compare_exchange_n(&h->sync_err, &none, rc, false,
+		                                  __ATOMIC_ACQ_REL,
+		                                  __ATOMIC_ACQUIRE);
+	}
 	heap_flush_fail(h, fe ? fe : rc);
 	heap_flush_unblock(h);
 	return rc;

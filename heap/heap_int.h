@@ -58,6 +58,9 @@ struct heap {
 	/* flush.c: the thread that asks for early device flushes while a
 	 * write txn writes (NULL: read-only or AH_OPEN_NOSYNC) */
 	struct heap_flush *flush;
+	/* the error of a failed heap_sync (AH_EIO, AH_EFULL), sticky: later
+	 * syncs return it, write txns neither begin nor commit (atomic) */
+	int sync_err;
 	pthread_mutex_t mu;    /* guards ntxn and the writer fields */
 	unsigned ntxn;         /* open txns (heap_close refuses while > 0) */
 	bool writer_active;

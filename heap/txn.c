@@ -103,6 +103,9 @@ int heap_txn_begin(heap *h, bool rdonly, heap_txn **out)
 		return rc;
 	if (!rdonly && (h->flags & AH_OPEN_RDONLY))
 		return AH_EREADONLY;
+	/* an ah_sync failed: what is on disk is unknown (heap_sync) */
+	if (!rdonly && __atomic_load_n(&h->sync_err, __ATOMIC_ACQUIRE))
+		return AH_EIO;
 	if ((t = heap_zalloc(1, sizeof *t)) == NULL)
 		return AH_ENOMEM;
 	t->h = h;
@@ -180,6 +183,9 @@ int heap_txn_commit(heap_txn *t)
 	/* No early flush while LMDB commits, and the error one saw (which
 	 * LMDB's msync would no longer see: flush.c) fails the commit. */
 	int frc = t->rdonly ? 0 : heap_flush_block(t->h);
+	if (frc == 0 && !t->rdonly &&
+	    __atomic_load_n(&t->h->sync_err, __ATOMIC_ACQUIRE))
+		frc = AH_EIO; /* an ah_sync failed while this txn was open */
 	if (frc != 0 && !t->poisoned) {
 		t->poisoned = true;
 		rc = frc;

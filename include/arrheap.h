@@ -240,10 +240,16 @@ int ah_open(const char *path, const ah_open_opts *opts, ah_heap **out);
 int ah_close(ah_heap *heap);
 
 /* Flushes every commit to disk (for AH_OPEN_NOSYNC/NOMETASYNC heaps; a no-op
- * cost otherwise).  Errors: AH_EIO, AH_EFORK.  A write error it sees may be
- * of a write transaction open in another thread (the kernel reports one
- * once): that transaction's ah_txn_commit then fails too (AH_EIO, nothing
- * of it written).  Source: mdb_env_sync(force). */
+ * cost otherwise).  Errors: AH_EIO, AH_EFULL (the write-back found no
+ * space), AH_EFORK.  A failure is sticky, because the kernel reports a
+ * write error once and a second sync would say 0 for pages never
+ * written: what is on disk is then unknown (on an AH_OPEN_NOSYNC heap the
+ * file may be damaged: ARCHITECTURE.md §5), every later ah_sync returns
+ * the same error, write transactions are refused (ah_txn_begin AH_EIO,
+ * and the commit of one open meanwhile, in another thread, fails with
+ * AH_EIO, nothing of it written), and read transactions go on.  Close,
+ * reopen, and check with ah_verify (or restore a snapshot).
+ * Source: mdb_env_sync(force). */
 int ah_sync(ah_heap *heap);
 
 /* Raises or lowers the heap's size limit in bytes (0 = bounded by disk).
@@ -327,7 +333,8 @@ int ah_pool_stats_get(ah_heap *heap, ah_pool_stats *st);
  * Errors: AH_EINVAL, AH_EREADONLY (write txn on a read-only heap), AH_EBUSY
  * (no free reader slot: every slot is held by a live process; those of
  * dead processes are cleared first), AH_ESTATE (this thread already has a write txn),
- * AH_EFORK, AH_ENOMEM, AH_EIO, AH_EFULL.  Source: mdb_txn_begin. */
+ * AH_EFORK, AH_ENOMEM, AH_EIO (also: a write txn after an ah_sync of this
+ * handle failed; see ah_sync), AH_EFULL.  Source: mdb_txn_begin. */
 int ah_txn_begin(ah_heap *heap, unsigned flags, ah_txn **out);
 
 /* Commits every change of the transaction atomically (one LMDB commit: all
@@ -339,7 +346,8 @@ int ah_txn_begin(ah_heap *heap, unsigned flags, ah_txn **out);
  * lists, or the flusher's fdatasync of this transaction's writes found the
  * disk full: nothing is written), AH_EFORK, and AH_EIO: the flusher's
  * fdatasync of this transaction's writes failed (Caveats; nothing is
- * written, and the handle stays usable), or the final
+ * written, and the handle stays usable), or an ah_sync of the handle
+ * failed while it was open (nothing is written; see ah_sync), or the final
  * sync failed, so the outcome is unknown (the commit may or may not be in
  * the file) and the handle refuses new transactions; close, reopen and read
  * the source positions to learn which.  A write transaction committed

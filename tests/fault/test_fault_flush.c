@@ -300,34 +300,65 @@ Test(flush, the_handle_goes_on_after_a_failed_early_flush, .timeout = 120)
 
 /* ah_sync (heap_sync) runs msync on LMDB's descriptor too: an error it
  * takes may be about the writes of a write txn open beside it, whose
- * commit's msync would then not see it.  So it is kept for that commit,
- * which fails; the next commit lands. */
-Test(flush, a_sync_leaves_its_error_for_the_open_txn, .timeout = 60)
+ * commit's msync would then not see it.  So that commit fails; and since
+ * the kernel reports the error once, the failure is sticky: a second
+ * sync says the same (not 0), no write txn begins, reads go on, and a
+ * reopened handle writes again. */
+static void failed_sync_case(unsigned flags, int err, int want)
 {
 	tl_dir d = tl_tmpdir("flush");
-	heap *h = open_heap(&d, 0);
+	heap *h = open_heap(&d, flags);
 	heap_txn *t;
 
 	cr_assert_eq(heap_txn_begin(h, false, &t), 0);
-	uint64_t id = ht_put_chunk(t, 100000, SEED);
+	uint64_t base = ht_put_chunk(t, 100000, SEED);
+	cr_assert_eq(heap_txn_commit(t), 0);
+	cr_assert_eq(heap_sync(h), 0);
+	cr_assert_eq(heap_txn_begin(h, false, &t), 0);
+	uint64_t id = ht_put_chunk(t, 100000, SEED + 1);
 	cr_assert_neq(id, 0);
-	io_fault_arm(1, 1u << IO_MSYNC, EIO);
-	cr_assert_eq(heap_sync(h), AH_EIO);
+	io_fault_arm(1, 1u << IO_MSYNC, err);
+	cr_assert_eq(heap_sync(h), want);
 	io_fault_arm(0, 0, 0);
 	int rc = heap_txn_commit(t);
 	cr_assert_eq(rc, AH_EIO, "the commit after a failed sync returned %d", rc);
-	cr_assert_eq(heap_txn_begin(h, true, &t), 0);
-	cr_assert_eq(ht_count_chunks(t), 0);
-	heap_txn_abort(t);
-	cr_assert_eq(heap_txn_begin(h, false, &t), 0);
-	id = ht_put_chunk(t, 100000, SEED + 1);
-	cr_assert_eq(heap_txn_commit(t), 0);
-	cr_assert_eq(heap_sync(h), 0);
-	cr_assert_eq(heap_txn_begin(h, true, &t), 0);
+	cr_assert_eq(heap_sync(h), want, "a second sync forgot the failure");
+	heap_txn *w = NULL;
+	cr_assert_eq(heap_txn_begin(h, false, &w), AH_EIO);
+	cr_assert_null(w);
+	cr_assert_eq(heap_txn_begin(h, true, &t), 0, "reads stop");
 	cr_assert_eq(ht_count_chunks(t), 1);
 	heap_txn_abort(t);
 	cr_assert_eq(heap_close(h), 0);
+
+	h = open_heap(&d, flags);
+	cr_assert_eq(heap_sync(h), 0);
+	cr_assert_eq(heap_txn_begin(h, true, &t), 0);
+	cr_assert_eq(ht_count_chunks(t), 1);
+	const void *body;
+	size_t used;
+	cr_assert_eq(heap_chunk_get(t, base, &body, &used), 0);
+	cr_assert(used == 100000 && ht_same(body, used, SEED, base));
+	heap_txn_abort(t);
+	cr_assert_eq(heap_txn_begin(h, false, &t), 0);
+	(void)ht_put_chunk(t, 100000, SEED + 2);
+	cr_assert_eq(heap_txn_commit(t), 0);
+	cr_assert_eq(heap_sync(h), 0);
+	cr_assert_eq(heap_txn_begin(h, true, &t), 0);
+	cr_assert_eq(ht_count_chunks(t), 2);
+	heap_txn_abort(t);
+	cr_assert_eq(heap_close(h), 0);
 	tl_rmdir(&d);
+}
+
+Test(flush, a_failed_sync_fails_the_open_txn_and_sticks, .timeout = 60)
+{
+	failed_sync_case(0, EIO, AH_EIO);
+}
+
+Test(flush, a_failed_sync_of_a_nosync_heap_sticks, .timeout = 60)
+{
+	failed_sync_case(AH_OPEN_NOSYNC, ENOSPC, AH_EFULL);
 }
 
 /* The flusher blocks every signal: SIGUSR1, blocked in the test's thread
