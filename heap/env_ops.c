@@ -29,20 +29,19 @@ int heap_sync(heap *h)
 	 * never written (found by an outside test on a NOSYNC heap).  What is
 	 * on disk is unknown: no sync succeeds and no write txn begins or
 	 * commits on this handle again (close, reopen, verify). */
-	if ((rc = __atomic_load_n(&h->sync_err, __ATOMIC_ACQUIRE)) != 0)
-		return rc;
 	/* Its msync may take a writeback error of a write txn another thread
 	 * has open (this is LMDB's descriptor): that txn's commit must fail
-	 * too (flush.c, and sync_err). */
+	 * too (sync_err), and it never runs during a commit's sync
+	 * (heap_sync_lock), whose error it could take. */
 	int fe = heap_flush_block(h); /* the thread's, put back below */
-	rc = heap_err(HEAP_MDB(mdb_env_sync(h->env, 1)));
-	if (rc == AH_EIO || rc == AH_EFULL) {
-		int none = 0;
-		(void)__atomic_compare_exchange_n(&h->sync_err, &none, rc, false,
-		                                  __ATOMIC_ACQ_REL,
-		                                  __ATOMIC_ACQUIRE);
+	heap_sync_lock(h);
+	if ((rc = __atomic_load_n(&h->sync_err, __ATOMIC_ACQUIRE)) == 0) {
+		rc = heap_err(HEAP_MDB(mdb_env_sync(h->env, 1)));
+		if (rc == AH_EIO || rc == AH_EFULL)
+			__atomic_store_n(&h->sync_err, rc, __ATOMIC_RELEASE);
 	}
-	heap_flush_fail(h, fe ? fe : rc);
+	heap_sync_unlock(h);
+	heap_flush_fail(h, fe);
 	heap_flush_unblock(h);
 	return rc;
 }

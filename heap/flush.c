@@ -25,7 +25,12 @@
  * about are discarded).  ah_sync's msync (heap_sync) can take such an
  * error too, of another thread's open write txn: it blocks the thread the
  * same way and leaves its error for that txn's commit (heap_flush_fail).
- * A heap opened with AH_OPEN_NOSYNC never starts the thread.
+ * And a commit's sync and heap_sync's never run at once (sync_mu): the
+ * one could take the other's error, and a commit whose own msync then
+ * said 0 would write its meta page over data that never reached the disk
+ * (found by an outside test: a commit acknowledged, then AH_ECORRUPT after
+ * a remount).  A heap opened with AH_OPEN_NOSYNC never starts the thread
+ * (it has the state, for sync_mu).
  *
  * It must never run while a commit is under way, never drop an error
  * before a commit has taken it, and never touch the descriptor after
@@ -43,6 +48,11 @@
 #define FLUSH_EVERY ((uint64_t)32 << 20)
 
 struct heap_flush {
+	/* held around every sync of LMDB's descriptor but the thread's (a
+	 * commit's mdb_txn_commit, heap_sync's mdb_env_sync): of two such
+	 * syncs at once, one could take the other's writeback error */
+	pthread_mutex_t sync_mu;
+	bool nosync;           /* AH_OPEN_NOSYNC: the thread never starts */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;     /* wanted, done, stop, unblocked */
 	pthread_t thr;
@@ -102,15 +112,22 @@ int heap_flush_init(heap *h)
 {
 	struct heap_flush *f;
 
-	if (h->flags & (AH_OPEN_NOSYNC | AH_OPEN_RDONLY))
+	if (h->flags & AH_OPEN_RDONLY)
 		return 0;
 	if ((f = calloc(1, sizeof *f)) == NULL)
 		return AH_ENOMEM;
+	f->nosync = (h->flags & AH_OPEN_NOSYNC) != 0;
 	if (pthread_mutex_init(&f->mu, NULL) != 0) {
 		free(f);
 		return AH_ENOMEM;
 	}
+	if (pthread_mutex_init(&f->sync_mu, NULL) != 0) {
+		pthread_mutex_destroy(&f->mu);
+		free(f);
+		return AH_ENOMEM;
+	}
 	if (pthread_cond_init(&f->cv, NULL) != 0) {
+		pthread_mutex_destroy(&f->sync_mu);
 		pthread_mutex_destroy(&f->mu);
 		free(f);
 		return AH_ENOMEM;
@@ -123,7 +140,7 @@ void heap_flush_note(heap *h, uint64_t bytes)
 {
 	struct heap_flush *f = h->flush;
 
-	if (f == NULL)
+	if (f == NULL || f->nosync)
 		return;
 	pthread_mutex_lock(&f->mu);
 	f->since += bytes;
@@ -192,6 +209,18 @@ uint64_t heap_flush_count(heap *h)
 	return n;
 }
 
+void heap_sync_lock(heap *h)
+{
+	if (h->flush != NULL)
+		pthread_mutex_lock(&h->flush->sync_mu);
+}
+
+void heap_sync_unlock(heap *h)
+{
+	if (h->flush != NULL)
+		pthread_mutex_unlock(&h->flush->sync_mu);
+}
+
 void heap_flush_free(heap *h)
 {
 	struct heap_flush *f = h->flush;
@@ -208,6 +237,7 @@ void heap_flush_free(heap *h)
 	if (started && h->pid == getpid())
 		pthread_join(f->thr, NULL);
 	pthread_cond_destroy(&f->cv);
+	pthread_mutex_destroy(&f->sync_mu);
 	pthread_mutex_destroy(&f->mu);
 	free(f);
 	h->flush = NULL;

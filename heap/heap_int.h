@@ -115,8 +115,8 @@ int heap_wb_drain(heap_txn *t);
 int heap_wb_settle(heap_txn *t, uint64_t id);
 void heap_wb_free(heap *h);
 
-/* flush.c (see there): init at open (nothing for a read-only or NOSYNC
- * handle; AH_ENOMEM), note after each chunk write (may wake the thread
+/* flush.c (see there): init at open (nothing for a read-only handle, no
+ * thread ever for a NOSYNC one; AH_ENOMEM), note after each chunk write (may wake the thread
  * for an fdatasync), block before a write txn's commit or abort (waits
  * for an fdatasync in flight, keeps others from starting, and returns the
  * error one saw: AH_EIO, AH_EFULL; 0), unblock after it, count (tests),
@@ -128,6 +128,11 @@ int heap_flush_block(heap *h);
  * (heap_sync): kept for the next commit, as the thread's. */
 void heap_flush_fail(heap *h, int rc);
 void heap_flush_unblock(heap *h);
+/* Held around a commit's mdb_txn_commit and heap_sync's mdb_env_sync, so
+ * that two syncs of LMDB's descriptor never run at once (no-op on a
+ * read-only handle). */
+void heap_sync_lock(heap *h);
+void heap_sync_unlock(heap *h);
 uint64_t heap_flush_count(heap *h);
 void heap_flush_free(heap *h);
 

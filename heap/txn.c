@@ -183,8 +183,10 @@ int heap_txn_commit(heap_txn *t)
 	/* No early flush while LMDB commits, and the error one saw (which
 	 * LMDB's msync would no longer see: flush.c) fails the commit. */
 	int frc = t->rdonly ? 0 : heap_flush_block(t->h);
-	if (frc == 0 && !t->rdonly &&
-	    __atomic_load_n(&t->h->sync_err, __ATOMIC_ACQUIRE))
+	/* no heap_sync while LMDB syncs: it could take this commit's error */
+	if (!t->rdonly)
+		heap_sync_lock(t->h);
+	if (!t->rdonly && __atomic_load_n(&t->h->sync_err, __ATOMIC_ACQUIRE))
 		frc = AH_EIO; /* an ah_sync failed while this txn was open */
 	if (frc != 0 && !t->poisoned) {
 		t->poisoned = true;
@@ -201,8 +203,10 @@ int heap_txn_commit(heap_txn *t)
 		if (rc == 0)
 			heap_format_raise(t->h, t->format_mark); /* heap_format_mark */
 	}
-	if (!t->rdonly)
+	if (!t->rdonly) {
+		heap_sync_unlock(t->h);
 		heap_flush_unblock(t->h);
+	}
 	release(t);
 	return rc;
 }

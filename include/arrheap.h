@@ -342,15 +342,18 @@ int ah_txn_begin(ah_heap *heap, unsigned flags, ah_txn **out);
  * and frees it.  Durable on return unless the heap was opened with a relaxed
  * mode.  A read transaction is simply ended.  The transaction is freed
  * whatever the result.  Errors: AH_EBADTXN (it was poisoned: nothing is
- * written), AH_EFULL and AH_ENOMEM (LMDB's commit could not grow its page
- * lists, or the flusher's fdatasync of this transaction's writes found the
- * disk full: nothing is written), AH_EFORK, and AH_EIO: the flusher's
- * fdatasync of this transaction's writes failed (Caveats; nothing is
- * written, and the handle stays usable), or an ah_sync of the handle
- * failed while it was open (nothing is written; see ah_sync), or the final
- * sync failed, so the outcome is unknown (the commit may or may not be in
- * the file) and the handle refuses new transactions; close, reopen and read
- * the source positions to learn which.  A write transaction committed
+ * written), AH_ENOMEM and AH_EFULL (LMDB's commit could not grow its page
+ * lists: nothing is written), AH_EFORK, and AH_EIO or AH_EFULL from a
+ * sync: the flusher's fdatasync of this transaction's writes failed
+ * (Caveats), or an ah_sync of the handle failed while it was open (AH_EIO;
+ * see ah_sync), or the commit's sync of its data failed: in these cases
+ * nothing is written (and, but after ah_sync, the handle goes on); or the
+ * sync of LMDB's meta page failed, after the data's: then the outcome is
+ * unknown (the commit may or may not be in the file) and the handle
+ * refuses new transactions.  The code does not tell these apart: when it
+ * matters, close, reopen and read the source positions to learn whether
+ * the commit is there.  A commit's syncs and ah_sync's never run at once
+ * (one could take the other's error).  A write transaction committed
  * from a thread other than the one that began it is not freed: AH_ESTATE,
  * nothing changes, and it stays open for its owner.  After an ah_txn_abort
  * from another thread the owner's commit aborts, frees it and returns

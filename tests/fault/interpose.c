@@ -25,6 +25,21 @@ static _Atomic int fail_err;
 static _Atomic int fds_inflight;
 static _Atomic uint64_t overlaps;
 static _Atomic unsigned fds_delay_us;
+/* msyncs in flight, msyncs that began while another was, and a delay
+ * inside each msync (microseconds) */
+static _Atomic int ms_inflight;
+static _Atomic uint64_t ms_overlaps;
+static _Atomic unsigned ms_delay_us;
+
+void io_msync_delay(unsigned us)
+{
+	atomic_store(&ms_delay_us, us);
+}
+
+uint64_t io_msync_msync_overlaps(void)
+{
+	return atomic_load(&ms_overlaps);
+}
 
 void io_fdatasync_delay(unsigned us)
 {
@@ -109,16 +124,23 @@ __attribute__((constructor)) static void resolve(void)
 
 int msync(void *addr, size_t len, int flags)
 {
-	int err = hit(IO_MSYNC);
+	int err = hit(IO_MSYNC), rc;
 
 	if (atomic_load(&fds_inflight) > 0)
 		atomic_fetch_add(&overlaps, 1);
-
+	if (atomic_fetch_add(&ms_inflight, 1) > 0)
+		atomic_fetch_add(&ms_overlaps, 1);
+	unsigned us = atomic_load(&ms_delay_us);
+	if (us)
+		usleep(us);
 	if (err) {
 		errno = err;
-		return -1;
+		rc = -1;
+	} else {
+		rc = real_msync(addr, len, flags);
 	}
-	return real_msync(addr, len, flags);
+	atomic_fetch_sub(&ms_inflight, 1);
+	return rc;
 }
 
 int fdatasync(int fd)

@@ -31,5 +31,10 @@ void io_fdatasync_delay(unsigned us);
 /* msync calls that began while an fdatasync was in flight, since the
  * process started. */
 uint64_t io_msync_overlaps(void);
+/* Sleeps us microseconds inside every msync (0: none). */
+void io_msync_delay(unsigned us);
+/* msync calls that began while another msync was in flight, since the
+ * process started. */
+uint64_t io_msync_msync_overlaps(void);
 
 #endif

@@ -16,6 +16,8 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -403,6 +405,66 @@ Test(flush, thread_takes_no_signal, .timeout = 60)
 	cr_assert_eq(usr1_taken, 1, "pending once, taken at the unblock");
 	cr_assert_eq(usr1_tid, gettid());
 	cr_assert_eq(heap_txn_commit(t), 0);
+	cr_assert_eq(heap_close(h), 0);
+	tl_rmdir(&d);
+}
+
+/* A commit's sync and ah_sync's never run at once: of two msyncs of
+ * LMDB's descriptor at once, one could take the other's writeback error,
+ * and a commit whose own msync then said 0 wrote its meta page over data
+ * that never reached the disk (an outside test: a commit acknowledged
+ * while a concurrent ah_sync failed, AH_ECORRUPT after a remount).  Every
+ * msync is slowed by 2 ms; one thread commits, another syncs in a loop;
+ * no msync may begin while another is in flight. */
+typedef struct syncer_arg {
+	heap *h;
+	atomic_int stop;
+	uint64_t syncs;
+	int bad;
+} syncer_arg;
+
+static void *syncer(void *p)
+{
+	syncer_arg *a = p;
+
+	while (!atomic_load(&a->stop)) {
+		int rc = heap_sync(a->h);
+		if (rc != 0)
+			a->bad = rc;
+		a->syncs++;
+	}
+	return NULL;
+}
+
+Test(flush, a_sync_never_runs_during_a_commit, .timeout = 120)
+{
+	tl_dir d = tl_tmpdir("flush");
+	heap *h = open_heap(&d, 0);
+	heap_txn *t;
+	syncer_arg a = { .h = h };
+	pthread_t th;
+	uint64_t o0 = io_msync_msync_overlaps();
+
+	printf("flush/a_sync_never_runs_during_a_commit: seed %u\n", SEED);
+	io_msync_delay(2000);
+	cr_assert_eq(pthread_create(&th, NULL, syncer, &a), 0);
+	for (unsigned i = 0; i < 40; i++) {
+		cr_assert_eq(heap_txn_begin(h, false, &t), 0);
+		(void)ht_put_chunk(t, 100000, SEED + i);
+		cr_assert_eq(heap_txn_commit(t), 0, "commit %u", i);
+	}
+	atomic_store(&a.stop, 1);
+	pthread_join(th, NULL);
+	io_msync_delay(0);
+	cr_log_info("flush: 40 commits beside %" PRIu64 " syncs", a.syncs);
+	cr_assert_eq(a.bad, 0, "a sync failed: %d", a.bad);
+	cr_assert_gt(a.syncs, 0);
+	cr_assert_eq(io_msync_msync_overlaps(), o0,
+	             "%" PRIu64 " msyncs began while another was in flight",
+	             io_msync_msync_overlaps() - o0);
+	cr_assert_eq(heap_txn_begin(h, true, &t), 0);
+	cr_assert_eq(ht_count_chunks(t), 40);
+	heap_txn_abort(t);
 	cr_assert_eq(heap_close(h), 0);
 	tl_rmdir(&d);
 }
