@@ -29,7 +29,6 @@
  * out of order.
  */
 #include <pthread.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -317,15 +316,7 @@ int merge_parallel(heap_txn *t, pool *p, batch *const *in, size_t n,
 	}
 	if ((rc = batch_writer_new(t, p, &w)))
 		goto done;
-	{
-		/* the helper takes no signals: they stay the application's */
-		sigset_t all, old;
-
-		sigfillset(&all);
-		pthread_sigmask(SIG_SETMASK, &all, &old);
-		started = pthread_create(&th, NULL, helper, &q) == 0;
-		pthread_sigmask(SIG_SETMASK, &old, NULL);
-	}
+	started = heap_thread_start(&th, helper, &q); /* no signals */
 	if (!started)
 		q.failed = true;
 	*ran = true;

@@ -28,7 +28,6 @@
  * It must never touch a buffer the thread owns, never let a txn end with a
  * write in flight, and never drop an error.
  */
-#include <signal.h>
 #include <stdlib.h>
 
 #include "heap/chunk_int.h"
@@ -128,18 +127,12 @@ static int collected(heap_txn *t, int rc)
 /* Under w->mu: the thread, started once; false when it cannot run. */
 static bool start(heap *h, struct heap_wb *w)
 {
-	sigset_t all, old;
-
 	if (w->started || w->failed)
 		return w->started;
-	/* the thread takes no signals: they stay the application's */
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	if (pthread_create(&w->thr, NULL, wb_main, h) == 0)
+	if (heap_thread_start(&w->thr, wb_main, h))
 		w->started = true;
 	else
 		w->failed = true;
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	return w->started;
 }
 

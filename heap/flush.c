@@ -37,7 +37,6 @@
  * heap_flush_free (called before LMDB closes it).
  */
 #include <errno.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -94,17 +93,12 @@ static void *flush_main(void *arg)
 /* Under f->mu: the thread, started once; false when it cannot run. */
 static bool start(heap *h, struct heap_flush *f)
 {
-	sigset_t all, old;
-
 	if (f->started || f->failed)
 		return f->started;
-	sigfillset(&all); /* it takes no signals: they stay the application's */
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	if (pthread_create(&f->thr, NULL, flush_main, h) == 0)
+	if (heap_thread_start(&f->thr, flush_main, h))
 		f->started = true;
 	else
 		f->failed = true;
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	return f->started;
 }
 

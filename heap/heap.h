@@ -18,6 +18,7 @@
 #define HEAP_HEAP_H
 
 #include <limits.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -110,6 +111,10 @@ int heap_open(const char *path, const ah_open_opts *opts, heap **out);
 /* Closes; AH_ESTATE if a txn is open (then nothing is closed). */
 int heap_close(heap *h);
 int heap_sync(heap *h);
+
+/* thread.c: starts fn(arg) on a new thread with every signal blocked (the
+ * library's threads take none); false when pthread_create failed. */
+bool heap_thread_start(pthread_t *thr, void *(*fn)(void *), void *arg);
 int heap_set_max_bytes(heap *h, uint64_t max_bytes);
 int heap_stat(heap *h, ah_heap_stat *st);
 /* AH_EFORK when called from a process other than the opener. */

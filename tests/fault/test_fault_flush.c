@@ -26,6 +26,7 @@
 #include "heap/heap.h"
 #include "heap/heap_int.h"
 #include "interpose.h"
+#include "usr1.h"
 #include "tests/unit/heap/heap_test.h"
 
 #define SEED 20261206u
@@ -363,47 +364,22 @@ Test(flush, a_failed_sync_of_a_nosync_heap_sticks, .timeout = 60)
 	failed_sync_case(AH_OPEN_NOSYNC, ENOSPC, AH_EFULL);
 }
 
-/* The flusher blocks every signal: SIGUSR1, blocked in the test's thread
- * while the flusher runs, stays pending (a thread that did not block it
- * would take it) and is taken by the test's thread once it unblocks. */
-static volatile sig_atomic_t usr1_taken;
-static pid_t usr1_tid;
-
-static void on_usr1(int sig)
-{
-	(void)sig;
-	usr1_taken++;
-	usr1_tid = gettid();
-}
-
+/* The flusher blocks every signal: started from a thread that takes
+ * SIGUSR1, it leaves the signal to that thread (usr1.h). */
 Test(flush, thread_takes_no_signal, .timeout = 60)
 {
 	tl_dir d = tl_tmpdir("flush");
 	heap *h = open_heap(&d, 0);
 	heap_txn *t;
-	sigset_t usr1, old;
-	struct sigaction sa = { .sa_handler = on_usr1 };
 
 	/* Chunks under 64 KiB are written by the writer itself, so the
-	 * flusher is started from this thread, with SIGUSR1 not blocked:
-	 * only its own mask keeps it from taking the signal. */
-	sigemptyset(&sa.sa_mask);
-	cr_assert_eq(sigaction(SIGUSR1, &sa, NULL), 0);
+	 * flusher is started from this thread, which takes SIGUSR1. */
+	usr1_install();
 	cr_assert_eq(heap_txn_begin(h, false, &t), 0);
 	for (unsigned i = 0; i < 600; i++)
 		(void)ht_put_chunk(t, 60000, SEED + i);
 	wait_flushes(h, 1); /* started, and has run */
-	sigemptyset(&usr1);
-	sigaddset(&usr1, SIGUSR1);
-	cr_assert_eq(sigprocmask(SIG_BLOCK, &usr1, &old), 0);
-	for (int i = 0; i < 20; i++) {
-		cr_assert_eq(kill(getpid(), SIGUSR1), 0);
-		usleep(1000);
-	}
-	cr_assert_eq(usr1_taken, 0, "a thread of the library took SIGUSR1");
-	cr_assert_eq(sigprocmask(SIG_SETMASK, &old, NULL), 0);
-	cr_assert_eq(usr1_taken, 1, "pending once, taken at the unblock");
-	cr_assert_eq(usr1_tid, gettid());
+	usr1_only_here();
 	cr_assert_eq(heap_txn_commit(t), 0);
 	cr_assert_eq(heap_close(h), 0);
 	tl_rmdir(&d);

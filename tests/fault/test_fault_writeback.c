@@ -21,6 +21,7 @@
 
 #include "heap/heap.h"
 #include "interpose.h"
+#include "usr1.h"
 #include "tests/unit/heap/heap_test.h"
 
 #define SEED 20261204u
@@ -214,47 +215,22 @@ Test(writeback, every_failed_write_is_reported, .timeout = 300)
 	tl_rmdir(&d);
 }
 
-/* The thread takes no signals (header Caveats): with SIGUSR1 blocked in
- * the test's thread and the writeback thread running, a SIGUSR1 sent to
- * the process stays pending (a thread that did not block it would take
- * it), and is taken by the test's thread once it unblocks. */
-static volatile sig_atomic_t usr1_taken;
-static pid_t usr1_tid;
-
-static void on_usr1(int sig)
-{
-	(void)sig;
-	usr1_taken++;
-	usr1_tid = gettid();
-}
-
+/* The thread takes no signals (header Caveats): started from a thread
+ * that takes SIGUSR1, it leaves the signal to that thread (usr1.h). */
 Test(writeback, thread_takes_no_signal, .timeout = 60)
 {
 	tl_dir d = tl_tmpdir("wb");
 	heap *h = open_heap(&d, 0);
 	heap_txn *t;
-	sigset_t usr1, old;
-	struct sigaction sa = { .sa_handler = on_usr1 };
 	uint64_t off0 = io_calls_off_main(IO_PWRITE);
 
-	sigemptyset(&sa.sa_mask);
-	cr_assert_eq(sigaction(SIGUSR1, &sa, NULL), 0);
-	sigemptyset(&usr1);
-	sigaddset(&usr1, SIGUSR1);
-	cr_assert_eq(sigprocmask(SIG_BLOCK, &usr1, &old), 0);
+	usr1_install();
 	cr_assert_eq(heap_txn_begin(h, false, &t), 0);
 	for (int i = 0; i < 4; i++) /* the thread is started and has run */
 		(void)ht_put_chunk(t, 1040000, SEED + (uint64_t)i);
 	cr_assert_eq(heap_txn_commit(t), 0);
 	cr_assert_geq(io_calls_off_main(IO_PWRITE) - off0, 4);
-	for (int i = 0; i < 20; i++) {
-		cr_assert_eq(kill(getpid(), SIGUSR1), 0);
-		usleep(1000);
-	}
-	cr_assert_eq(usr1_taken, 0, "a thread of the library took SIGUSR1");
-	cr_assert_eq(sigprocmask(SIG_SETMASK, &old, NULL), 0);
-	cr_assert_eq(usr1_taken, 1, "pending once, taken at the unblock");
-	cr_assert_eq(usr1_tid, gettid());
+	usr1_only_here();
 	cr_assert_eq(heap_close(h), 0);
 	tl_rmdir(&d);
 }
