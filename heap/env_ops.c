@@ -24,15 +24,13 @@ int heap_sync(heap *h)
 		return rc;
 	if (h->flags & AH_OPEN_RDONLY)
 		return 0;
-	/* A failed sync is sticky: Linux reports a writeback error once per
-	 * file description, so a second msync would say 0 for pages that were
-	 * never written (found by an outside test on a NOSYNC heap).  What is
-	 * on disk is unknown: no sync succeeds and no write txn begins or
-	 * commits on this handle again (close, reopen, verify). */
-	/* Its msync may take a writeback error of a write txn another thread
-	 * has open (this is LMDB's descriptor): that txn's commit must fail
-	 * too (sync_err), and it never runs during a commit's sync
-	 * (heap_sync_lock), whose error it could take. */
+	/* Linux reports a writeback error once per file description, and
+	 * this is LMDB's.  So a failed sync is sticky (a second msync would
+	 * say 0 for pages never written: an outside test, NOSYNC heap): no
+	 * sync succeeds and no write txn begins or commits on this handle
+	 * again (close, reopen, verify); the error may be of a write txn
+	 * another thread has open, whose commit fails too; and it never runs
+	 * during a commit's sync (heap_sync_lock), whose error it could take. */
 	int fe = heap_flush_block(h); /* the thread's, put back below */
 	heap_sync_lock(h);
 	if ((rc = __atomic_load_n(&h->sync_err, __ATOMIC_ACQUIRE)) == 0) {
