@@ -301,12 +301,13 @@ bench: bench-deps bench-build
 TSAN_SAN := -fsanitize=thread -DAH_POOL_SYSTEM_MALLOC
 TSAN_TESTS := tests/tsan/driver.c tests/stress/test_concurrency.c \
 	tests/stress/test_readers.c tests/stress/test_writers.c tests/misuse/test_misuse.c \
-	tests/api/test_snapshots.c tests/api/test_point_reads.c tests/stress/test_merge_par.c
+	tests/api/test_snapshots.c tests/api/test_point_reads.c tests/stress/test_merge_par.c \
+	tests/unit/test_bgmerge_whole.c
 .PHONY: tsan-run fixture
 tsan-run: deps
 	$(MAKE) BUILD=build-tsan SAN='$(TSAN_SAN)' build-tsan/obj/libarrheap-internal.a
 	@mkdir -p build-tsan/tsan
-	$(CC) -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) -DAH_TSAN_DRIVER -Itests/tsan -Itests/lib -Iinclude \
+	$(CC) -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) -DAH_TSAN_DRIVER -Itests/tsan -Itests/lib -Iinclude -I. \
 	  $(TSAN_SAN) -o build-tsan/tsan/driver $(TSAN_TESTS) build-tsan/obj/libarrheap-internal.a -llmdb -lpthread -lm
 	TSAN_OPTIONS='exitcode=66 halt_on_error=1 suppressions=$(abspath tests/tsan/lmdb.supp) $(TSAN_OPTIONS)' AH_SRC=$(abspath .) build-tsan/tsan/driver
 fixture: all $(BUILD)/tests/suite

@@ -97,6 +97,14 @@ typedef struct arr_slice_bound {
 	uint64_t min_bytes, max_bytes;
 	bool (*busy)(void *user);
 	void (*picked)(void *user, uint64_t first_id);
+	/* whole (may be NULL): when it says so, at the compute or at the
+	 * install, a merge not yet started whose inputs hold merge_par_min()
+	 * to whole_max bytes is not sliced: its install runs it to its end
+	 * in the write txn on two threads (merge_parallel); when
+	 * merge_parallel does not take it, nothing is written and
+	 * arr_slice_refused says so */
+	bool (*whole)(void *user);
+	uint64_t whole_max;
 	void *user;
 } arr_slice_bound;
 
@@ -113,7 +121,8 @@ int arr_slice_compute(heap_txn *rt, pool *p, const char *name,
                       const bool *stop, arr_slice **out);
 /* In write txn wt (rt still open): when NAME's spine still holds exactly
  * the merge s was computed from, installs the images as chunks and
- * suspends the merge at the slice's end or completes it (then starts the
+ * suspends the merge at the slice's end or completes it (a whole slice,
+ * see arr_slice_bound: runs the merge to its end instead; then starts the
  * merges the size policy asks for, running none), stores the spine, and
  * sets *installed.  Otherwise changes nothing (*installed false: discard s).
  * Errors: AH_EFULL, AH_EIO, AH_ECORRUPT, AH_ENOMEM (wt must be aborted). */
@@ -121,6 +130,10 @@ int arr_slice_install(heap_txn *wt, pool *p, arr_slice *s, uint64_t quantum,
                       bool *installed);
 /* True when s stopped before the end of its merge. */
 bool arr_slice_more(const arr_slice *s);
+/* True when s's install was to run its merge whole and merge_parallel
+ * did not take it (nothing written): the caller's whole must say no from
+ * then on, or the same merge would come back whole forever. */
+bool arr_slice_refused(const arr_slice *s);
 void arr_slice_free(arr_slice *s);
 
 /* --------------------------------------------------------- batches */

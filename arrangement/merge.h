@@ -69,6 +69,9 @@ batch_writer *merger_release_writer(merger *m);
 int merge_parallel(heap_txn *t, pool *p, batch *const *inputs, size_t n,
                    frontier since, batch_writer **out, uint64_t *units,
                    bool *ran);
+/* The input bytes (sum of the inputs' chunk_bytes) from which
+ * merge_parallel runs a merge on two threads. */
+uint64_t merge_par_min(void);
 /* Tests: the input bytes (sum of the inputs' chunk_bytes) from which a
  * merge runs on two threads, and per key range (0: the defaults, 64 MiB
  * and 24 MiB).  Process-wide. */

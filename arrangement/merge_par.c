@@ -47,6 +47,11 @@ void merge_par_counts(uint64_t *merges, uint64_t *helped)
 	*helped = __atomic_load_n(&par_helped, __ATOMIC_RELAXED);
 }
 
+uint64_t merge_par_min(void)
+{
+	return __atomic_load_n(&par_min, __ATOMIC_RELAXED);
+}
+
 void merge_par_tune(uint64_t min_bytes, uint64_t range_bytes)
 {
 	__atomic_store_n(&par_min, min_bytes ? min_bytes : PAR_MIN,

@@ -24,6 +24,15 @@
  * inline path (spine.c run_merge), so a kill at any moment leaves the
  * spine of the last commit, resumable from its stored boundary.
  *
+ * Whole (arr_slice_bound.whole): while a caller waits for the thread
+ * (ah_merge_wait), its core is idle, and a merge not yet started whose
+ * inputs hold merge_par_min() to whole_max bytes is run to its end by the
+ * install instead, on two threads (merge_parallel, as spine.c's inline
+ * path runs a fresh merge to its end): decided at the compute (nothing is
+ * computed) or at the install (the slice's images are dropped).  Its
+ * write txn holds the writer lock for the whole merge, which whole_max
+ * bounds.
+ *
  * It never writes in rt, and never changes the spine of a merge it did
  * not find unchanged.
  */
@@ -48,6 +57,12 @@ struct arr_slice {
 	merger *mg;
 	uint64_t spent;
 	bool done;
+	bool whole;                /* run to its end at the install */
+	bool refused;              /* ... and merge_parallel did not take it */
+	uint64_t in_bytes;         /* the inputs' chunk_bytes */
+	bool (*whole_ok)(void *);  /* the bound's whole, user and whole_max */
+	void *user;
+	uint64_t whole_max;
 };
 
 void arr_slice_free(arr_slice *s)
@@ -107,11 +122,9 @@ static int remember(arr_slice *s, const spine *sp, const spine_merge *m)
 	return 0;
 }
 
-static int run(arr_slice *s, heap_txn *rt, pool *p, const arr_slice_bound *b,
-               uint64_t quantum, const bool *stop)
+/* The inputs, as rt holds them: their span and bytes. */
+static int load_inputs(arr_slice *s, heap_txn *rt)
 {
-	merge_resume res = { s->has_boundary, s->key, s->klen, s->val,
-	                     s->vlen, s->partial_id };
 	int rc = 0;
 
 	for (uint32_t i = 0; i < s->count && rc == 0; i++)
@@ -120,6 +133,34 @@ static int run(arr_slice *s, heap_txn *rt, pool *p, const arr_slice_bound *b,
 		return rc;
 	s->lower = s->in[0]->desc.lower;
 	s->upper = s->in[s->count - 1]->desc.upper;
+	s->in_bytes = 0;
+	for (uint32_t i = 0; i < s->count; i++)
+		s->in_bytes += s->in[i]->chunk_bytes;
+	return 0;
+}
+
+/* A merge not yet started, of a size to run whole, and the bound's whole
+ * says so now. */
+static bool want_whole(const arr_slice *s)
+{
+	return s->whole_ok && !s->has_boundary && !s->partial_id &&
+	       s->in_bytes >= merge_par_min() && s->in_bytes <= s->whole_max &&
+	       s->whole_ok(s->user);
+}
+
+static int run(arr_slice *s, heap_txn *rt, pool *p, const arr_slice_bound *b,
+               uint64_t quantum, const bool *stop)
+{
+	merge_resume res = { s->has_boundary, s->key, s->klen, s->val,
+	                     s->vlen, s->partial_id };
+	int rc = 0;
+
+	if ((rc = load_inputs(s, rt)))
+		return rc;
+	if (want_whole(s)) {
+		s->whole = true; /* nothing to compute: the install runs it */
+		return 0;
+	}
 	if ((rc = merger_open_detached(rt, p, s->in, s->count, s->since, &res,
 	                               &s->mg)))
 		return rc;
@@ -164,6 +205,9 @@ int arr_slice_compute(heap_txn *rt, pool *p, const char *name,
 		goto out;
 	}
 	memcpy(s->name, name, n + 1);
+	s->whole_ok = b->whole;
+	s->user = b->user;
+	s->whole_max = b->whole_max;
 	if ((rc = remember(s, &sp, &sp.merges[mi])) == 0 && b->picked)
 		b->picked(b->user, s->ids[0]);
 	if (rc == 0)
@@ -235,6 +279,29 @@ static int land(arr_slice *s, heap_txn *wt, spine *sp, uint32_t mi,
 	return spine_complete(wt, sp, mi, in, out_id);
 }
 
+/* Runs merge mi (not yet started, inputs in as wt holds them) to its end
+ * on two threads: *ran false when merge_parallel did not take it
+ * (nothing written). */
+static int land_whole(arr_slice *s, heap_txn *wt, pool *p, spine *sp,
+                      uint32_t mi, batch **in, bool *ran)
+{
+	spine_merge *m = &sp->merges[mi];
+	batch_writer *w = NULL;
+	uint64_t units = 0, out_id = 0;
+	int rc = merge_parallel(wt, p, in, s->count, s->since, &w, &units, ran);
+
+	if (rc || !*ran)
+		return rc;
+	m->done += units;
+	m->credit = m->credit > units ? m->credit - units : 0;
+	batch_desc d = { in[0]->desc.lower, in[s->count - 1]->desc.upper,
+	                 s->since };
+	if ((rc = batch_writer_finish(w, &d, &out_id)))
+		return rc;
+	s->done = true;
+	return spine_complete(wt, sp, mi, in, out_id);
+}
+
 int arr_slice_install(heap_txn *wt, pool *p, arr_slice *s, uint64_t quantum,
                       bool *installed)
 {
@@ -259,8 +326,23 @@ int arr_slice_install(heap_txn *wt, pool *p, arr_slice *s, uint64_t quantum,
 	}
 	if ((rc = reload(s, wt, in, &same)) || !same)
 		goto out;
-	TRY(merger_attach(s->mg, wt));
-	TRY(land(s, wt, &sp, (uint32_t)mi, in));
+	if (!s->whole && want_whole(s)) { /* its images are not needed */
+		merger_free(s->mg);
+		s->mg = NULL;
+		s->whole = true;
+	}
+	if (s->whole) {
+		bool ran = false;
+
+		TRY(land_whole(s, wt, p, &sp, (uint32_t)mi, in, &ran));
+		if (!ran) { /* nothing written: the next slice computes */
+			s->refused = true;
+			goto out;
+		}
+	} else {
+		TRY(merger_attach(s->mg, wt));
+		TRY(land(s, wt, &sp, (uint32_t)mi, in));
+	}
 	if (s->done)
 		TRY(spine_tidy(wt, p, &sp, quantum, true));
 	TRY(spine_store(wt, s->name, &sp));
@@ -276,4 +358,9 @@ out:
 bool arr_slice_more(const arr_slice *s)
 {
 	return s && !s->done;
+}
+
+bool arr_slice_refused(const arr_slice *s)
+{
+	return s && s->refused;
 }

@@ -558,7 +558,13 @@ typedef struct ah_merge_stats {
  * queued, no slice in flight), fills *st (may be NULL) with its counts
  * since ah_open, and returns the first error a slice met since the last
  * call (0 if none; the merges it failed on are left as they were, and are
- * retried at the next commit or run inline by backpressure).  Without
+ * retried at the next commit or run inline by backpressure).  While a
+ * caller waits, its core is idle: a merge not yet started whose inputs
+ * hold 64 to 512 MiB is not sliced but run to its end in one install, on
+ * two threads (as ah_maintain with fuel 0 runs one), so other writers of
+ * the heap wait for that install (1 to 2 s at 512 MiB of input on the
+ * machine of BENCHMARKS.md, whose full merge runs at 260-570 MB/s); it
+ * counts as one slice installed.  Without
  * AH_OPEN_BGMERGE: returns 0 at once (*st zeroed).  Errors: AH_EINVAL,
  * AH_EFORK, AH_ESTATE (the calling thread holds a write txn: the thread
  * could never install), and a slice's: AH_EFULL, AH_EIO, AH_ECORRUPT,

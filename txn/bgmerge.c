@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "txn/txn.h"
 
@@ -33,6 +34,11 @@
  * to what the thread computed meanwhile. */
 #define BG_MIN_BYTES (8u << 20)
 #define BG_MAX_BYTES (32u << 20)
+/* While ah_merge_wait waits, a merge not yet started whose inputs hold
+ * merge_par_min() (64 MiB) to BG_WHOLE_MAX is run whole on two threads
+ * (slice.c): its install holds the writer lock for the whole merge, 1-2 s
+ * at this bound on the machine of BENCHMARKS.md. */
+#define BG_WHOLE_MAX ((uint64_t)512 << 20)
 
 struct bgm {
 	pthread_mutex_t mu;
@@ -52,7 +58,39 @@ struct bgm {
 	uint64_t cur_first;      /* and its first input batch (0: none) */
 	ah_merge_stats st;
 	pool *p;
+	unsigned waiters;        /* callers in ah_merge_wait */
+	bool no_whole;           /* merge_parallel did not take a merge: its
+	                          * data cannot be split (slice.c) */
 };
+
+/* Tests: while held, the thread takes no slice (bgm_test_hold); the
+ * bound of a whole merge (bgm_test_whole_max). */
+static bool bg_held; /* atomic */
+static uint64_t bg_whole_max = BG_WHOLE_MAX; /* atomic */
+
+void bgm_test_hold(bool on)
+{
+	__atomic_store_n(&bg_held, on, __ATOMIC_RELEASE);
+}
+
+void bgm_test_whole_max(uint64_t bytes)
+{
+	__atomic_store_n(&bg_whole_max, bytes ? bytes : BG_WHOLE_MAX,
+	                 __ATOMIC_RELAXED);
+}
+
+unsigned bgm_test_waiters(ah_heap *ah)
+{
+	struct bgm *g = ah->bg;
+	unsigned n;
+
+	if (!g)
+		return 0;
+	pthread_mutex_lock(&g->mu);
+	n = g->waiters;
+	pthread_mutex_unlock(&g->mu);
+	return n;
+}
 
 int bgm_create(ah_heap *ah)
 {
@@ -117,6 +155,18 @@ static bool writer_busy(void *user)
 	return heap_writer_active(((ah_heap *)user)->h);
 }
 
+/* A caller waits (its core is idle), and no merge was refused. */
+static bool whole_ok(void *user)
+{
+	struct bgm *g = ((ah_heap *)user)->bg;
+	bool on;
+
+	pthread_mutex_lock(&g->mu);
+	on = g->waiters > 0 && !g->no_whole;
+	pthread_mutex_unlock(&g->mu);
+	return on;
+}
+
 /* The slice's merge (first input batch id; 0 once installed or dropped)
  * of the arrangement in g->cur. */
 static void set_current(struct bgm *g, const char *name, uint64_t first)
@@ -161,6 +211,8 @@ static int one_slice(ah_heap *ah, struct bgm *g, const char *name, bool *more)
 	*more = false;
 	TRY(heap_txn_begin(ah->h, true, &rt));
 	arr_slice_bound b = { BG_MIN_BYTES, BG_MAX_BYTES, writer_busy, picked,
+	                      whole_ok,
+	                      __atomic_load_n(&bg_whole_max, __ATOMIC_RELAXED),
 	                      ah };
 	set_current(g, name, 0);
 	TRY(arr_slice_compute(rt, g->p, name, &b, ah->merge_quantum, &g->stop,
@@ -170,7 +222,9 @@ static int one_slice(ah_heap *ah, struct bgm *g, const char *name, bool *more)
 	rc = install(ah, g, s, &installed);
 	*more = rc == 0;
 	pthread_mutex_lock(&g->mu);
-	if (installed)
+	if (arr_slice_refused(s))
+		g->no_whole = true; /* sliced from now on */
+	else if (installed)
 		g->st.installed++;
 	else if (rc == 0)
 		g->st.discarded++;
@@ -203,6 +257,9 @@ static void *bg_main(void *arg)
 		g->n--;
 		g->busy = true;
 		pthread_mutex_unlock(&g->mu);
+		while (__atomic_load_n(&bg_held, __ATOMIC_ACQUIRE) &&
+		       !__atomic_load_n(&g->stop, __ATOMIC_ACQUIRE))
+			usleep(1000);
 		bool more = false;
 		int rc = one_slice(ah, g, name, &more);
 		pthread_mutex_lock(&g->mu);
@@ -348,8 +405,10 @@ int ah_merge_wait(ah_heap *ah, ah_merge_stats *st)
 		return 0;
 	}
 	pthread_mutex_lock(&g->mu);
+	g->waiters++;
 	while (g->started && !g->paused && (g->n > 0 || g->busy))
 		pthread_cond_wait(&g->idle, &g->mu);
+	g->waiters--;
 	rc = g->err;
 	g->err = 0;
 	if (st)

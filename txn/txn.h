@@ -103,6 +103,13 @@ void bgm_turnstile(ah_heap *ah);
 /* on: waits until no slice is in flight and holds the thread; off: lets
  * it go on.  Nested. */
 void bgm_pause(ah_heap *ah, bool on);
+/* Tests: while on, the merge thread takes no slice (it stays busy, so
+ * ah_merge_wait waits); the callers in ah_merge_wait of ah; the input
+ * bytes up to which a merge runs whole while a caller waits (0: the
+ * default, 512 MiB).  Process-wide but the waiters. */
+void bgm_test_hold(bool on);
+unsigned bgm_test_waiters(ah_heap *ah);
+void bgm_test_whole_max(uint64_t bytes);
 /* Notes NAME for the thread at t's commit.  Errors: AH_ENOMEM. */
 int txn_note_merging(ah_txn *t, const char *name);
 
