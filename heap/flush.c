@@ -21,10 +21,11 @@
  * and lets no other start until the commit ended) and takes the error it
  * saw, if any: the commit then fails (AH_EIO, AH_EFULL for ENOSPC) and
  * the txn is aborted.  An error after the thread's last fdatasync is the
- * commit's own msync's.  An abort takes and drops it (the writes it was
- * about are discarded).  ah_sync's msync (heap_sync) can take such an
- * error too, of another thread's open write txn: it blocks the thread the
- * same way and leaves its error for that txn's commit (heap_flush_fail).
+ * commit's own msync's.  An abort takes it too.  ah_sync's msync
+ * (heap_sync) can take such an error, of another thread's open write txn:
+ * it blocks the thread the same way and takes the thread's error first.
+ * Whoever takes it makes the handle's sync error sticky (heap_sync_failed,
+ * env_ops.c): no write txn of the handle commits or begins after it.
  * And a commit's sync and heap_sync's never run at once (sync_mu): the
  * one could take the other's error, and a commit whose own msync then
  * said 0 would write its meta page over data that never reached the disk
@@ -161,18 +162,6 @@ int heap_flush_block(heap *h)
 	f->err = 0;
 	pthread_mutex_unlock(&f->mu);
 	return e == 0 ? 0 : e == ENOSPC ? AH_EFULL : AH_EIO;
-}
-
-void heap_flush_fail(heap *h, int rc)
-{
-	struct heap_flush *f = h->flush;
-
-	if (f == NULL || (rc != AH_EIO && rc != AH_EFULL))
-		return;
-	pthread_mutex_lock(&f->mu);
-	if (f->err == 0)
-		f->err = rc == AH_EFULL ? ENOSPC : EIO;
-	pthread_mutex_unlock(&f->mu);
 }
 
 void heap_flush_unblock(heap *h)

@@ -124,10 +124,11 @@ void heap_wb_free(heap *h);
 int heap_flush_init(heap *h);
 void heap_flush_note(heap *h, uint64_t bytes);
 int heap_flush_block(heap *h);
-/* An error (AH_EIO, AH_EFULL) some other sync of LMDB's descriptor took
- * (heap_sync): kept for the next commit, as the thread's. */
-void heap_flush_fail(heap *h, int rc);
 void heap_flush_unblock(heap *h);
+/* A sync of h's file failed with rc (AH_EIO, AH_EFULL; anything else is
+ * ignored): from now on no write txn of h begins or commits and heap_sync
+ * returns the first such error (sync_err, sticky; env_ops.c). */
+void heap_sync_failed(heap *h, int rc);
 /* Held around a commit's mdb_txn_commit and heap_sync's mdb_env_sync, so
  * that two syncs of LMDB's descriptor never run at once (no-op on a
  * read-only handle). */

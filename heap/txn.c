@@ -16,6 +16,7 @@
  * never free a txn whose LMDB state belongs to another process (a forked
  * child only forgets it).
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -186,8 +187,11 @@ int heap_txn_commit(heap_txn *t)
 	/* no heap_sync while LMDB syncs: it could take this commit's error */
 	if (!t->rdonly)
 		heap_sync_lock(t->h);
-	if (!t->rdonly && __atomic_load_n(&t->h->sync_err, __ATOMIC_ACQUIRE))
-		frc = AH_EIO; /* an ah_sync failed while this txn was open */
+	if (frc != 0) /* the flusher's fdatasync failed: sticky */
+		heap_sync_failed(t->h, frc);
+	if (frc == 0 && !t->rdonly &&
+	    __atomic_load_n(&t->h->sync_err, __ATOMIC_ACQUIRE))
+		frc = AH_EIO; /* a sync failed while this txn was open */
 	if (frc != 0 && !t->poisoned) {
 		t->poisoned = true;
 		rc = frc;
@@ -199,7 +203,13 @@ int heap_txn_commit(heap_txn *t)
 	} else if (t->rdonly) {
 		mdb_txn_abort(t->txn);
 	} else {
-		rc = heap_err(heap_fault_commit(t->txn));
+		int raw = heap_fault_commit(t->txn);
+
+		rc = heap_err(raw);
+		/* in a write txn of a map LMDB writes through (MDB_WRITEMAP)
+		 * only its msyncs fail with these: sticky */
+		if (raw == EIO || raw == ENOSPC || raw == EDQUOT)
+			heap_sync_failed(t->h, rc);
 		if (rc == 0)
 			heap_format_raise(t->h, t->format_mark); /* heap_format_mark */
 	}
@@ -222,9 +232,10 @@ void heap_txn_abort(heap_txn *t)
 	heap_fault_order();
 	/* no write may land in pages the next writer reuses */
 	(void)heap_wb_drain(t);
-	/* an early flush's error was about these writes: dropped with them */
+	/* an early flush's error was about these writes, but the file's
+	 * state after it is not known: sticky (heap_sync_failed) */
 	if (!t->rdonly)
-		(void)heap_flush_block(t->h);
+		heap_sync_failed(t->h, heap_flush_block(t->h));
 	writer_end(t);
 	mdb_txn_abort(t->txn);
 	if (!t->rdonly)

@@ -65,7 +65,8 @@
  *    that its commit waits for less; it blocks every signal, never runs
  *    while a commit syncs, and lives until ah_close.  A write error it
  *    sees fails the next ah_txn_commit of the handle (AH_EIO, AH_EFULL),
- *    of which nothing is then committed; an abort drops it.
+ *    of which nothing is then committed; an abort takes it too; and the
+ *    handle then writes no more, as after any failed sync (ah_sync).
  *  - A long-lived read transaction pins every page it can see: the file
  *    grows while it lives.  Keep read snapshots short.
  *  - One write transaction at a time per heap (LMDB's writer lock): a second
@@ -241,14 +242,18 @@ int ah_close(ah_heap *heap);
 
 /* Flushes every commit to disk (for AH_OPEN_NOSYNC/NOMETASYNC heaps; a no-op
  * cost otherwise).  Errors: AH_EIO, AH_EFULL (the write-back found no
- * space), AH_EFORK.  A failure is sticky, because the kernel reports a
- * write error once and a second sync would say 0 for pages never
- * written: what is on disk is then unknown (on an AH_OPEN_NOSYNC heap the
- * file may be damaged: ARCHITECTURE.md §5), every later ah_sync returns
- * the same error, write transactions are refused (ah_txn_begin AH_EIO,
- * and the commit of one open meanwhile, in another thread, fails with
- * AH_EIO, nothing of it written), and read transactions go on.  Close,
- * reopen, and check with ah_verify (or restore a snapshot).
+ * space), AH_EFORK.  A failed sync of the file is sticky, this call's or
+ * any other's of the handle (a commit's, the flusher's: Caveats), because
+ * the kernel reports a write error once and a second sync would say 0
+ * for pages never written, a failed sync may be about pages of earlier
+ * commits (an AH_OPEN_NOMETASYNC heap's meta page), and a filesystem may
+ * go on saying 0 for pages it then reads as zeros (ext4, after a remount:
+ * ARCHITECTURE.md §5).  What is on disk is then unknown (on an
+ * AH_OPEN_NOSYNC heap the file may be damaged), every later ah_sync
+ * returns the first error, write transactions are refused (ah_txn_begin
+ * AH_EIO, and the commit of one open meanwhile, in another thread, fails
+ * with AH_EIO, nothing of it written), and read transactions go on.
+ * Close, reopen, and check with ah_verify (or restore a snapshot).
  * Source: mdb_env_sync(force). */
 int ah_sync(ah_heap *heap);
 
@@ -333,7 +338,7 @@ int ah_pool_stats_get(ah_heap *heap, ah_pool_stats *st);
  * Errors: AH_EINVAL, AH_EREADONLY (write txn on a read-only heap), AH_EBUSY
  * (no free reader slot: every slot is held by a live process; those of
  * dead processes are cleared first), AH_ESTATE (this thread already has a write txn),
- * AH_EFORK, AH_ENOMEM, AH_EIO (also: a write txn after an ah_sync of this
+ * AH_EFORK, AH_ENOMEM, AH_EIO (also: a write txn after a sync of this
  * handle failed; see ah_sync), AH_EFULL.  Source: mdb_txn_begin. */
 int ah_txn_begin(ah_heap *heap, unsigned flags, ah_txn **out);
 
@@ -345,12 +350,13 @@ int ah_txn_begin(ah_heap *heap, unsigned flags, ah_txn **out);
  * written), AH_ENOMEM and AH_EFULL (LMDB's commit could not grow its page
  * lists: nothing is written), AH_EFORK, and AH_EIO or AH_EFULL from a
  * sync: the flusher's fdatasync of this transaction's writes failed
- * (Caveats), or an ah_sync of the handle failed while it was open (AH_EIO;
+ * (Caveats), or a sync of the handle failed while it was open (AH_EIO;
  * see ah_sync), or the commit's sync of its data failed: in these cases
- * nothing is written (and, but after ah_sync, the handle goes on); or the
- * sync of LMDB's meta page failed, after the data's: then the outcome is
- * unknown (the commit may or may not be in the file) and the handle
- * refuses new transactions.  The code does not tell these apart: when it
+ * nothing of it is written; or the sync of LMDB's meta page failed, after
+ * the data's: then the outcome is unknown (the commit may or may not be
+ * in the file).  In every case the failure is sticky (ah_sync): the
+ * handle refuses new write transactions.  The code does not tell these
+ * apart: when it
  * matters, close, reopen and read the source positions to learn whether
  * the commit is there.  A commit's syncs and ah_sync's never run at once
  * (one could take the other's error).  A write transaction committed
