@@ -91,6 +91,15 @@
  *    key flipped out of order, say) is a damaged meta, so ah_open fails
  *    with AH_ECORRUPT and the heap cannot be salvaged in place; restore it
  *    from a backup or snapshot.
+ *  - After a failed sync (AH_EIO or AH_EFULL from ah_sync or from a commit's
+ *    sync: the handle then refuses write transactions) stop writing to
+ *    that filesystem until it is unmounted and mounted again (or the
+ *    machine restarted), then open the heap and run ah_verify.  On ext4
+ *    (Linux 6.18 here) the commits a reopened handle made after a failed
+ *    writeback, each acknowledged and synced, read as zeros after the
+ *    next remount (an outside test on a device failing writes on demand:
+ *    AH_ECORRUPT, extents left unwritten); xfs kept them.  The library
+ *    cannot see a remount: the rule is the operator's.
  *  - LMDB trusts its own pages.  Run ah_verify (in-process is safe) before
  *    reading a heap file you do not trust; once it (or ah_verify_pages)
  *    finds damaged LMDB pages, every call of this handle that would read
