@@ -13,8 +13,11 @@
 #include <criterion/criterion.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "arrangement/merge.h"
@@ -187,3 +190,120 @@ Test(bgmerge_whole, a_merge_merge_parallel_refuses_is_sliced, .timeout = 300)
 	run_case("bgrefused", 2000, true, &par);
 	cr_assert_eq(par, 0);
 }
+
+/* Not in `make tsan`: ThreadSanitizer cannot start threads in a child
+ * forked from a process that had threads, and the child needs two. */
+#ifndef AH_TSAN_DRIVER
+/* The child of a_kill_during_the_whole_merge_loses_nothing: reopens the
+ * heap with the thread, holds it, commits an ah_maintain(fuel) that hands
+ * it the merge, registers a waiter, tells the parent (one byte on fd) and
+ * releases the thread, which runs the merge whole; a second byte once the
+ * wait returned.  No Criterion here: _exit codes. */
+static void kill_child(const char *path, int fd)
+{
+	ah_open_opts o = tl_opts(AH_OPEN_BGMERGE, 0, 0);
+	struct waiter w = { NULL, { 0 }, -1 };
+	pthread_t th;
+	ah_txn *t;
+
+	merge_par_tune(1, 64 << 10);
+	bgm_test_hold(true);
+	if (ah_open(path, &o, &w.h) || ah_txn_begin(w.h, 0, &t) ||
+	    ah_maintain(t, "a", 1000000, NULL) || ah_txn_commit(t) ||
+	    pthread_create(&th, NULL, wait_main, &w))
+		_exit(2);
+	while (bgm_test_waiters(w.h) != 1)
+		usleep(100);
+	uint64_t m0, m1, h0, h1;
+	merge_par_counts(&m0, &h0);
+	if (write(fd, "s", 1) != 1)
+		_exit(3);
+	bgm_test_hold(false);
+	pthread_join(th, NULL);
+	merge_par_counts(&m1, &h1);
+	if (m1 != m0 + 1) /* not run whole */
+		_exit(6);
+	if (w.rc != 0 || write(fd, "d", 1) != 1)
+		_exit(4);
+	_exit(ah_close(w.h) == 0 ? 0 : 5);
+}
+
+/* A kill at any moment of the whole merge (its two threads, its commit)
+ * leaves the heap of the last commit or of the merge's: it verifies, its
+ * contents are the inline twin's, and one more wait finishes the merge.
+ * Round 0 is not killed and times the merge (from the waiter's release to
+ * the wait's end); the other rounds kill after a delay drawn from a fixed
+ * seed below that time. */
+Test(bgmerge_whole, a_kill_during_the_whole_merge_loses_nothing,
+     .timeout = 600)
+{
+	uint64_t s = tl_seed("bgmerge_whole/a_kill_during_the_whole_merge", 1322);
+	unsigned kills = 0, done = 0;
+	uint64_t span_us = 0;
+
+	for (int round = 0; round < 11; round++) {
+		tl_dir d = tl_tmpdir("bgwkill");
+		ah_heap *in = tl_open(d.dir, "inline", AH_OPEN_NOSYNC, 0);
+		ah_heap *bg = tl_open(d.dir, "bg", AH_OPEN_BGMERGE, 0);
+		char path[512];
+		uint64_t want, got, cnt, m;
+		int p[2], status;
+		char c;
+
+		snprintf(path, sizeof path, "%s/bg", d.dir);
+		want = two_and_maintain(in, 1306 + round, BIG);
+		bgm_test_hold(true); /* the merge stays queued, not started */
+		cr_assert_eq(two_and_maintain(bg, 1306 + round, BIG), want);
+		OK(ah_close(bg));
+		bgm_test_hold(false);
+		cr_assert_eq(pipe(p), 0);
+		pid_t pid = fork();
+		cr_assert_geq(pid, 0);
+		if (pid == 0) {
+			close(p[0]);
+			kill_child(path, p[1]);
+		}
+		close(p[1]);
+		cr_assert_eq(read(p[0], &c, 1), 1, "round %d: the child failed", round);
+		if (round == 0) { /* the merge's time, unkilled */
+			struct timespec a, b;
+			clock_gettime(CLOCK_MONOTONIC, &a);
+			cr_assert_eq(read(p[0], &c, 1), 1, "the wait failed");
+			clock_gettime(CLOCK_MONOTONIC, &b);
+			span_us = (uint64_t)(b.tv_sec - a.tv_sec) * 1000000 +
+			          (uint64_t)(b.tv_nsec - a.tv_nsec) / 1000 + 1;
+			cr_assert_eq(waitpid(pid, &status, 0), pid);
+			cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+		} else {
+			usleep((useconds_t)tl_below(&s, span_us));
+			kill(pid, SIGKILL);
+			cr_assert_eq(waitpid(pid, &status, 0), pid);
+			if (read(p[0], &c, 1) == 1)
+				done++;
+			else
+				kills++;
+		}
+		close(p[0]);
+		bg = tl_open_path(path, AH_OPEN_BGMERGE, 0);
+		OK(tl_verify(bg, NULL));
+		tl_content(bg, "a", &got, &cnt, &m);
+		cr_assert_eq(got, want, "round %d: contents after the kill", round);
+		ah_txn *t; /* one more commit hands the merge to the thread */
+		OK(ah_txn_begin(bg, 0, &t));
+		OK(ah_maintain(t, "a", 1000000, NULL));
+		OK(ah_txn_commit(t));
+		ah_merge_stats st;
+		OK(ah_merge_wait(bg, &st));
+		cr_assert_eq(merging(bg), 0, "round %d: a merge is left", round);
+		OK(tl_verify(bg, NULL));
+		tl_content(bg, "a", &got, &cnt, &m);
+		cr_assert_eq(got, want, "round %d: contents after the merge", round);
+		OK(ah_close(bg));
+		OK(ah_close(in));
+		tl_rmdir(&d);
+	}
+	cr_log_info("bgmerge_whole/a_kill_during_the_whole_merge: merge %" PRIu64
+	            " us; %u killed, %u finished first", span_us, kills, done);
+	cr_assert_gt(kills, 0, "no kill landed during the merge");
+}
+#endif /* AH_TSAN_DRIVER */
